@@ -1,0 +1,161 @@
+"""The Parquet lake on disk: atomic writes, commits, the manifest and recovery.
+
+Layout inside ``<warehouse>/lake``::
+
+    <table>/_empty.parquet                  zero rows, the table's schema
+    <table>/run=<run_id>/<trace_id>.parquet one file per loaded trace
+    ingest_errors/run=<run_id>/<key>.parquet one file per failing path
+
+Why this shape: one file per trace makes a load and a reload a matter of
+renaming files (no rewrite of shared files, no lost updates between two
+processes), and ``_empty.parquet`` keeps every glob non-empty so readers
+(dbt sources, ``tracehouse sql``) work on a new warehouse.
+
+Commit protocol: every table of a trace is written to a hidden temporary
+file in its final folder, then renamed into place with ``traces`` last.
+A row in ``traces`` is therefore the commit marker, and also the manifest:
+re-runs compare path, size, mtime and content hash against it. Readers keep
+only rows whose ``trace_id`` is in ``traces``, and :func:`recover` deletes
+temporaries and orphans that a crash left behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tracehouse.warehouse import Warehouse
+
+from .schema import LAKE_TABLES, TRACE_TABLES
+
+EMPTY_FILE = "_empty.parquet"
+TMP_SUFFIX = ".tmp"
+
+
+def init_lake(warehouse: Warehouse) -> None:
+    """Create the lake folders and their ``_empty.parquet`` schema files."""
+    for table, table_schema in LAKE_TABLES.items():
+        folder = warehouse.table_dir(table)
+        folder.mkdir(parents=True, exist_ok=True)
+        empty = folder / EMPTY_FILE
+        if not empty.exists():
+            tmp = write_parquet_tmp(table_schema.empty_table(), empty, token=f"init{os.getpid()}")
+            os.replace(tmp, empty)
+
+
+def write_parquet_tmp(table: pa.Table, final: Path, token: str) -> Path:
+    """Write ``table`` to a hidden temporary beside ``final``; return its path."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(f".{final.name}.{token}{TMP_SUFFIX}")
+    pq.write_table(table, tmp, compression="zstd", row_group_size=256 * 1024)
+    return tmp
+
+
+def trace_file(warehouse: Warehouse, table: str, run_id: str, trace_id: str) -> Path:
+    return warehouse.partition_dir(table, run_id) / f"{trace_id}.parquet"
+
+
+def write_trace_tmp(
+    warehouse: Warehouse, run_id: str, trace_id: str, tables: dict[str, pa.Table], token: str
+) -> list[tuple[Path, Path]]:
+    """Write every table of one trace to temporaries; return (tmp, final) in commit order."""
+    pending = []
+    try:
+        for table in TRACE_TABLES:
+            final = trace_file(warehouse, table, run_id, trace_id)
+            pending.append((write_parquet_tmp(tables[table], final, token), final))
+    except BaseException:
+        discard(pending)
+        raise
+    return pending
+
+
+def commit(pending: Iterable[tuple[Path, Path]]) -> None:
+    """Rename temporaries into place, in order (``traces`` last)."""
+    for tmp, final in pending:
+        os.replace(tmp, final)
+
+
+def discard(pending: Iterable[tuple[Path, Path]]) -> None:
+    for tmp, _final in pending:
+        tmp.unlink(missing_ok=True)
+
+
+def remove_trace(warehouse: Warehouse, run_id: str, trace_id: str) -> None:
+    """Unload a trace: the commit marker first, so readers never see half of it."""
+    for table in reversed(TRACE_TABLES):
+        trace_file(warehouse, table, run_id, trace_id).unlink(missing_ok=True)
+
+
+@dataclass(frozen=True)
+class ManifestEntry:
+    """What the lake knows of one loaded file."""
+
+    run_id: str
+    path: str
+    trace_id: str
+    rank: int
+    iteration: int | None
+    min_step: int | None
+    max_step: int | None
+    size_bytes: int
+    mtime_ns: int
+    content_hash: str
+
+
+def read_manifest(warehouse: Warehouse) -> list[ManifestEntry]:
+    """Every loaded trace, read from the ``traces`` dataset (the commit markers)."""
+    glob = str(warehouse.table_dir("traces") / "**" / "*.parquet")
+    with duckdb.connect() as con:
+        rows = con.execute(
+            "select run_id, path, trace_id, rank, iteration, min_profiler_step, "
+            "max_profiler_step, size_bytes, mtime_ns, content_hash "
+            "from read_parquet(?, union_by_name = true, hive_partitioning = false)",
+            [glob],
+        ).fetchall()
+    return [ManifestEntry(*row) for row in rows]
+
+
+def recover(warehouse: Warehouse) -> list[Path]:
+    """Delete temporaries and files of traces without a commit marker; return them."""
+    removed: list[Path] = []
+    if not warehouse.lake.exists():
+        return removed
+    for tmp in warehouse.lake.rglob(f".*{TMP_SUFFIX}"):
+        tmp.unlink(missing_ok=True)
+        removed.append(tmp)
+    committed: set[tuple[str, str]] = set()
+    traces_dir = warehouse.table_dir("traces")
+    for marker in traces_dir.glob("run=*/*.parquet"):
+        committed.add((marker.parent.name, marker.stem))
+    for table in TRACE_TABLES:
+        if table == "traces":
+            continue
+        for data in warehouse.table_dir(table).glob("run=*/*.parquet"):
+            if (data.parent.name, data.stem) not in committed:
+                data.unlink(missing_ok=True)
+                removed.append(data)
+    return removed
+
+
+def error_file(warehouse: Warehouse, run_id: str, path: str) -> Path:
+    key = hashlib.blake2b(path.encode("utf-8", "surrogateescape"), digest_size=8).hexdigest()
+    return warehouse.partition_dir("ingest_errors", run_id) / f"{key}.parquet"
+
+
+def record_error(warehouse: Warehouse, run_id: str, row: dict[str, object], token: str) -> None:
+    """Replace the error record of one path (the latest failure is what matters)."""
+    table = pa.Table.from_pylist([row], schema=LAKE_TABLES["ingest_errors"])
+    final = error_file(warehouse, run_id, str(row["path"]))
+    os.replace(write_parquet_tmp(table, final, token), final)
+
+
+def clear_error(warehouse: Warehouse, run_id: str, path: str) -> None:
+    error_file(warehouse, run_id, path).unlink(missing_ok=True)

@@ -1,0 +1,385 @@
+"""Ingest orchestration: discover, skip what is loaded, parse in parallel, commit.
+
+Work split: worker processes each take one file at a time (read, hash,
+decompress, parse, write temporaries), so memory per worker is bounded by
+the largest single file, never by the run. The parent process alone
+decides and commits (duplicate checks, renames, error records) under an
+exclusive lock on the warehouse, so two concurrent ingests serialise
+instead of corrupting each other, and a crash or Ctrl-C leaves only
+temporaries that the next ingest removes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fcntl
+import gzip
+import hashlib
+import os
+import sys
+import time
+import traceback
+import uuid
+import zlib
+from collections.abc import Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from tracehouse.warehouse import Warehouse
+
+from . import lake
+from .discover import discover
+from .kineto import parse_kineto
+from .model import TraceError, TraceFile, display_path
+from .progress import Progress
+
+ENGINES = ("native", "perfetto")
+
+
+@dataclass
+class Loaded:
+    path: str
+    run_id: str
+    trace_id: str
+    rank: int
+    slices: int
+    flows: int
+    seconds: float
+
+
+@dataclass
+class Failed:
+    path: str
+    run_id: str
+    kind: str
+    message: str
+    hint: str
+
+    def line(self) -> str:
+        hint = f" (hint: {self.hint})" if self.hint else ""
+        return f"error: {self.path}: {self.message}{hint}"
+
+
+@dataclass
+class IngestResult:
+    """What one ingest did, per file."""
+
+    loaded: list[Loaded] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, why)
+    failed: list[Failed] = field(default_factory=list)
+    bytes_read: int = 0
+    uncompressed_bytes: int = 0
+    seconds: float = 0.0
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.failed else 0
+
+
+@dataclass
+class _Task:
+    source: TraceFile
+    warehouse_root: str
+    token: str
+    known_hash: str | None
+    engine: str
+    trace_processor_bin: str | None
+
+
+@dataclass
+class _Outcome:
+    source: TraceFile
+    status: str  # parsed | unchanged | failed
+    trace_id: str = ""
+    rank: int = -1
+    iteration: int | None = None
+    steps: tuple[int, ...] = ()
+    content_hash: str = ""
+    pending: list[tuple[Path, Path]] = field(default_factory=list)
+    slices: int = 0
+    flows: int = 0
+    uncompressed_bytes: int = 0
+    seconds: float = 0.0
+    error: tuple[str, str, str] | None = None  # kind, message, hint
+
+
+def read_trace_bytes(path: Path) -> tuple[bytes, bytes, str]:
+    """Raw file bytes, the JSON text (gunzipped if gzip), and the file format."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise TraceError("unreadable", f"cannot read the file: {exc.strerror}",
+                         "check the path and its permissions") from exc
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            return raw, gzip.decompress(raw), "kineto_json_gz"
+        except EOFError as exc:
+            raise TraceError("truncated", "the gzip stream ends early (truncated file)",
+                             "the copy or the profiler's write was cut short; copy it "
+                             "again") from exc
+        except (gzip.BadGzipFile, zlib.error) as exc:
+            raise TraceError("invalid_gzip", f"corrupt gzip data: {exc}",
+                             "the file is damaged; copy it again") from exc
+    return raw, raw, "kineto_json"
+
+
+def trace_id_for(run_id: str, content_hash: str) -> str:
+    """Stable id of a file's content within a run: reloading the same bytes is idempotent."""
+    return hashlib.blake2b(f"{run_id}\0{content_hash}".encode(), digest_size=8).hexdigest()
+
+
+def _load_one(task: _Task) -> _Outcome:
+    """Worker body: never raises, every failure becomes an outcome."""
+    started = time.perf_counter()
+    source = task.source
+    try:
+        raw, text, file_format = read_trace_bytes(source.path)
+        content_hash = hashlib.blake2b(raw, digest_size=16).hexdigest()
+        if task.known_hash == content_hash:
+            return _Outcome(source, "unchanged", content_hash=content_hash)
+        trace_id = trace_id_for(source.run_id, content_hash)
+        ingested_at = dt.datetime.now(dt.timezone.utc)
+        if task.engine == "perfetto":
+            from .perfetto_engine import parse_with_trace_processor
+
+            parsed = parse_with_trace_processor(
+                source, trace_id=trace_id, content_hash=content_hash,
+                uncompressed_bytes=len(text), file_format=file_format,
+                ingested_at=ingested_at, bin_path=task.trace_processor_bin,
+            )
+        else:
+            parsed = parse_kineto(text, source, trace_id=trace_id, content_hash=content_hash,
+                                  uncompressed_bytes=len(text), file_format=file_format,
+                                  ingested_at=ingested_at)
+        del raw, text
+        pending = lake.write_trace_tmp(Warehouse(Path(task.warehouse_root)), source.run_id,
+                                       trace_id, parsed.tables, task.token)
+        return _Outcome(
+            source, "parsed", trace_id=trace_id, rank=parsed.rank, iteration=parsed.iteration,
+            steps=parsed.profiler_steps, content_hash=content_hash, pending=pending,
+            slices=parsed.tables["slices"].num_rows, flows=parsed.tables["flows"].num_rows,
+            uncompressed_bytes=parsed.tables["traces"]["uncompressed_bytes"][0].as_py(),
+            seconds=time.perf_counter() - started,
+        )
+    except TraceError as exc:
+        return _Outcome(source, "failed", error=(exc.kind, exc.message, exc.hint))
+    except MemoryError:
+        return _Outcome(source, "failed", error=("out_of_memory", "ran out of memory parsing "
+                        "this file", "use fewer workers (-j) for very large traces"))
+    except Exception as exc:  # noqa: BLE001 - one bad file must not stop the run
+        detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        return _Outcome(source, "failed", error=("internal", f"unexpected error: {detail}",
+                        "please report this with the file"))
+
+
+@contextmanager
+def warehouse_lock(warehouse: Warehouse, stream: TextIO) -> Iterator[None]:
+    """Hold the warehouse's ingest lock; wait (and say so) if another ingest has it."""
+    warehouse.root.mkdir(parents=True, exist_ok=True)
+    with open(warehouse.lock_file, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"waiting for another ingest into {warehouse.root} to finish…",
+                  file=stream, flush=True)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+class _Committer:
+    """Decides, in the parent process, whether a parsed trace may land, and lands it."""
+
+    def __init__(self, warehouse: Warehouse, manifest: list[lake.ManifestEntry], token: str):
+        self.warehouse = warehouse
+        self.token = token
+        self.by_path = {(m.run_id, m.path): m for m in manifest}
+        self.by_run: dict[str, list[lake.ManifestEntry]] = {}
+        for entry in manifest:
+            self.by_run.setdefault(entry.run_id, []).append(entry)
+
+    def known_hash(self, source: TraceFile, force: bool) -> str | None:
+        entry = self.by_path.get((source.run_id, display_path(source.path)))
+        return None if force or entry is None else entry.content_hash
+
+    def is_unchanged(self, source: TraceFile) -> bool:
+        entry = self.by_path.get((source.run_id, display_path(source.path)))
+        return (entry is not None and entry.size_bytes == source.size_bytes
+                and entry.mtime_ns == source.mtime_ns)
+
+    def conflict(self, outcome: _Outcome) -> TraceError | None:
+        path = display_path(outcome.source.path)
+        steps = set(outcome.steps)
+        for other in self.by_run.get(outcome.source.run_id, []):
+            if other.path == path:
+                continue
+            if other.content_hash == outcome.content_hash:
+                return TraceError("duplicate_trace", f"same content as {other.path}, already "
+                                  f"loaded in run {other.run_id!r}",
+                                  "remove the copy, or load it into another run with --run")
+            if other.rank != outcome.rank:
+                continue
+            other_steps = (set(range(other.min_step, other.max_step + 1))
+                           if other.min_step is not None and other.max_step is not None else set())
+            if outcome.iteration is not None and other.iteration is not None:
+                clash = outcome.iteration == other.iteration
+            else:
+                clash = bool(steps & other_steps) or (not steps and not other_steps)
+            if clash:
+                where = (f"iteration {outcome.iteration}" if outcome.iteration is not None
+                         else "the same profiler steps")
+                return TraceError("duplicate_rank", f"rank {outcome.rank} appears twice in run "
+                                  f"{other.run_id!r} for {where}: already loaded from "
+                                  f"{other.path}",
+                                  "load the two jobs into different runs with --run, or "
+                                  "remove the stray copy")
+        return None
+
+    def land(self, outcome: _Outcome) -> None:
+        source = outcome.source
+        path = display_path(source.path)
+        lake.commit(outcome.pending)
+        previous = self.by_path.get((source.run_id, path))
+        if previous is not None and previous.trace_id != outcome.trace_id:
+            lake.remove_trace(self.warehouse, source.run_id, previous.trace_id)
+            self.by_run[source.run_id].remove(previous)
+        lake.clear_error(self.warehouse, source.run_id, path)
+        steps = outcome.steps
+        entry = lake.ManifestEntry(
+            run_id=source.run_id, path=path, trace_id=outcome.trace_id, rank=outcome.rank,
+            iteration=outcome.iteration, min_step=steps[0] if steps else None,
+            max_step=steps[-1] if steps else None, size_bytes=source.size_bytes,
+            mtime_ns=source.mtime_ns, content_hash=outcome.content_hash,
+        )
+        self.by_path[(source.run_id, path)] = entry
+        self.by_run.setdefault(source.run_id, []).append(entry)
+
+    def reject(self, source: TraceFile, error: TraceError) -> Failed:
+        path = display_path(source.path)
+        lake.record_error(self.warehouse, source.run_id, {
+            "run_id": source.run_id, "path": path, "error_kind": error.kind,
+            "message": error.message, "hint": error.hint, "size_bytes": source.size_bytes,
+            "mtime_ns": source.mtime_ns, "detected_at": dt.datetime.now(dt.timezone.utc),
+        }, self.token)
+        return Failed(path, source.run_id, error.kind, error.message, error.hint)
+
+
+def ingest_paths(
+    paths: list[Path],
+    warehouse: Path | Warehouse | None = None,
+    run: str | None = None,
+    jobs: int = 1,
+    force: bool = False,
+    progress: bool = True,
+    engine: str = "native",
+    trace_processor_bin: str | None = None,
+    stream: TextIO | None = None,
+) -> IngestResult:
+    """Load every trace under ``paths`` into the warehouse's lake.
+
+    Raises :class:`ingest.discover.DiscoveryError` for unusable arguments;
+    per-file problems are returned in ``IngestResult.failed`` (and recorded
+    in ``ingest_errors``), never raised.
+    """
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {ENGINES}, not {engine!r}")
+    stream = stream or sys.stderr
+    wh = warehouse if isinstance(warehouse, Warehouse) else Warehouse.at(warehouse)
+    started = time.perf_counter()
+    found = discover([Path(p) for p in paths], run=run)
+    result = IngestResult(skipped=[(display_path(p), why) for p, why in found.skipped])
+    token = uuid.uuid4().hex[:12]
+
+    with warehouse_lock(wh, stream):
+        lake.init_lake(wh)
+        lake.recover(wh)
+        committer = _Committer(wh, lake.read_manifest(wh), token)
+        todo: list[TraceFile] = []
+        for source in found.traces:
+            if not force and committer.is_unchanged(source):
+                result.skipped.append((display_path(source.path), "already loaded, unchanged"))
+            else:
+                todo.append(source)
+        bar = Progress(len(todo), sum(s.size_bytes for s in todo), stream, enabled=progress)
+        tasks = [
+            _Task(s, str(wh.root), token, committer.known_hash(s, force), engine,
+                  trace_processor_bin)
+            for s in todo
+        ]
+        try:
+            for outcome in _run_tasks(tasks, jobs):
+                _settle(outcome, committer, result, bar)
+        except BaseException:
+            _remove_temporaries(wh, token)
+            raise
+        finally:
+            bar.close()
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _run_tasks(tasks: list[_Task], jobs: int) -> Iterator[_Outcome]:
+    """Outcomes as they finish; in-process for one job (simpler to debug and profile)."""
+    if jobs <= 1 or len(tasks) <= 1:
+        for task in tasks:
+            yield _load_one(task)
+        return
+    with ProcessPoolExecutor(max_workers=min(jobs, len(tasks))) as pool:
+        # Keep at most 2 files per worker in flight: bounded memory and temp space.
+        queue = list(reversed(tasks))
+        running: set[Future[_Outcome]] = set()
+        try:
+            while queue or running:
+                while queue and len(running) < 2 * jobs:
+                    running.add(pool.submit(_load_one, queue.pop()))
+                done, running = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    yield future.result()
+        except BaseException:
+            for future in running:
+                future.cancel()
+            raise
+
+
+def _settle(outcome: _Outcome, committer: _Committer, result: IngestResult,
+            bar: Progress) -> None:
+    source = outcome.source
+    path = display_path(source.path)
+    if outcome.status == "unchanged":
+        result.skipped.append((path, "already loaded, same content"))
+        bar.advance(source.size_bytes, f"unchanged {path}")
+        return
+    error = None
+    if outcome.status == "failed":
+        assert outcome.error is not None
+        error = TraceError(*outcome.error)
+    else:
+        error = committer.conflict(outcome)
+        if error is not None:
+            lake.discard(outcome.pending)
+    if error is not None:
+        failed = committer.reject(source, error)
+        result.failed.append(failed)
+        bar.advance(source.size_bytes, error=failed.line())
+        return
+    committer.land(outcome)
+    result.loaded.append(Loaded(path, source.run_id, outcome.trace_id, outcome.rank,
+                                outcome.slices, outcome.flows, outcome.seconds))
+    result.bytes_read += source.size_bytes
+    result.uncompressed_bytes += outcome.uncompressed_bytes
+    bar.advance(source.size_bytes, f"loaded {path} (run {source.run_id}, rank {outcome.rank}, "
+                f"{outcome.slices} slices, {outcome.flows} flows, {outcome.seconds:.2f} s)")
+
+
+def _remove_temporaries(wh: Warehouse, token: str) -> None:
+    for tmp in wh.lake.rglob(f".*.{token}{lake.TMP_SUFFIX}"):
+        tmp.unlink(missing_ok=True)
+
+
+def default_jobs() -> int:
+    return max(1, min(os.cpu_count() or 1, 8))

@@ -1,0 +1,170 @@
+"""Arrow schemas of the raw lake tables: the one place their columns are defined.
+
+The lake mirrors Perfetto trace processor's model (``slice``, ``flow``,
+``thread``, ``process``) so that PerfettoSQL knowledge carries over, with
+three departures that the warehouse needs:
+
+* every row carries ``run_id``, ``rank`` and ``trace_id`` so that one lake
+  holds many runs, ranks and iterations;
+* ``slice_id``, ``track_id`` and ``parent_id`` are local to one trace file
+  (the key of a slice is ``(trace_id, slice_id)``), so that files can be
+  loaded independently and in parallel;
+* times are integer nanoseconds on the absolute clock
+  (``baseTimeNanoseconds`` + event ``ts``), never floats in microseconds.
+
+Writers (native and Perfetto engines) produce tables with exactly these
+schemas; the dbt sources read them back. Keep the two in step: the dbt
+source YAML documents the same columns.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+TRACES = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("trace_id", pa.string()),
+        ("rank", pa.int64()),
+        ("world_size", pa.int64()),
+        ("iteration", pa.int64()),  # from the folder name (iteration_N), else NULL
+        ("min_profiler_step", pa.int64()),
+        ("max_profiler_step", pa.int64()),
+        ("path", pa.string()),
+        ("file_format", pa.string()),  # kineto_json | kineto_json_gz
+        ("layout", pa.string()),  # megatron_traceviz | tensorboard | hta | generic
+        ("size_bytes", pa.int64()),
+        ("uncompressed_bytes", pa.int64()),
+        ("mtime_ns", pa.int64()),
+        ("content_hash", pa.string()),
+        ("engine", pa.string()),  # native | perfetto
+        ("schema_version", pa.int64()),
+        ("base_time_ns", pa.int64()),
+        ("trace_start_ns", pa.int64()),
+        ("trace_end_ns", pa.int64()),
+        ("event_count", pa.int64()),
+        ("slice_count", pa.int64()),
+        ("flow_count", pa.int64()),
+        ("unpaired_flow_events", pa.int64()),
+        ("partial_overlap_count", pa.int64()),
+        ("backend", pa.string()),
+        ("host_name", pa.string()),
+        ("kineto_trace_id", pa.string()),
+        ("distributed_info", pa.string()),  # JSON
+        ("device_properties", pa.string()),  # JSON
+        ("ingested_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+SLICES = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("rank", pa.int64()),
+        ("trace_id", pa.string()),
+        ("slice_id", pa.int64()),
+        ("ts", pa.int64()),  # absolute ns
+        ("dur", pa.int64()),  # ns; 0 for instant events
+        ("phase", pa.string()),  # X (complete) | i (instant)
+        ("category", pa.string()),
+        ("name", pa.string()),
+        ("track_id", pa.int64()),  # threads.track_id of the same trace
+        ("depth", pa.int64()),
+        ("parent_id", pa.int64()),
+        ("is_partial_overlap", pa.bool_()),
+        ("correlation", pa.int64()),
+        ("external_id", pa.int64()),
+        ("device", pa.int64()),
+        ("stream", pa.int64()),
+        ("collective_name", pa.string()),
+        ("process_group_name", pa.string()),
+        ("process_group_desc", pa.string()),
+        ("process_group_ranks", pa.list_(pa.int64())),
+        ("group_size", pa.int64()),
+        ("in_msg_nelems", pa.int64()),
+        ("out_msg_nelems", pa.int64()),
+        ("dtype", pa.string()),
+        ("args", pa.string()),  # the whole args object as JSON
+    ]
+)
+
+FLOWS = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("rank", pa.int64()),
+        ("trace_id", pa.string()),
+        ("flow_id", pa.int64()),  # the id of the s/f pair in the file
+        ("category", pa.string()),  # ac2g | fwdbwd | ...
+        ("slice_out", pa.int64()),
+        ("slice_in", pa.int64()),
+        ("ts_out", pa.int64()),
+        ("ts_in", pa.int64()),
+    ]
+)
+
+THREADS = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("rank", pa.int64()),
+        ("trace_id", pa.string()),
+        ("track_id", pa.int64()),
+        ("pid", pa.string()),  # Kineto writes ints, and strings such as "Spans"
+        ("tid", pa.string()),
+        ("thread_name", pa.string()),
+        ("thread_sort_index", pa.int64()),
+        ("is_gpu", pa.bool_()),
+        ("slice_count", pa.int64()),
+    ]
+)
+
+PROCESSES = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("rank", pa.int64()),
+        ("trace_id", pa.string()),
+        ("pid", pa.string()),
+        ("process_name", pa.string()),
+        ("process_labels", pa.string()),
+        ("process_sort_index", pa.int64()),
+    ]
+)
+
+PROCESS_GROUPS = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("rank", pa.int64()),
+        ("trace_id", pa.string()),
+        ("source", pa.string()),  # pg_config
+        ("pg_name", pa.string()),
+        ("pg_desc", pa.string()),
+        ("backend_config", pa.string()),
+        ("pg_size", pa.int64()),
+        ("ranks", pa.list_(pa.int64())),
+    ]
+)
+
+INGEST_ERRORS = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("path", pa.string()),
+        ("error_kind", pa.string()),
+        ("message", pa.string()),
+        ("hint", pa.string()),
+        ("size_bytes", pa.int64()),
+        ("mtime_ns", pa.int64()),
+        ("detected_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+#: Tables written once per loaded trace, in commit order: ``traces`` last,
+#: because a row there is what marks the trace as loaded.
+TRACE_TABLES: dict[str, pa.Schema] = {
+    "slices": SLICES,
+    "flows": FLOWS,
+    "threads": THREADS,
+    "processes": PROCESSES,
+    "process_groups": PROCESS_GROUPS,
+    "traces": TRACES,
+}
+
+#: Every raw table of the lake and its schema.
+LAKE_TABLES: dict[str, pa.Schema] = {**TRACE_TABLES, "ingest_errors": INGEST_ERRORS}

@@ -1,0 +1,44 @@
+{#
+    One row per process group a rank reported (trace_id, source, pg_name) in
+    a committed trace; rows of traces not committed yet are left out.
+#}
+
+with
+
+{# Not named `source` like the other staging imports: the table has a
+   column called `source`. #}
+lake_process_groups as (
+    select * from {{ source('lake', 'process_groups') }}
+),
+
+committed_traces as (
+    select trace_id from {{ source('lake', 'traces') }}
+),
+
+committed as (
+    select *
+    from lake_process_groups
+    where trace_id in (select committed_traces.trace_id from committed_traces)
+),
+
+renamed as (
+    select
+        ---------- ids
+        run_id,
+        rank,
+        trace_id,
+        pg_name,
+
+        ---------- strings
+        source,
+        pg_desc,
+        backend_config,
+
+        ---------- numerics
+        pg_size,
+        ranks
+
+    from committed
+)
+
+select * from renamed

@@ -1,0 +1,163 @@
+"""The ``tracehouse`` command: a thin argument layer over library functions.
+
+Each subcommand parses its arguments and calls one function that tests call
+directly. Exit codes: 0 success, 1 some inputs failed (the rest landed),
+2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from tracehouse.warehouse import ENV_VAR
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+def _warehouse_parent() -> argparse.ArgumentParser:
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument(
+        "--warehouse",
+        metavar="DIR",
+        help=f"warehouse folder (default: ${ENV_VAR}, else ./warehouse)",
+    )
+    return parent
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tracehouse",
+        description="SQL-centric analytics warehouse for distributed LLM-training traces.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    common = _warehouse_parent()
+
+    ingest = sub.add_parser(
+        "ingest",
+        parents=[common],
+        help="load traces into the warehouse's Parquet lake (incremental)",
+        description=(
+            "Find every Kineto trace (*.json, *.json.gz) under PATH... and load it into the "
+            "lake. Files already loaded and unchanged are skipped; bad files are reported "
+            "and recorded in ingest_errors while the good ones still land."
+        ),
+    )
+    ingest.add_argument("paths", nargs="+", type=Path, metavar="PATH")
+    ingest.add_argument("--run", metavar="NAME",
+                        help="run name for every file (default: each trace's job folder)")
+    ingest.add_argument("-j", "--jobs", type=int, default=None, metavar="N",
+                        help="worker processes (default: number of CPUs, at most 8)")
+    ingest.add_argument("--force", action="store_true",
+                        help="reload files even if they are already loaded and unchanged")
+    ingest.add_argument("--engine", choices=("native", "perfetto"), default="native",
+                        help="parser: tracehouse's own (default) or Perfetto trace processor")
+    ingest.add_argument("--trace-processor-bin", metavar="FILE",
+                        help="trace_processor_shell for --engine perfetto "
+                             "(default: $TRACE_PROCESSOR_BIN)")
+    ingest.add_argument("-q", "--quiet", action="store_true",
+                        help="no progress output, only errors and the summary")
+    ingest.set_defaults(handler=_cmd_ingest)
+
+    build = sub.add_parser(
+        "build",
+        parents=[common],
+        help="run dbt (default: dbt build) on the warehouse",
+        description="Run the dbt project on the warehouse. Arguments after the options go "
+                    "to dbt, e.g. `tracehouse build -- run -s stg_lake__slices`.",
+    )
+    build.add_argument("dbt_args", nargs=argparse.REMAINDER, metavar="DBT_ARGS",
+                       help="dbt command and arguments (default: build)")
+    build.set_defaults(handler=_cmd_build)
+
+    sql = sub.add_parser(
+        "sql",
+        parents=[common],
+        help="run ad-hoc SQL on the warehouse",
+        description="Run one SQL query on the warehouse (read-only) and print the result.",
+    )
+    sql.add_argument("query", metavar="QUERY")
+    sql.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    sql.set_defaults(handler=_cmd_sql)
+    return parser
+
+
+def _cmd_ingest(args: argparse.Namespace) -> int:
+    from tracehouse.ingest.discover import DiscoveryError
+    from tracehouse.ingest.runner import default_jobs, ingest_paths
+    from tracehouse.warehouse import Warehouse
+
+    jobs = args.jobs if args.jobs is not None else default_jobs()
+    if jobs < 1:
+        print("error: -j/--jobs must be at least 1", file=sys.stderr)
+        return EXIT_USAGE
+    warehouse = Warehouse.at(args.warehouse)
+    try:
+        result = ingest_paths(
+            args.paths,
+            warehouse=warehouse,
+            run=args.run,
+            jobs=jobs,
+            force=args.force,
+            progress=not args.quiet,
+            engine=args.engine,
+            trace_processor_bin=args.trace_processor_bin,
+        )
+    except DiscoveryError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    mb = result.uncompressed_bytes / 1e6
+    rate = mb / result.seconds if result.seconds > 0 else 0.0
+    print(
+        f"loaded {len(result.loaded)} trace(s) ({mb:.1f} MB of JSON, {rate:.1f} MB/s), "
+        f"skipped {len(result.skipped)}, failed {len(result.failed)} "
+        f"into {warehouse.lake}",
+        file=sys.stderr,
+    )
+    if result.failed:
+        print(
+            f"{len(result.failed)} file(s) failed; see the lines above or "
+            "`tracehouse sql \"select * from ingest_errors\"`",
+            file=sys.stderr,
+        )
+    return result.exit_code
+
+
+def _cmd_build(args: argparse.Namespace) -> int:
+    from tracehouse.dbt import run_dbt
+    from tracehouse.warehouse import resolve_warehouse
+
+    dbt_args = list(args.dbt_args)
+    if dbt_args[:1] == ["--"]:
+        dbt_args = dbt_args[1:]
+    return run_dbt(dbt_args, warehouse=resolve_warehouse(args.warehouse))
+
+
+def _cmd_sql(args: argparse.Namespace) -> int:
+    from tracehouse.sql import run_sql
+    from tracehouse.warehouse import resolve_warehouse
+
+    return run_sql(args.query, resolve_warehouse(args.warehouse), fmt=args.format)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``tracehouse`` console script."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
+        return int(exc.code or 0)
+    try:
+        return int(args.handler(args))
+    except KeyboardInterrupt:
+        print("interrupted; nothing partial was written", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,208 @@
+"""Run the warehouse's dbt project (staging → intermediate → marts) in-process.
+
+``tracehouse build`` and the tests call :func:`run_dbt`; plain ``dbt build
+--profiles-dir .`` from the repository root runs the same project. dbt is
+driven through :class:`dbt.cli.main.dbtRunner`, so no subprocess and no dbt
+executable on ``PATH`` are needed.
+
+The project reads the lake and writes ``tracehouse.duckdb`` in the folder
+named by ``$TRACEHOUSE_WAREHOUSE`` (see ``profiles.yml`` and the ``lake``
+source); :func:`run_dbt` sets that variable to the absolute warehouse path
+for the length of the run, so the views it creates point at absolute paths
+and keep working from any directory.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tracehouse.warehouse import ENV_VAR, Warehouse
+
+if TYPE_CHECKING:
+    import click
+
+#: Exit codes shared by every tracehouse command.
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+#: dbt subcommands that query the lake; they need at least one loaded trace.
+_COMMANDS_READING_LAKE = frozenset({"build", "run", "test", "show"})
+
+#: Folder inside the warehouse for dbt's artifacts (compiled SQL, manifest,
+#: run results, logs), so that two warehouses never share them.
+DBT_ARTIFACTS_DIR = "dbt"
+
+
+class DbtBuildError(RuntimeError):
+    """``dbt build`` did not succeed on a warehouse."""
+
+
+def project_dir() -> Path:
+    """Return the folder holding ``dbt_project.yml`` (the repository root).
+
+    The package is installed editable, so the project sits next to it.
+    """
+    root = Path(__file__).resolve().parent.parent
+    if not (root / "dbt_project.yml").is_file():
+        raise FileNotFoundError(
+            f"dbt project not found: {root / 'dbt_project.yml'} does not exist. "
+            "tracehouse must be installed from its repository "
+            "(pip install -e .) so that the dbt project ships with it."
+        )
+    return root
+
+
+def has_loaded_traces(warehouse: Path) -> bool:
+    """Tell whether the lake of ``warehouse`` holds at least one committed trace.
+
+    A trace is committed once its ``lake/traces/run=<run>/<trace>.parquet``
+    file exists (ingest renames it into place last); ``_empty.parquet`` only
+    carries the schema.
+    """
+    traces = Warehouse(warehouse).table_dir("traces")
+    if not traces.is_dir():
+        return False
+    return any(path.name != "_empty.parquet" for path in traces.rglob("*.parquet"))
+
+
+def run_dbt(args: Sequence[str] = (), warehouse: Path | None = None) -> int:
+    """Run a dbt command on a warehouse and return a tracehouse exit code.
+
+    Args:
+        args: dbt arguments, e.g. ``["build", "--select", "staging"]``. Empty,
+            or starting with an option, means ``build`` (so ``tracehouse
+            build -s stg_lake__slices`` works).
+        warehouse: warehouse folder; ``None`` resolves it as every command
+            does (``$TRACEHOUSE_WAREHOUSE``, else ``./warehouse``).
+
+    Returns:
+        0 on success, 1 when dbt failed (a model, test or compilation error)
+        or the lake has no traces yet, 2 for a usage error (unknown command
+        or option).
+
+    ``--project-dir``, ``--profiles-dir``, ``--target-path`` and
+    ``--log-path`` are added unless given; artifacts go under
+    ``<warehouse>/dbt/`` so that runs on different warehouses never collide.
+    """
+    from dbt.cli.exceptions import DbtUsageException
+    from dbt.cli.main import dbtRunner
+
+    root = Warehouse.at(warehouse).root
+    argv = list(args)
+    if not argv or argv[0].startswith("-"):
+        argv = ["build", *argv]
+
+    command = _resolve_command(argv)
+    if command is None:
+        print(
+            f"error: unknown dbt command {' '.join(argv[:2])!r}; "
+            "try `tracehouse build` or `dbt --help`",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    path_len, click_command = command
+
+    lake_overridden = any("lake_root" in arg for arg in argv)
+    if (
+        argv[0] in _COMMANDS_READING_LAKE
+        and not {"--help", "-h"} & set(argv)
+        and not lake_overridden
+        and not has_loaded_traces(root)
+    ):
+        print(
+            f"error: warehouse {root} has no loaded traces "
+            f"({Warehouse(root).table_dir('traces')} holds none), so there is "
+            f"nothing to build. Load traces first: tracehouse ingest PATH "
+            f"--warehouse {root}",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+
+    try:
+        project = project_dir()
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    artifacts = root / DBT_ARTIFACTS_DIR
+    defaults = {
+        "project_dir": ("--project-dir", str(project)),
+        "profiles_dir": ("--profiles-dir", str(project)),
+        "target_path": ("--target-path", str(artifacts / "target")),
+        "log_path": ("--log-path", str(artifacts / "logs")),
+    }
+    accepted = {param.name for param in click_command.params}
+    added: list[str] = []
+    for name, (flag, value) in defaults.items():
+        if name in accepted and not _has_flag(argv, flag):
+            added += [flag, value]
+    invocation = [*argv[:path_len], *added, *argv[path_len:]]
+
+    with _environment(ENV_VAR, str(root)):
+        result = dbtRunner().invoke(invocation)
+
+    if result.success:
+        return EXIT_OK
+    if isinstance(result.exception, DbtUsageException):
+        print(f"error: {result.exception}", file=sys.stderr)
+        return EXIT_USAGE
+    if result.exception is not None:
+        print(
+            f"error: dbt {argv[0]} failed on warehouse {root}: {result.exception}", file=sys.stderr
+        )
+    return EXIT_FAILED
+
+
+def build_warehouse(warehouse: Path, args: Sequence[str] = ()) -> None:
+    """Run ``dbt build`` (plus ``args``) on ``warehouse``; raise if it does not pass.
+
+    Raises:
+        DbtBuildError: a model or test failed, or the lake has no traces.
+    """
+    code = run_dbt(["build", *args], warehouse)
+    if code != EXIT_OK:
+        raise DbtBuildError(
+            f"dbt build failed on warehouse {Path(warehouse).resolve()} (exit code {code}); "
+            "see the dbt output above"
+        )
+
+
+def _resolve_command(argv: Sequence[str]) -> tuple[int, click.Command] | None:
+    """Find the dbt click command named by ``argv`` and how many words name it.
+
+    Groups such as ``docs generate`` take two words; flags go after them.
+    """
+    import click
+    from dbt.cli.main import cli
+
+    command = cli.commands.get(argv[0])
+    if command is None:
+        return None
+    if isinstance(command, click.Group):
+        if len(argv) < 2 or argv[1] not in command.commands:
+            return None
+        return 2, command.commands[argv[1]]
+    return 1, command
+
+
+def _has_flag(argv: Sequence[str], flag: str) -> bool:
+    return any(arg == flag or arg.startswith(flag + "=") for arg in argv)
+
+
+@contextmanager
+def _environment(name: str, value: str) -> Iterator[None]:
+    """Set an environment variable for the duration of the block, then restore it."""
+    previous = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = previous

@@ -1,0 +1,56 @@
+"""Where a warehouse lives on disk and how its parts are named.
+
+A warehouse folder holds ``lake/<table>/…/*.parquet`` (one Parquet dataset
+per raw table), ``tracehouse.duckdb`` (the dbt target) and ``reports/``.
+Every command resolves it the same way: ``--warehouse DIR``, else
+``$TRACEHOUSE_WAREHOUSE``, else ``./warehouse``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+ENV_VAR = "TRACEHOUSE_WAREHOUSE"
+DEFAULT_DIR = "warehouse"
+DATABASE_FILE = "tracehouse.duckdb"
+
+
+def resolve_warehouse(explicit: str | os.PathLike[str] | None = None) -> Path:
+    """Return the absolute warehouse folder from the flag, the environment or the default."""
+    chosen = explicit or os.environ.get(ENV_VAR) or DEFAULT_DIR
+    return Path(chosen).expanduser().resolve()
+
+
+@dataclass(frozen=True)
+class Warehouse:
+    """Paths inside one warehouse folder."""
+
+    root: Path
+
+    @classmethod
+    def at(cls, explicit: str | os.PathLike[str] | None = None) -> Warehouse:
+        return cls(resolve_warehouse(explicit))
+
+    @property
+    def lake(self) -> Path:
+        return self.root / "lake"
+
+    @property
+    def database(self) -> Path:
+        return self.root / DATABASE_FILE
+
+    @property
+    def reports(self) -> Path:
+        return self.root / "reports"
+
+    @property
+    def lock_file(self) -> Path:
+        return self.root / ".ingest.lock"
+
+    def table_dir(self, table: str) -> Path:
+        return self.lake / table
+
+    def partition_dir(self, table: str, run_id: str) -> Path:
+        return self.lake / table / f"run={run_id}"
