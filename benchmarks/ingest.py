@@ -1,0 +1,718 @@
+#!/usr/bin/env python3
+"""Ingest benchmark: tracehouse vs Holistic Trace Analysis (HTA, PyPI ``traceinsight``).
+
+For every trace set, in the same run and on the same files, this measures
+
+* tracehouse: ``tracehouse.ingest.runner.ingest_paths`` into a fresh temporary
+  warehouse (parse + write the Parquet lake);
+* HTA: ``hta.trace_analysis.TraceAnalysis(..., include_last_profiler_step=True)``
+  (parse every trace into in-memory pandas DataFrames, align ranks, filter).
+
+Each measurement runs in its own fresh child process (``python ingest.py _child
+SPEC``) so that interpreter state, caches and ``getrusage(RUSAGE_CHILDREN)`` never
+leak from one measurement into the next. See benchmarks/README.md for what every
+column means.
+
+    python benchmarks/ingest.py [PATH ...] [--jobs N] [--repeat R] [--json OUT]
+                                [--scale K [--scale-trace FILE]]
+                                [--skip-peer | --skip-tracehouse]
+
+Only the standard library is imported here; the tools are imported in the
+children.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import importlib.util
+import json
+import os
+import platform
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+KINETO = REPO.parent / "shared" / "data" / "kineto"
+DEFAULT_PATHS = [
+    KINETO / "dlrm_8rank",
+    KINETO / "single_rank" / "a100_nccl_pg_args.json.gz",
+    KINETO / "megatron_cpu" / "tp2_pp2_dp2" / "iteration_3",
+]
+MB = 1e6  # throughput unit: 10^6 bytes of uncompressed trace JSON
+MIB = 1024 * 1024  # memory unit
+RESULT_MARK = "@@BENCH-RESULT@@ "
+# Harness-testing hook only: "module:function" with ingest_paths' signature
+# replaces the real tracehouse API in the child. Unset in real benchmark runs.
+IMPL_ENV = "TRACEHOUSE_BENCH_INGEST"
+# Same pattern HTA uses to map a file to its rank (hta/common/trace_file.py).
+RANK_RE = re.compile(rb'"rank":\s+(\d+)')
+REPEAT_AUTO_LIMIT = 500 * MB  # sets above this many uncompressed bytes run once by default
+TOOLS = ("tracehouse", "hta")
+
+
+# --------------------------------------------------------------------------- child side
+
+
+def _current_rss_kib() -> int:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
+
+
+def _cpu_seconds() -> float:
+    s = resource.getrusage(resource.RUSAGE_SELF)
+    c = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+
+
+def _count_process_starts() -> list[int]:
+    """Count multiprocessing processes started from now on (pool workers included)."""
+    import multiprocessing.process as mpp
+
+    started = [0]
+    original = mpp.BaseProcess.start
+
+    def start(self):  # noqa: ANN001
+        started[0] += 1
+        return original(self)
+
+    mpp.BaseProcess.start = start
+    return started
+
+
+def _resolve_jobs(jobs: int | str) -> int:
+    return (os.cpu_count() or 1) if jobs == "auto" else int(jobs)
+
+
+def _tracehouse_prepare(spec: dict):
+    impl = os.environ.get(IMPL_ENV)
+    if impl:
+        import importlib
+
+        mod, _, fn = impl.partition(":")
+        ingest_paths = getattr(importlib.import_module(mod), fn)
+    else:
+        from tracehouse.ingest.runner import ingest_paths
+
+    def load() -> dict:
+        jobs = _resolve_jobs(spec["jobs"])
+        res = ingest_paths(
+            [Path(p) for p in spec["files"]],
+            Path(spec["warehouse"]),
+            run=None,  # tracehouse's default: one run per job folder
+            jobs=jobs,
+            force=True,
+            progress=False,
+        )
+        info = {
+            "loaded": len(res.loaded),
+            "skipped": len(res.skipped),
+            "failed": len(res.failed),
+            "jobs": jobs,
+        }
+        if res.failed or len(res.loaded) != len(spec["files"]):
+            info["error"] = (
+                f"ingest_paths loaded {len(res.loaded)}/{len(spec['files'])} files "
+                f"(skipped {len(res.skipped)}, failed {len(res.failed)}): "
+                + "; ".join(
+                    f"{getattr(f, 'kind', '')}: {getattr(f, 'message', f)}"
+                    for f in list(res.failed)[:3]
+                )
+            )
+        return info
+
+    return load
+
+
+def _hta_prepare(spec: dict):
+    import multiprocessing
+
+    from hta.common.trace import Trace
+    from hta.trace_analysis import TraceAnalysis
+
+    jobs = spec["jobs"]
+    if jobs != "auto" and int(jobs) == 1:
+        # One process: HTA's own switch, Trace.load_traces(use_multiprocessing=False).
+        # TraceAnalysis.__init__ does not expose it, so pin it on the method.
+        original = Trace.load_traces
+
+        def load_traces(self, include_last_profiler_step=False, **kw):  # noqa: ANN001
+            kw["use_multiprocessing"] = False
+            return original(self, include_last_profiler_step, **kw)
+
+        Trace.load_traces = load_traces
+    elif jobs != "auto":
+        # N processes: HTA sizes its fork Pool with multiprocessing.cpu_count()
+        # (min(cpu_count, ranks); above 8 ranks also bounded by free memory).
+        n = int(jobs)
+        multiprocessing.cpu_count = lambda: n
+
+    def load() -> dict:
+        kwargs = {"include_last_profiler_step": True, "trace_dir": spec["hta_dir"]}
+        if spec.get("hta_trace_files"):
+            kwargs["trace_files"] = {int(k): v for k, v in spec["hta_trace_files"].items()}
+        ta = TraceAnalysis(**kwargs)
+        traces = ta.t.traces
+        info = {"ranks": len(traces), "rows": int(sum(len(df) for df in traces.values()))}
+        if len(traces) != len(spec["files"]):
+            info["error"] = f"HTA loaded {len(traces)} ranks from {len(spec['files'])} files"
+        return info
+
+    return load
+
+
+def child_main(spec_path: str) -> int:
+    spec = json.loads(Path(spec_path).read_text())
+    t_import = time.perf_counter()
+    try:
+        load = (_tracehouse_prepare if spec["tool"] == "tracehouse" else _hta_prepare)(spec)
+    except Exception as exc:  # noqa: BLE001
+        print(RESULT_MARK + json.dumps({"error": f"import failed: {type(exc).__name__}: {exc}"}))
+        return 1
+    import_s = time.perf_counter() - t_import
+    started = _count_process_starts()
+    base_kib = _current_rss_kib()
+    cpu0 = _cpu_seconds()
+    t0 = time.perf_counter()
+    try:
+        info = load()
+    except Exception as exc:  # noqa: BLE001
+        import traceback
+
+        traceback.print_exc()
+        info = {"error": f"{type(exc).__name__}: {exc}"}
+    load_s = time.perf_counter() - t0
+    cpu_s = _cpu_seconds() - cpu0
+    out = {
+        "import_s": import_s,
+        "load_s": load_s,
+        "cpu_s": cpu_s,
+        "processes_started": started[0],
+        "base_rss_kib": base_kib,
+        # ru_maxrss is KiB on Linux. SELF: this process (HTA's main process /
+        # tracehouse's coordinator). CHILDREN: the largest single waited-for
+        # descendant (a worker), not a sum.
+        "parent_maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+        "worker_maxrss_kib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
+        **info,
+    }
+    print(RESULT_MARK + json.dumps(out), flush=True)
+    return 1 if "error" in out else 0
+
+
+# --------------------------------------------------------------------------- harness side
+
+
+@dataclass
+class TraceSet:
+    name: str
+    files: list[Path]
+    gz_bytes: int = 0
+    raw_bytes: int = 0
+    hta_dir: Path | None = None
+    hta_trace_files: dict[int, str] | None = None  # None: HTA discovers ranks in hta_dir
+    results: dict[str, dict] = field(default_factory=dict)
+
+
+def _open(path: Path):
+    return gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")
+
+
+def is_kineto(path: Path) -> bool:
+    if not (path.name.endswith(".json") or path.name.endswith(".json.gz")):
+        return False
+    try:
+        with _open(path) as fh:
+            head = fh.read(1 << 16)
+    except OSError:
+        return False
+    return b'"traceEvents"' in head or b'"schemaVersion"' in head
+
+
+def discover(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path]
+    if path.is_dir():
+        return sorted(p for p in path.rglob("*") if p.is_file() and is_kineto(p))
+    raise FileNotFoundError(path)
+
+
+def raw_size(path: Path) -> int:
+    """Uncompressed size in bytes (streams the .gz once; also warms the page cache)."""
+    if not path.name.endswith(".gz"):
+        with open(path, "rb") as fh:  # read it anyway so both tools start warm
+            while fh.read(1 << 22):
+                pass
+        return path.stat().st_size
+    n = 0
+    with gzip.open(path, "rb") as fh:
+        while chunk := fh.read(1 << 22):
+            n += len(chunk)
+    return n
+
+
+def content_rank(path: Path) -> int | None:
+    with _open(path) as fh:
+        m = RANK_RE.search(fh.read(1 << 20))
+    return int(m.group(1)) if m else None
+
+
+def set_name(path: Path) -> str:
+    name = path.name
+    for suffix in (".gz", ".json", ".pt.trace"):
+        name = name.removesuffix(suffix)
+    if path.is_dir() and KINETO in path.parents:
+        return str(path.relative_to(KINETO))
+    return name
+
+
+def prepare_hta_view(ts: TraceSet, folder: Path) -> None:
+    """HTA wants one folder per job with one file per rank: build it from symlinks.
+
+    If the ranks written in the files are not unique (K copies of one trace, or
+    unrelated single-rank traces), HTA's folder discovery would keep one file per
+    rank, so it is given an explicit {rank: file} map instead (same parse work).
+    """
+    folder.mkdir(parents=True)
+    links, seen = [], set()
+    for i, f in enumerate(ts.files):
+        name = f.name if f.name not in seen else f"{i}-{f.name}"
+        seen.add(name)
+        link = folder / name
+        link.symlink_to(f.resolve())
+        links.append(link)
+    ranks = [content_rank(f) for f in ts.files]
+    ts.hta_dir = folder
+    if None in ranks or len(set(ranks)) != len(ranks):
+        ts.hta_trace_files = {k: str(link) for k, link in enumerate(links)}
+
+
+def make_scaled_set(src: Path, k: int, folder: Path) -> TraceSet:
+    folder.mkdir(parents=True)
+    suffix = ".json.gz" if src.name.endswith(".gz") else ".json"
+    files = []
+    for i in range(k):
+        # Byte-identical copies; only the name differs. Each sits in its own folder,
+        # so tracehouse (run=None: one run per folder) sees K jobs instead of
+        # rejecting K-1 of them as duplicate content within one run.
+        (folder / f"copy-{i}").mkdir()
+        dst = folder / f"copy-{i}" / f"rank-{i}{suffix}"
+        shutil.copyfile(src, dst)
+        files.append(dst)
+    return TraceSet(name=f"{set_name(src)} x{k}", files=files)
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as fh:
+                out.extend(int(x) for x in fh.read().split())
+    except OSError:
+        pass
+    return out
+
+
+def _pss_kib(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as fh:
+            for line in fh:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    try:  # fallback: RSS
+        with open(f"/proc/{pid}/statm") as fh:
+            return int(fh.read().split()[1]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
+    except OSError:
+        return 0
+
+
+def run_child(spec: dict, workdir: Path, timeout: float, sample_ms: int) -> dict:
+    """Run one measurement in a fresh interpreter, sampling its process tree's PSS."""
+    spec_path = workdir / "spec.json"
+    spec_path.write_text(json.dumps(spec))
+    out_path, err_path = workdir / "stdout", workdir / "stderr"
+    peak_tree_kib, max_procs = 0, 0
+    t0 = time.perf_counter()
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "_child", str(spec_path)],
+            stdout=out,
+            stderr=err,
+            cwd=workdir,
+        )
+        deadline = t0 + timeout
+        while proc.poll() is None:
+            if time.perf_counter() > deadline:
+                proc.kill()
+                proc.wait()
+                return {"error": f"timed out after {timeout:.0f}s"}
+            if sample_ms > 0:
+                tree, todo = [], [proc.pid]
+                while todo:
+                    p = todo.pop()
+                    tree.append(p)
+                    todo.extend(_children(p))
+                peak_tree_kib = max(peak_tree_kib, sum(_pss_kib(p) for p in tree))
+                max_procs = max(max_procs, len(tree))
+                time.sleep(sample_ms / 1000)
+            else:
+                time.sleep(0.01)
+    proc_s = time.perf_counter() - t0
+    stdout = out_path.read_text(errors="replace")
+    lines = [ln for ln in stdout.splitlines() if ln.startswith(RESULT_MARK)]
+    if not lines:
+        tail = err_path.read_text(errors="replace")[-1500:]
+        return {"error": f"child exited {proc.returncode} without a result:\n{tail}"}
+    res = json.loads(lines[-1][len(RESULT_MARK) :])
+    res.update(proc_s=proc_s, tree_peak_pss_kib=peak_tree_kib or None, max_tree_procs=max_procs)
+    if "error" in res:
+        res["stderr_tail"] = err_path.read_text(errors="replace")[-1500:]
+    return res
+
+
+def summarize(runs: list[dict], ts: TraceSet, tool: str) -> dict:
+    ok = [r for r in runs if "error" not in r]
+    if not ok:
+        return {"error": runs[-1].get("error", "failed"), "runs": runs}
+    best = min(ok, key=lambda r: r["load_s"])
+    # processes started through multiprocessing (Pool, concurrent.futures); none
+    # means the load ran in the child's own process
+    workers = max(1, best["processes_started"])
+    mb = ts.raw_bytes / MB
+    tree = [r["tree_peak_pss_kib"] for r in ok if r.get("tree_peak_pss_kib")]
+    return {
+        "load_s": best["load_s"],
+        "proc_s": best["proc_s"],
+        "import_s": best["import_s"],
+        "cpu_s": best["cpu_s"],
+        "workers": workers,
+        "mb_per_s": mb / best["load_s"],
+        "mb_per_s_per_proc": mb / best["load_s"] / workers,
+        "mb_per_cpu_s": mb / best["cpu_s"] if best["cpu_s"] > 0 else None,
+        "parent_peak_mib": max(r["parent_maxrss_kib"] for r in ok) / 1024,
+        "worker_peak_mib": max(r["worker_maxrss_kib"] for r in ok) / 1024,
+        "base_rss_mib": best["base_rss_kib"] / 1024,
+        "tree_peak_pss_mib": (max(tree) / 1024) if tree else None,
+        "repeats_ok": len(ok),
+        "runs": runs,
+        **{k: best[k] for k in ("rows", "ranks", "loaded", "skipped", "jobs") if k in best},
+    }
+
+
+def _fmt(v, spec: str = ".2f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def print_table(sets: list[TraceSet], tools: list[str]) -> None:
+    nw = max([4] + [len(ts.name) for ts in sets])
+    hdr = (
+        f"{'set':<{nw}} {'tool':<10} {'files':>5} {'MB':>7} {'proc':>4} {'load s':>7} "
+        f"{'proc s':>7} {'MB/s':>7} {'MB/s/pr':>8} {'MB/cpu-s':>8} {'parent':>7} "
+        f"{'worker':>7} {'tree':>7}"
+    )
+    print()
+    print(
+        "MB = 10^6 bytes of uncompressed trace JSON; memory columns in MiB "
+        "(parent/worker: ru_maxrss; tree: sampled PSS sum)"
+    )
+    print(hdr)
+    print("-" * len(hdr))
+    for ts in sets:
+        for tool in tools:
+            r = ts.results.get(tool, {})
+            head = f"{ts.name:<{nw}} {tool:<10} {len(ts.files):>5} {ts.raw_bytes / MB:>7.1f}"
+            if "error" in r:
+                msg = r["error"].splitlines()[0][:90]
+                print(f"{head} FAILED: {msg}")
+                continue
+            w = r["worker_peak_mib"]
+            print(
+                f"{head} {r['workers']:>4} {r['load_s']:>7.3f} {r['proc_s']:>7.2f} "
+                f"{r['mb_per_s']:>7.1f} {r['mb_per_s_per_proc']:>8.1f} "
+                f"{_fmt(r['mb_per_cpu_s'], '.1f'):>8} {r['parent_peak_mib']:>7.0f} "
+                f"{(format(w, '.0f') if w else '-'):>7} {_fmt(r['tree_peak_pss_mib'], '.0f'):>7}"
+            )
+    if len(tools) == 2:
+        print()
+        hdr2 = (
+            f"{'set':<{nw}} {'MB/s th/hta':>11} {'MB/s/pr th/hta':>14} {'MB/cpu-s th/hta':>15} "
+            f"{'peak hta/th':>11} {'tree hta/th':>11}"
+        )
+        print(hdr2)
+        print("-" * len(hdr2))
+        for ts in sets:
+            rt = ts.results.get("ratios")
+            if not rt:
+                print(f"{ts.name:<{nw}} n/a (a side failed)")
+                continue
+            print(
+                f"{ts.name:<{nw}} {_fmt(rt['throughput_th_over_hta']):>11} "
+                f"{_fmt(rt['throughput_per_proc_th_over_hta']):>14} "
+                f"{_fmt(rt['throughput_per_cpu_th_over_hta']):>15} "
+                f"{_fmt(rt['peak_rss_hta_over_th']):>11} {_fmt(rt['tree_pss_hta_over_th']):>11}"
+            )
+        print(
+            "(>1 is better for tracehouse in every ratio column; "
+            "peak = max(parent, worker) ru_maxrss)"
+        )
+
+
+def ratios(th: dict, hta: dict) -> dict | None:
+    if "error" in th or "error" in hta:
+        return None
+
+    def div(a, b):
+        return a / b if a and b else None
+
+    th_peak = max(th["parent_peak_mib"], th["worker_peak_mib"])
+    hta_peak = max(hta["parent_peak_mib"], hta["worker_peak_mib"])
+    return {
+        "throughput_th_over_hta": div(th["mb_per_s"], hta["mb_per_s"]),
+        "throughput_per_proc_th_over_hta": div(th["mb_per_s_per_proc"], hta["mb_per_s_per_proc"]),
+        "throughput_per_cpu_th_over_hta": div(th["mb_per_cpu_s"], hta["mb_per_cpu_s"]),
+        "peak_rss_hta_over_th": div(hta_peak, th_peak),
+        "tree_pss_hta_over_th": div(hta["tree_peak_pss_mib"], th["tree_peak_pss_mib"]),
+    }
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        prog="benchmarks/ingest.py",
+        description="Ingest throughput and memory: tracehouse vs Holistic Trace Analysis.",
+    )
+    ap.add_argument(
+        "paths",
+        nargs="*",
+        type=Path,
+        metavar="PATH",
+        help="trace sets: a folder (its Kineto .json/.json.gz files, recursively) or one "
+        f"file; default: {', '.join(str(p.relative_to(KINETO)) for p in DEFAULT_PATHS)} "
+        f"under {KINETO}",
+    )
+    ap.add_argument(
+        "--jobs",
+        "-j",
+        metavar="N",
+        default="1",
+        help="worker processes for both tools (default 1); 'auto' = each tool's own default "
+        "(HTA: min(cpu_count, ranks); tracehouse: os.cpu_count())",
+    )
+    ap.add_argument(
+        "--repeat",
+        "-r",
+        metavar="R",
+        type=int,
+        default=None,
+        help="best-of-R timing (default 3, or 1 for sets above "
+        f"{REPEAT_AUTO_LIMIT / MB:.0f} MB uncompressed)",
+    )
+    ap.add_argument("--json", type=Path, metavar="OUT", help="write all figures to OUT")
+    ap.add_argument(
+        "--scale",
+        type=int,
+        metavar="K",
+        help="also measure K byte-identical copies of --scale-trace, as "
+        "copy-<k>/rank-<k>.json[.gz]",
+    )
+    ap.add_argument(
+        "--scale-trace",
+        type=Path,
+        metavar="FILE",
+        help="trace copied by --scale (default: the largest file among the sets)",
+    )
+    side = ap.add_mutually_exclusive_group()
+    side.add_argument("--skip-peer", action="store_true", help="measure tracehouse only")
+    side.add_argument("--skip-tracehouse", action="store_true", help="measure HTA only")
+    ap.add_argument(
+        "--timeout", metavar="S", type=float, default=1800, help="per child run, seconds"
+    )
+    ap.add_argument(
+        "--sample-ms",
+        metavar="MS",
+        type=int,
+        default=50,
+        help="interval of the /proc PSS sampling of the child's process tree (0: off)",
+    )
+    ap.add_argument(
+        "--tmp",
+        metavar="DIR",
+        type=Path,
+        default=None,
+        help="scratch folder (default: system temp)",
+    )
+    ap.add_argument("--keep", action="store_true", help="keep the scratch folder")
+    args = ap.parse_args(argv)
+    if args.jobs != "auto":
+        try:
+            if int(args.jobs) < 1:
+                raise ValueError
+        except ValueError:
+            ap.error("--jobs takes a positive integer or 'auto'")
+    if args.scale is not None and args.scale < 1:
+        ap.error("--scale takes a positive integer")
+    return args
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    tools = [t for t in TOOLS if not (t == "hta" and args.skip_peer)]
+    tools = [t for t in tools if not (t == "tracehouse" and args.skip_tracehouse)]
+
+    if "hta" in tools and importlib.util.find_spec("hta") is None:
+        print(
+            "error: Holistic Trace Analysis (PyPI 'traceinsight') is not installed in this "
+            f"interpreter ({sys.executable}).\n"
+            "       install the extra:  pip install -e '.[traceinsight]'\n"
+            "       or measure tracehouse alone with --skip-peer",
+            file=sys.stderr,
+        )
+        return 2
+    if "tracehouse" in tools and not os.environ.get(IMPL_ENV):
+        try:
+            found = importlib.util.find_spec("tracehouse.ingest.runner") is not None
+        except ImportError:
+            found = False
+        if not found:
+            print(
+                "error: tracehouse.ingest.runner (ingest_paths) is not importable from "
+                f"{sys.executable}; install the project (pip install -e .) "
+                "or measure HTA alone with --skip-tracehouse",
+                file=sys.stderr,
+            )
+            return 2
+
+    paths = args.paths or DEFAULT_PATHS
+    sets: list[TraceSet] = []
+    for p in paths:
+        p = p.resolve()
+        try:
+            files = discover(p)
+        except FileNotFoundError:
+            print(f"error: no such file or folder: {p}", file=sys.stderr)
+            return 2
+        if not files:
+            print(f"error: no Kineto trace (.json/.json.gz) under {p}", file=sys.stderr)
+            return 2
+        sets.append(TraceSet(name=set_name(p), files=files))
+
+    scratch = Path(tempfile.mkdtemp(prefix="tracehouse-bench-", dir=args.tmp))
+    try:
+        sizes: dict[Path, int] = {}
+        for ts in sets:
+            for f in ts.files:
+                if f not in sizes:
+                    sizes[f] = raw_size(f)
+        if args.scale:
+            src = (args.scale_trace or max(sizes, key=sizes.get)).resolve()
+            if src not in sizes:
+                sizes[src] = raw_size(src)
+            scaled = make_scaled_set(src, args.scale, scratch / "scaled")
+            for f in scaled.files:
+                sizes[f] = sizes[src]
+            sets.append(scaled)
+        for i, ts in enumerate(sets):
+            ts.gz_bytes = sum(f.stat().st_size for f in ts.files)
+            ts.raw_bytes = sum(sizes[f] for f in ts.files)
+            prepare_hta_view(ts, scratch / f"set{i}" / "hta")
+
+        print(
+            f"python {platform.python_version()} on {platform.machine()}, "
+            f"{os.cpu_count()} CPUs; jobs={args.jobs}; scratch {scratch}",
+            flush=True,
+        )
+        for i, ts in enumerate(sets):
+            repeat = args.repeat or (3 if ts.raw_bytes <= REPEAT_AUTO_LIMIT else 1)
+            mode = "trace_files map" if ts.hta_trace_files else "trace_dir"
+            print(
+                f"[{ts.name}] {len(ts.files)} files, {ts.gz_bytes / MB:.1f} MB on disk, "
+                f"{ts.raw_bytes / MB:.1f} MB uncompressed; best of {repeat}; HTA via {mode}",
+                flush=True,
+            )
+            runs: dict[str, list[dict]] = {t: [] for t in tools}
+            for rep in range(repeat):
+                order = tools if rep % 2 == 0 else tools[::-1]  # alternate to spread drift
+                for tool in order:
+                    work = scratch / f"set{i}" / f"{tool}-{rep}"
+                    work.mkdir(parents=True)
+                    spec = {
+                        "tool": tool,
+                        "files": [str(f) for f in ts.files],
+                        "jobs": args.jobs,
+                        "warehouse": str(work / "warehouse"),
+                        "hta_dir": str(ts.hta_dir),
+                        "hta_trace_files": ts.hta_trace_files,
+                    }
+                    r = run_child(spec, work, args.timeout, args.sample_ms)
+                    runs[tool].append(r)
+                    status = (
+                        f"load {r['load_s']:.3f}s"
+                        if "error" not in r
+                        else "FAILED: " + r["error"].splitlines()[0][:120]
+                    )
+                    print(f"  {tool:<10} run {rep + 1}/{repeat}: {status}", flush=True)
+                    if not args.keep:
+                        shutil.rmtree(work, ignore_errors=True)
+            for tool in tools:
+                ts.results[tool] = summarize(runs[tool], ts, tool)
+            if len(tools) == 2:
+                ts.results["ratios"] = ratios(ts.results["tracehouse"], ts.results["hta"])
+
+        print_table(sets, tools)
+        if args.json:
+            doc = {
+                "machine": {
+                    "python": platform.python_version(),
+                    "platform": platform.platform(),
+                    "cpu_count": os.cpu_count(),
+                },
+                "traceinsight": _version("traceinsight"),
+                "tracehouse": _version("tracehouse"),
+                "jobs": args.jobs,
+                "units": {"MB": "1e6 bytes of uncompressed trace JSON", "mib": "2^20 bytes"},
+                "sets": [
+                    {
+                        "name": ts.name,
+                        "files": [str(f) for f in ts.files],
+                        "gz_bytes": ts.gz_bytes,
+                        "raw_bytes": ts.raw_bytes,
+                        "hta_mode": "trace_files" if ts.hta_trace_files else "trace_dir",
+                        "results": ts.results,
+                    }
+                    for ts in sets
+                ],
+            }
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(doc, indent=1))
+            print(f"\nwrote {args.json}")
+    finally:
+        if args.keep:
+            print(f"kept scratch folder {scratch}")
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    failed = any("error" in ts.results.get(t, {}) for ts in sets for t in tools)
+    return 1 if failed else 0
+
+
+def _version(dist: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 2 and sys.argv[1] == "_child":
+        sys.exit(child_main(sys.argv[2]))
+    sys.exit(main(sys.argv[1:]))
