@@ -137,7 +137,9 @@ def discover(paths: list[Path], run: str | None = None) -> Discovery:
             candidates = [(given, True)]
         else:
             candidates = [
-                (p, False) for p in sorted(given.rglob("*")) if p.is_file() and is_trace_name(p.name)
+                (p, False)
+                for p in sorted(given.rglob("*"))
+                if p.is_file() and is_trace_name(p.name)
             ]
         for path, explicit in candidates:
             resolved = path.resolve()

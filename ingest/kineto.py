@@ -25,7 +25,6 @@ from __future__ import annotations
 import itertools
 import operator
 import re
-from collections import defaultdict
 from collections.abc import Sequence
 
 import msgspec
@@ -122,23 +121,32 @@ def decode_kineto(data: bytes) -> KinetoFile:
             return KinetoFile(traceEvents=_ARRAY_DECODER.decode(data))
         return _FILE_DECODER.decode(data)
     except UnicodeDecodeError as exc:
-        raise TraceError("invalid_utf8", f"invalid UTF-8 in a string ({exc.reason} at "
-                         f"byte {exc.start})", "JSON must be UTF-8; re-export the trace") from exc
+        # exc.start counts from the start of the string, not of the file: not worth showing.
+        raise TraceError("invalid_utf8", f"invalid UTF-8 in a string ({exc.reason})",
+                         "JSON must be UTF-8; re-export the trace") from exc
     except msgspec.ValidationError as exc:
         text = str(exc)
-        if "missing required field `traceEvents`" in text or text.startswith("Expected `object`"):
+        # Not Kineto at all: no traceEvents list, or the top level (or the first
+        # item of a bare event array) is not an object. A later bad item is a bad event.
+        not_kineto = ("missing required field `traceEvents`" in text
+                      or text.endswith(("- at `$.traceEvents`", "- at `$[0]`"))
+                      or " - at `" not in text)
+        if not_kineto:
             raise TraceError("not_kineto", f"not a Kineto trace: {text}",
                              "expected a PyTorch profiler trace with a `traceEvents` list") from exc
         if "out of range" in text:
-            raise TraceError("number_out_of_range", text, "a number does not fit its field") from exc
+            raise TraceError("number_out_of_range", text,
+                             "a number does not fit its field") from exc
         raise TraceError("invalid_event", text, "the trace does not follow the Chrome "
                          "trace event format") from exc
     except msgspec.DecodeError as exc:
         text = str(exc)
         if "truncated" in text:
             raise TraceError("truncated", "the JSON ends early (truncated file)",
-                             "the copy or the profiler's write was cut short; copy it again") from exc
-        raise TraceError("invalid_json", f"invalid JSON: {text}", "the file is not valid JSON") from exc
+                             "the copy or the profiler's write was cut short; "
+                             "copy it again") from exc
+        raise TraceError("invalid_json", f"invalid JSON: {text}",
+                         "the file is not valid JSON") from exc
 
 
 def _to_ns(values: list[float | None], base_ns: int, what: str) -> np.ndarray:
@@ -187,20 +195,37 @@ def _decode_args(raw: msgspec.Raw) -> Args:
         return _EMPTY_ARGS
     try:
         return _ARGS_DECODER.decode(raw)
-    except msgspec.ValidationError:
-        # A known key with an unexpected type: keep the event and its JSON,
-        # leave the typed columns of that key empty.
-        generic = msgspec.json.decode(raw)
-        if not isinstance(generic, dict):
-            raise TraceError("invalid_event", "an event's args is not an object",
-                             "args must be a JSON object") from None
-        fields = {}
-        for field_name, key in _ARGS_KEYS.items():
-            value = generic.get(key)
-            expected = _ARGS_TYPES[field_name]
-            if isinstance(value, expected) and not isinstance(value, bool):
-                fields[field_name] = value
-        return Args(**fields)
+    except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError):
+        pass
+    # A known key with an unexpected type: keep the event and its JSON, leave
+    # the typed columns of that key empty. Unusable JSON raises a TraceError.
+    generic = _decode_raw_args(raw)
+    if not isinstance(generic, dict):
+        raise TraceError("invalid_event", "an event's args is not an object",
+                         "args must be a JSON object")
+    fields = {}
+    for field_name, key in _ARGS_KEYS.items():
+        value = generic.get(key)
+        expected = _ARGS_TYPES[field_name]
+        if isinstance(value, expected) and not isinstance(value, bool):
+            fields[field_name] = value
+    return Args(**fields)
+
+
+def _decode_raw_args(raw: msgspec.Raw) -> object:
+    """``args`` as plain Python values; a TraceError where its JSON is unusable.
+
+    ``msgspec.Raw`` only checks the structure of the JSON it skips: string
+    escapes (a lone surrogate ``\\ud800``) and UTF-8 are checked when decoded.
+    """
+    try:
+        return msgspec.json.decode(raw)
+    except UnicodeDecodeError as exc:
+        raise TraceError("invalid_utf8", f"invalid UTF-8 in an event's args ({exc.reason})",
+                         "JSON must be UTF-8; re-export the trace") from exc
+    except msgspec.DecodeError as exc:
+        raise TraceError("invalid_event", f"an event's args is not valid JSON: {exc}",
+                         "args must be a JSON object") from exc
 
 
 _ARGS_KEYS = {f: msgspec.structs.fields(Args)[i].encode_name
@@ -259,11 +284,10 @@ def _decode_args_batch(raws: list[msgspec.Raw]) -> list[Args]:
         return []
     try:
         return _ARGS_LIST_DECODER.decode(b"[" + b",".join(raws) + b"]")
-    except msgspec.ValidationError:
+    except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError):
+        # One by one: the fallback keeps events whose typed keys have odd types
+        # and names the problem of the first unusable args.
         return [_decode_args(raw) for raw in raws]
-    except msgspec.DecodeError as exc:
-        raise TraceError("invalid_event", f"an event's args is not valid JSON: {exc}",
-                         "args must be a JSON object") from exc
 
 
 def _lengths(raws: Sequence[msgspec.Raw]) -> np.ndarray:
@@ -360,6 +384,9 @@ def parse_kineto(data: bytes, source: TraceFile, *, trace_id: str, content_hash:
         raise TraceError("no_rank", "no rank in distributedInfo.rank nor in the file name",
                          "name the file rank-N.json or rank_XXXX_iter_N.pt.trace.json, "
                          "or profile with torch.distributed initialised")
+    if not -INT64_MAX - 1 <= rank <= INT64_MAX:
+        raise TraceError("number_out_of_range", f"rank {rank} does not fit int64",
+                         "check distributedInfo.rank or the rank in the file name")
     base_ns = trace.baseTimeNanoseconds or 0
 
     run_id = source.run_id
@@ -378,6 +405,10 @@ def parse_kineto(data: bytes, source: TraceFile, *, trace_id: str, content_hash:
     if n and dur_ns.min() < 0:
         raise TraceError("invalid_event", "a complete ('X') event has a negative dur",
                          "durations must be >= 0")
+    if n and bool(np.any(ts_ns > INT64_MAX - dur_ns)):
+        # ts and dur each fit, but an end (ts + dur) would wrap around int64.
+        raise TraceError("number_out_of_range", "an event ends beyond the int64 nanosecond "
+                         "range (ts + dur)", "check the event times in the trace")
 
     track_arr = np.asarray(slice_tracks, dtype=np.int64)
     nested = nest_slices(track_arr, ts_ns, dur_ns)

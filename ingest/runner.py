@@ -16,6 +16,7 @@ import fcntl
 import gzip
 import hashlib
 import os
+import signal
 import sys
 import time
 import traceback
@@ -224,12 +225,14 @@ class _Committer:
                                   "remove the copy, or load it into another run with --run")
             if other.rank != outcome.rank:
                 continue
-            other_steps = (set(range(other.min_step, other.max_step + 1))
-                           if other.min_step is not None and other.max_step is not None else set())
             if outcome.iteration is not None and other.iteration is not None:
                 clash = outcome.iteration == other.iteration
+            elif other.min_step is None or other.max_step is None:
+                clash = not steps
             else:
-                clash = bool(steps & other_steps) or (not steps and not other_steps)
+                # Compare with the other's step range, never materialise it: a
+                # stray "ProfilerStep#10000000000" must not cost a 10^10-element set.
+                clash = any(other.min_step <= step <= other.max_step for step in steps)
             if clash:
                 where = (f"iteration {outcome.iteration}" if outcome.iteration is not None
                          else "the same profiler steps")
@@ -243,11 +246,15 @@ class _Committer:
     def land(self, outcome: _Outcome) -> None:
         source = outcome.source
         path = display_path(source.path)
-        lake.commit(outcome.pending)
         previous = self.by_path.get((source.run_id, path))
         if previous is not None and previous.trace_id != outcome.trace_id:
+            # Unload the old version before committing the new one: a crash in
+            # between leaves the path unloaded (the next run loads it), never
+            # loaded twice (which no later run would notice).
             lake.remove_trace(self.warehouse, source.run_id, previous.trace_id)
             self.by_run[source.run_id].remove(previous)
+            del self.by_path[(source.run_id, path)]
+        lake.commit(outcome.pending)
         lake.clear_error(self.warehouse, source.run_id, path)
         steps = outcome.steps
         entry = lake.ManifestEntry(
@@ -329,7 +336,8 @@ def _run_tasks(tasks: list[_Task], jobs: int) -> Iterator[_Outcome]:
         for task in tasks:
             yield _load_one(task)
         return
-    with ProcessPoolExecutor(max_workers=min(jobs, len(tasks))) as pool:
+    with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)),
+                             initializer=_leave_ctrl_c_to_parent) as pool:
         # Keep at most 2 files per worker in flight: bounded memory and temp space.
         queue = list(reversed(tasks))
         running: set[Future[_Outcome]] = set()
@@ -344,6 +352,14 @@ def _run_tasks(tasks: list[_Task], jobs: int) -> Iterator[_Outcome]:
             for future in running:
                 future.cancel()
             raise
+
+
+def _leave_ctrl_c_to_parent() -> None:
+    """Worker initializer: ignore SIGINT. Ctrl-C reaches the whole process group;
+    the parent cancels what is queued, waits for the files in flight and removes
+    their temporaries, while an interrupted idle worker would only print a
+    traceback and break the pool."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _settle(outcome: _Outcome, committer: _Committer, result: IngestResult,

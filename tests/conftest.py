@@ -23,8 +23,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from tracehouse.ingest.schema import LAKE_TABLES, TRACE_TABLES
 
+from tracehouse.ingest.schema import LAKE_TABLES, TRACE_TABLES
 from tracehouse.warehouse import ENV_VAR, Warehouse
 
 #: The repository root (holds dbt_project.yml).

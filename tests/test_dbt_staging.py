@@ -13,6 +13,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
+
 from conftest import (
     SHARED_DATA,
     Lake,
@@ -22,9 +23,8 @@ from conftest import (
     write_rows,
     write_trace,
 )
-from tracehouse.ingest.schema import LAKE_TABLES
-
 from tracehouse.dbt import DBT_ARTIFACTS_DIR, EXIT_FAILED, EXIT_OK, EXIT_USAGE, run_dbt
+from tracehouse.ingest.schema import LAKE_TABLES
 from tracehouse.warehouse import ENV_VAR, Warehouse
 
 pytestmark = pytest.mark.slow

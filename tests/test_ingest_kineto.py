@@ -165,7 +165,9 @@ def test_runs_ranks_and_layouts(loaded) -> None:
         "tp2_pp2_dp1_vpp2": [4, 4, 0, 3],
         "single_rank": [3, 2, 0, 1],
     }
-    layouts = dict(con.execute("select run_id, any_value(layout) from traces group by 1").fetchall())
+    layouts = dict(
+        con.execute("select run_id, any_value(layout) from traces group by 1").fetchall()
+    )
     assert layouts["tp1_pp4_dp2"] == "megatron_traceviz"
     assert layouts["dlrm_8rank"] == "tensorboard"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import REPO_ROOT
 
+from conftest import REPO_ROOT
 from tracehouse.cli import build_parser, main
 
 

@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import NASTY_NAME, Lake, synthetic_trace, write_trace
 
+from conftest import NASTY_NAME, Lake, synthetic_trace, write_trace
 from tracehouse.sql import MAX_CELL_WIDTH, run_sql
 
 pytestmark = pytest.mark.slow
