@@ -25,6 +25,7 @@ from __future__ import annotations
 import itertools
 import operator
 import re
+from collections import defaultdict
 from collections.abc import Sequence
 
 import msgspec
@@ -110,43 +111,100 @@ _ARGS_DECODER = msgspec.json.Decoder(Args)
 _EMPTY_ARGS = Args()
 
 
-def decode_kineto(data: bytes) -> KinetoFile:
-    """Decode the JSON text of a trace, mapping every failure to a TraceError."""
+class LazyKinetoFile(msgspec.Struct):
+    """The top level with each event left as raw JSON, for decoding in chunks."""
+
+    traceEvents: list[msgspec.Raw]  # noqa: N815
+    schemaVersion: int | None = None  # noqa: N815
+    distributedInfo: msgspec.Raw = msgspec.Raw()  # noqa: N815
+    deviceProperties: msgspec.Raw = msgspec.Raw()  # noqa: N815
+    baseTimeNanoseconds: int | None = None  # noqa: N815
+    trace_id: str | None = None
+    host_name: str | None = None
+
+
+_LAZY_FILE_DECODER = msgspec.json.Decoder(LazyKinetoFile)
+_LAZY_ARRAY_DECODER = msgspec.json.Decoder(list[msgspec.Raw])
+_EVENTS_DECODER = msgspec.json.Decoder(list[Event])
+#: Events decoded into Python objects at a time: bounds the parser's memory
+#: to the Arrow columns plus one chunk, whatever the file size.
+CHUNK_EVENTS = 20_000
+
+
+def _check_not_empty(data: bytes) -> bool:
+    """True for a bare event array (``[...]``); raises for an empty file."""
     stripped = data.lstrip()
     if not stripped:
         raise TraceError("empty", "the file is empty", "re-export the trace; the profiler "
                          "may have been killed before it wrote anything")
-    try:
-        if stripped[:1] == b"[":
-            return KinetoFile(traceEvents=_ARRAY_DECODER.decode(data))
-        return _FILE_DECODER.decode(data)
-    except UnicodeDecodeError as exc:
+    return stripped[:1] == b"["
+
+
+def _decode_error(exc: Exception) -> TraceError:
+    """A msgspec/Unicode decoding failure as the TraceError a user should see."""
+    if isinstance(exc, UnicodeDecodeError):
         # exc.start counts from the start of the string, not of the file: not worth showing.
-        raise TraceError("invalid_utf8", f"invalid UTF-8 in a string ({exc.reason})",
-                         "JSON must be UTF-8; re-export the trace") from exc
-    except msgspec.ValidationError as exc:
-        text = str(exc)
+        return TraceError("invalid_utf8", f"invalid UTF-8 in a string ({exc.reason})",
+                          "JSON must be UTF-8; re-export the trace")
+    text = str(exc)
+    if isinstance(exc, msgspec.ValidationError):
         # Not Kineto at all: no traceEvents list, or the top level (or the first
         # item of a bare event array) is not an object. A later bad item is a bad event.
         not_kineto = ("missing required field `traceEvents`" in text
                       or text.endswith(("- at `$.traceEvents`", "- at `$[0]`"))
                       or " - at `" not in text)
         if not_kineto:
-            raise TraceError("not_kineto", f"not a Kineto trace: {text}",
-                             "expected a PyTorch profiler trace with a `traceEvents` list") from exc
+            return TraceError("not_kineto", f"not a Kineto trace: {text}",
+                              "expected a PyTorch profiler trace with a `traceEvents` list")
         if "out of range" in text:
-            raise TraceError("number_out_of_range", text,
-                             "a number does not fit its field") from exc
-        raise TraceError("invalid_event", text, "the trace does not follow the Chrome "
-                         "trace event format") from exc
-    except msgspec.DecodeError as exc:
-        text = str(exc)
-        if "truncated" in text:
-            raise TraceError("truncated", "the JSON ends early (truncated file)",
-                             "the copy or the profiler's write was cut short; "
-                             "copy it again") from exc
-        raise TraceError("invalid_json", f"invalid JSON: {text}",
-                         "the file is not valid JSON") from exc
+            return TraceError("number_out_of_range", text, "a number does not fit its field")
+        return TraceError("invalid_event", text,
+                          "the trace does not follow the Chrome trace event format")
+    if "truncated" in text:
+        return TraceError("truncated", "the JSON ends early (truncated file)",
+                          "the copy or the profiler's write was cut short; copy it again")
+    return TraceError("invalid_json", f"invalid JSON: {text}", "the file is not valid JSON")
+
+
+_DECODE_ERRORS = (UnicodeDecodeError, msgspec.ValidationError, msgspec.DecodeError)
+
+
+def decode_kineto(data: bytes) -> KinetoFile:
+    """Decode a whole trace into event objects, mapping every failure to a TraceError."""
+    array_form = _check_not_empty(data)
+    try:
+        if array_form:
+            return KinetoFile(traceEvents=_ARRAY_DECODER.decode(data))
+        return _FILE_DECODER.decode(data)
+    except _DECODE_ERRORS as exc:
+        raise _decode_error(exc) from exc
+
+
+def decode_kineto_lazy(data: bytes) -> tuple[LazyKinetoFile, bool]:
+    """Decode the top level, leaving events as raw JSON; also say if it is a bare array."""
+    array_form = _check_not_empty(data)
+    try:
+        if array_form:
+            return LazyKinetoFile(traceEvents=_LAZY_ARRAY_DECODER.decode(data)), True
+        return _LAZY_FILE_DECODER.decode(data), False
+    except _DECODE_ERRORS as exc:
+        raise _decode_error(exc) from exc
+
+
+_CHUNK_PATH = re.compile(r"- at `\$\[(\d+)\]")
+
+
+def decode_events(raws: list[msgspec.Raw], offset: int, array_form: bool) -> list[Event]:
+    """Decode one chunk of raw events; error paths name the event's index in the file."""
+    try:
+        return _EVENTS_DECODER.decode(b"[" + b",".join(raws) + b"]")
+    except _DECODE_ERRORS as exc:
+        if isinstance(exc, msgspec.ValidationError):
+            prefix = "$" if array_form else "$.traceEvents"
+            text = _CHUNK_PATH.sub(lambda m: f"- at `{prefix}[{int(m.group(1)) + offset}]",
+                                   str(exc))
+            exc = msgspec.ValidationError(text)
+        raise _decode_error(exc) from exc
 
 
 def _to_ns(values: list[float | None], base_ns: int, what: str) -> np.ndarray:
@@ -240,6 +298,8 @@ _ARGS_TYPES: dict[str, tuple[type, ...]] = {
 
 
 _SLICE_PHASES = frozenset({"X", "i", "I"})
+_GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation"})
+_GPU_CATEGORY_ARRAY = pa.array(sorted(_GPU_CATEGORIES))
 _FLOW_PHASES = frozenset({"s", "f", "t"})
 #: Categories whose args hold none of the typed keys (Python ids only):
 #: skipping them saves most of the args decoding on with_stack traces.
@@ -370,13 +430,125 @@ def _repeat(value: object, n: int, type_: pa.DataType) -> pa.Array:
     return pa.array([value] * n, type=type_) if n else pa.array([], type=type_)
 
 
+class _Columns:
+    """Slice and flow columns accumulated chunk by chunk (Arrow and numpy, compact)."""
+
+    def __init__(self, base_ns: int) -> None:
+        self.base_ns = base_ns
+        self.tracks: dict[tuple[object, object], int] = {}
+        self.flow_categories: dict[str | None, int] = {}
+        self.flow_other_ids: dict[object, int] = {}
+        self.arrow: dict[str, list[pa.Array]] = defaultdict(list)
+        self.ts: list[np.ndarray] = []
+        self.dur: list[np.ndarray] = []
+        self.track: list[np.ndarray] = []
+        self.gpu_tracks: set[int] = set()
+        self.steps: set[int] = set()
+        # (name, pid, tid, args) of metadata events, args decoded at once: an
+        # Event's raw args would keep its whole chunk's buffer alive.
+        self.meta: list[tuple[str | None, object, object, Args]] = []
+        self.flow_category: list[np.ndarray] = []
+        self.flow_id: list[np.ndarray] = []
+        self.flow_id_is_int: list[np.ndarray] = []
+        self.flow_finish: list[np.ndarray] = []
+        self.flow_ts: list[np.ndarray] = []
+        self.flow_track: list[np.ndarray] = []
+        self.flow_enclosing: list[np.ndarray] = []
+
+    def add(self, events: list[Event]) -> None:
+        self.meta.extend((ev.name, ev.pid, ev.tid, _decode_args(ev.args))
+                         for ev in events if ev.ph == "M")
+        self._add_slices([ev for ev in events if ev.ph in _SLICE_PHASES])
+        self._add_flows([ev for ev in events if ev.ph in _FLOW_PHASES])
+
+    def _add_slices(self, slice_events: list[Event]) -> None:
+        phs, cats, names, pids, tids, tss, durs, raw_args = _columns_of(slice_events,
+                                                                          _SLICE_FIELDS)
+        track_of = self.tracks.setdefault
+        tracks = self.tracks
+        track = np.fromiter((track_of(key, len(tracks)) for key in zip(pids, tids)),
+                            dtype=np.int64, count=len(slice_events))
+        ts_ns = _to_ns(tss, self.base_ns, "ts")
+        dur_ns = _to_ns([d if p == "X" else 0.0 for p, d in zip(phs, durs)], 0, "dur")
+        if dur_ns.size and dur_ns.min() < 0:
+            raise TraceError("invalid_event", "a complete ('X') event has a negative dur",
+                             "durations must be >= 0")
+        if dur_ns.size and bool(np.any(ts_ns > INT64_MAX - dur_ns)):
+            # ts and dur each fit, but an end (ts + dur) would wrap around int64.
+            raise TraceError("number_out_of_range", "an event ends beyond the int64 "
+                             "nanosecond range (ts + dur)", "check the event times in the trace")
+        category = _column(cats, pa.string(), "category")
+        name = _column(names, pa.string(), "name")
+        lengths = _lengths(raw_args)
+        self.ts.append(ts_ns)
+        self.dur.append(dur_ns)
+        self.track.append(track)
+        self.steps.update(_profiler_steps(name))
+        gpu = pc.fill_null(pc.is_in(category, _GPU_CATEGORY_ARRAY), False)
+        self.gpu_tracks.update(np.unique(track[gpu.to_numpy(zero_copy_only=False)]).tolist())
+        arrow = self.arrow
+        arrow["phase"].append(pa.array(["X" if p == "X" else "i" for p in phs], pa.string()))
+        arrow["category"].append(category)
+        arrow["name"].append(name)
+        for column, values in _typed_args(category, raw_args, lengths).items():
+            arrow[column].append(values)
+        arrow["args"].append(_json_column(raw_args, "args", lengths))
+
+    def _add_flows(self, flow_events: list[Event]) -> None:
+        usable = [ev for ev in flow_events if ev.ts is not None and ev.id is not None
+                  and ev.ph != "t"]  # step events carry no slice of their own
+        m = len(usable)
+        phs, cats, ids, pids, tids, tss, bps = _columns_of(
+            usable, ("ph", "cat", "id", "pid", "tid", "ts", "bp"))
+        # (category, id) keys as numbers, not Python tuples kept for the whole file.
+        categories = self.flow_categories
+        self.flow_category.append(np.fromiter(
+            (categories.setdefault(c, len(categories)) for c in cats), dtype=np.int64, count=m))
+        is_int = np.fromiter((type(i) is int and -INT64_MAX - 1 <= i <= INT64_MAX for i in ids),
+                             dtype=bool, count=m)
+        others = self.flow_other_ids
+        self.flow_id.append(np.fromiter(
+            (i if ok else others.setdefault(i, len(others)) for i, ok in zip(ids, is_int)),
+            dtype=np.int64, count=m))
+        self.flow_id_is_int.append(is_int)
+        self.flow_finish.append(np.fromiter(map(operator.eq, phs, itertools.repeat("f")),
+                                            dtype=bool, count=m))
+        self.flow_ts.append(_to_ns(tss, self.base_ns, "flow ts"))
+        tracks = self.tracks
+        self.flow_track.append(np.fromiter(
+            (tracks.setdefault(k, len(tracks)) for k in zip(pids, tids)), dtype=np.int64, count=m))
+        self.flow_enclosing.append(np.fromiter(map(operator.eq, bps, itertools.repeat("e")),
+                                               dtype=bool, count=m))
+
+    def slice_count(self) -> int:
+        return sum(a.size for a in self.ts)
+
+
+def _concat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+
+
 def parse_kineto(data: bytes, source: TraceFile, *, trace_id: str, content_hash: str,
                  uncompressed_bytes: int, file_format: str, ingested_at: object) -> ParsedTrace:
-    """Turn the bytes of one Kineto trace into rows of every per-trace lake table."""
-    trace = decode_kineto(data)
-    events = trace.traceEvents
-    if not events:
+    """Turn the bytes of one Kineto trace into rows of every per-trace lake table.
+
+    Events are decoded :data:`CHUNK_EVENTS` at a time from raw JSON slices of
+    ``data``, and their columns appended to Arrow arrays, so peak memory is
+    the input, the output columns and one chunk of Python objects.
+    """
+    trace, array_form = decode_kineto_lazy(data)
+    raws = trace.traceEvents
+    if not raws:
         raise TraceError("empty", "the trace has no events", "profile at least one step")
+
+    base_ns = trace.baseTimeNanoseconds or 0
+    event_count = len(raws)
+    # Events first: a file whose events are not objects is not a trace at all,
+    # whatever its (missing) rank says.
+    columns = _Columns(base_ns)
+    for offset in range(0, event_count, CHUNK_EVENTS):
+        columns.add(decode_events(raws[offset:offset + CHUNK_EVENTS], offset, array_form))
+    trace.traceEvents = raws = []  # release the raw event views before nesting
 
     dist = _decode_distributed(trace.distributedInfo)
     rank = dist.rank if dist.rank is not None else source.rank_hint
@@ -387,36 +559,18 @@ def parse_kineto(data: bytes, source: TraceFile, *, trace_id: str, content_hash:
     if not -INT64_MAX - 1 <= rank <= INT64_MAX:
         raise TraceError("number_out_of_range", f"rank {rank} does not fit int64",
                          "check distributedInfo.rank or the rank in the file name")
-    base_ns = trace.baseTimeNanoseconds or 0
-
     run_id = source.run_id
-    tracks: dict[tuple[object, object], int] = {}
-    track_of = tracks.setdefault
 
-    slice_events = [ev for ev in events if ev.ph in _SLICE_PHASES]
-    flow_events = [ev for ev in events if ev.ph in _FLOW_PHASES]
-    meta_events = [ev for ev in events if ev.ph == "M"]
-    n = len(slice_events)
-    phs, cats, names, pids, tids, tss, durs, raw_args = _columns_of(slice_events, _SLICE_FIELDS)
-    slice_tracks = [track_of(key, len(tracks)) for key in zip(pids, tids)]
-
-    ts_ns = _to_ns(tss, base_ns, "ts")
-    dur_ns = _to_ns([d if p == "X" else 0.0 for p, d in zip(phs, durs)], 0, "dur")
-    if n and dur_ns.min() < 0:
-        raise TraceError("invalid_event", "a complete ('X') event has a negative dur",
-                         "durations must be >= 0")
-    if n and bool(np.any(ts_ns > INT64_MAX - dur_ns)):
-        # ts and dur each fit, but an end (ts + dur) would wrap around int64.
-        raise TraceError("number_out_of_range", "an event ends beyond the int64 nanosecond "
-                         "range (ts + dur)", "check the event times in the trace")
-
-    track_arr = np.asarray(slice_tracks, dtype=np.int64)
+    n = columns.slice_count()
+    ts_ns = _concat(columns.ts, np.int64)
+    dur_ns = _concat(columns.dur, np.int64)
+    track_arr = _concat(columns.track, np.int64)
     nested = nest_slices(track_arr, ts_ns, dur_ns)
-    category = _column(cats, pa.string(), "category")
-    args_lengths = _lengths(raw_args)
-    typed = _typed_args(category, raw_args, args_lengths)
-    name = _column(names, pa.string(), "name")
-    steps = _profiler_steps(name)
+    steps = sorted(columns.steps)
+    arrow = columns.arrow
+
+    def chunked(name: str, type_: pa.DataType) -> pa.ChunkedArray:
+        return pa.chunked_array(arrow[name], type=type_)
 
     slices = _table(
         {
@@ -426,24 +580,23 @@ def parse_kineto(data: bytes, source: TraceFile, *, trace_id: str, content_hash:
             "slice_id": pa.array(np.arange(n, dtype=np.int64)),
             "ts": pa.array(ts_ns),
             "dur": pa.array(dur_ns),
-            "phase": ["X" if p == "X" else "i" for p in phs],
-            "category": category,
-            "name": name,
+            "phase": chunked("phase", pa.string()),
+            "category": chunked("category", pa.string()),
+            "name": chunked("name", pa.string()),
             "track_id": pa.array(track_arr),
             "depth": pa.array(nested.depth),
             "parent_id": pa.array(nested.parent, mask=nested.parent < 0),
             "is_partial_overlap": pa.array(nested.partial),
-            **typed,
-            "args": _json_column(raw_args, "args", args_lengths),
+            **{column: chunked(column, type_) for _, column, type_ in _TYPED_COLUMNS},
+            "args": chunked("args", pa.string()),
         },
         schema.SLICES,
     )
 
-    flows, unpaired = _flows(flow_events, tracks, base_ns, track_arr, ts_ns, dur_ns,
-                             nested.parent, run_id, rank, trace_id)
-    threads, processes = _threads_and_processes(tracks, meta_events, category, track_arr,
-                                                run_id, rank, trace_id)
-    groups = _process_groups(dist, run_id, rank, trace_id)
+    flows, unpaired = _flows(columns, track_arr, ts_ns, dur_ns, nested.parent, run_id, rank,
+                             trace_id)
+    threads, processes = _threads_and_processes(columns, track_arr, run_id, rank, trace_id)
+    groups = _process_groups(dist, run_id, rank, trace_id, slices)
 
     if n:
         end_ns = ts_ns + dur_ns
@@ -471,7 +624,7 @@ def parse_kineto(data: bytes, source: TraceFile, *, trace_id: str, content_hash:
             "base_time_ns": [base_ns],
             "trace_start_ns": [start],
             "trace_end_ns": [end],
-            "event_count": [len(events)],
+            "event_count": [event_count],
             "slice_count": [n],
             "flow_count": [flows.num_rows],
             "unpaired_flow_events": [unpaired],
@@ -512,24 +665,24 @@ def _decode_distributed(raw: msgspec.Raw) -> DistributedInfo:
                          "as PyTorch writes them") from exc
 
 
-def _flows(flow_events, tracks, base_ns, track_arr, ts_ns, dur_ns, parent, run_id, rank,
-           trace_id):
+def _flows(columns: _Columns, track_arr, ts_ns, dur_ns, parent, run_id, rank, trace_id):
     """Pair ``s``/``f`` events by (category, id), k-th start with k-th finish in
     time order, and bind both ends to slices."""
-    usable = [ev for ev in flow_events if ev.ts is not None and ev.id is not None
-              and ev.ph != "t"]  # step events carry no slice of their own
-    m = len(usable)
-    phs, cats, ids, pids, tids, tss, bps = _columns_of(
-        usable, ("ph", "cat", "id", "pid", "tid", "ts", "bp"))
-    keys: dict[tuple[object, object], int] = {}
-    key = np.fromiter(map(keys.setdefault, zip(cats, ids), itertools.count()), dtype=np.int64,
-                      count=m)
-    is_finish = np.fromiter(map(operator.eq, phs, itertools.repeat("f")), dtype=bool, count=m)
-    ts = _to_ns(tss, base_ns, "flow ts")
-    track = np.asarray([tracks.setdefault(k, len(tracks)) for k in zip(pids, tids)],
-                       dtype=np.int64)
-    bind_enclosing = np.fromiter(map(operator.eq, bps, itertools.repeat("e")), dtype=bool,
-                                 count=m)
+    category = _concat(columns.flow_category, np.int64)
+    flow_id = _concat(columns.flow_id, np.int64)
+    id_is_int = _concat(columns.flow_id_is_int, bool)
+    if category.size:
+        _, key = np.unique(np.stack([category, id_is_int.astype(np.int64), flow_id], axis=1),
+                           axis=0, return_inverse=True)
+        key = key.reshape(-1).astype(np.int64)
+    else:
+        key = np.zeros(0, dtype=np.int64)
+    category_names = list(columns.flow_categories)
+    is_finish = _concat(columns.flow_finish, bool)
+    ts = _concat(columns.flow_ts, np.int64)
+    track = _concat(columns.flow_track, np.int64)
+    bind_enclosing = _concat(columns.flow_enclosing, bool)
+    m = key.size
 
     order = np.lexsort((ts, is_finish, key))
     group = key[order] * 2 + is_finish[order]
@@ -560,9 +713,8 @@ def _flows(flow_events, tracks, base_ns, track_arr, ts_ns, dur_ns, parent, run_i
             "run_id": _repeat(run_id, k, pa.string()),
             "rank": _repeat(rank, k, pa.int64()),
             "trace_id": _repeat(trace_id, k, pa.string()),
-            "flow_id": [fid if isinstance(fid := ids[i], int) else None
-                        for i in out_rows.tolist()],
-            "category": [cats[i] for i in out_rows.tolist()],
+            "flow_id": pa.array(flow_id[out_rows], mask=~id_is_int[out_rows]),
+            "category": [category_names[c] for c in category[out_rows].tolist()],
             "slice_out": pa.array(slice_out[bound]),
             "slice_in": pa.array(slice_in[bound]),
             "ts_out": pa.array(ts[out_rows]),
@@ -573,34 +725,32 @@ def _flows(flow_events, tracks, base_ns, track_arr, ts_ns, dur_ns, parent, run_i
     return table, unpaired
 
 
-_GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation"})
 
 
-def _threads_and_processes(tracks, meta_events, category, track_arr, run_id, rank, trace_id):
+def _threads_and_processes(columns: _Columns, track_arr, run_id, rank, trace_id):
+    tracks, meta_events = columns.tracks, columns.meta
     thread_names: dict[tuple[object, object], str | None] = {}
     thread_sort: dict[tuple[object, object], int | None] = {}
     proc_names: dict[object, str | None] = {}
     proc_labels: dict[object, str | None] = {}
     proc_sort: dict[object, int | None] = {}
-    for ev in meta_events:
-        args = _decode_args(ev.args)
-        if ev.name == "thread_name":
-            thread_names[(ev.pid, ev.tid)] = args.name
-            tracks.setdefault((ev.pid, ev.tid), len(tracks))
-        elif ev.name == "thread_sort_index":
-            thread_sort[(ev.pid, ev.tid)] = args.sort_index
-        elif ev.name == "process_name":
-            proc_names[ev.pid] = args.name
-        elif ev.name == "process_labels":
-            proc_labels[ev.pid] = args.labels
-        elif ev.name == "process_sort_index":
-            proc_sort[ev.pid] = args.sort_index
+    for name, pid, tid, args in meta_events:
+        if name == "thread_name":
+            thread_names[(pid, tid)] = args.name
+            tracks.setdefault((pid, tid), len(tracks))
+        elif name == "thread_sort_index":
+            thread_sort[(pid, tid)] = args.sort_index
+        elif name == "process_name":
+            proc_names[pid] = args.name
+        elif name == "process_labels":
+            proc_labels[pid] = args.labels
+        elif name == "process_sort_index":
+            proc_sort[pid] = args.sort_index
 
     n_tracks = len(tracks)
     counts = np.bincount(track_arr, minlength=n_tracks) if n_tracks else np.zeros(0, np.int64)
     is_gpu = np.zeros(n_tracks, dtype=bool)
-    gpu_slice = pc.fill_null(pc.is_in(category, pa.array(sorted(_GPU_CATEGORIES))), False)
-    is_gpu[track_arr[gpu_slice.to_numpy(zero_copy_only=False)]] = True
+    is_gpu[sorted(columns.gpu_tracks)] = True
     keys = list(tracks)  # insertion order == track_id
     threads = _table(
         {
@@ -634,20 +784,43 @@ def _threads_and_processes(tracks, meta_events, category, track_arr, run_id, ran
     return threads, processes
 
 
-def _process_groups(dist: DistributedInfo, run_id: str, rank: int, trace_id: str) -> pa.Table:
-    configs = dist.pg_config or []
-    g = len(configs)
+def _process_groups(dist: DistributedInfo, run_id: str, rank: int, trace_id: str,
+                    slices: pa.Table | None = None) -> pa.Table:
+    """Groups this rank belongs to: ``distributedInfo.pg_config``, then any group
+    that only the comm args name (``Process Group Name``/``Description``/``Ranks``
+    on ``record_param_comms`` and NCCL kernels), e.g. traces without pg_config."""
+    rows = [
+        ("pg_config", _str_or_none(c.pg_name), c.pg_desc, c.backend_config, c.pg_size,
+         _parse_ranks(c.ranks))
+        for c in dist.pg_config or []
+    ]
+    if slices is not None and slices.num_rows:
+        known = {row[1] for row in rows}
+        named = slices.filter(pc.is_valid(slices["process_group_name"])).select(
+            ["process_group_name", "process_group_desc", "process_group_ranks", "group_size"])
+        seen: dict[str, tuple] = {}
+        for name, desc, ranks, size in zip(*(named[c].to_pylist() for c in named.column_names)):
+            if name in known:
+                continue
+            # Prefer a mention that lists the ranks ("wait" ops carry an empty list).
+            if name not in seen or (ranks and not seen[name][5]):
+                size = size if size is not None else (len(ranks) if ranks else None)
+                seen[name] = ("comm_args", name, desc, None, size, ranks or None)
+        rows.extend(seen.values())
+    g = len(rows)
+    source, name, desc, backend, size, ranks = (list(col) for col in zip(*rows)) if rows else (
+        [], [], [], [], [], [])
     return _table(
         {
             "run_id": _repeat(run_id, g, pa.string()),
             "rank": _repeat(rank, g, pa.int64()),
             "trace_id": _repeat(trace_id, g, pa.string()),
-            "source": _repeat("pg_config", g, pa.string()),
-            "pg_name": [_str_or_none(c.pg_name) for c in configs],
-            "pg_desc": [c.pg_desc for c in configs],
-            "backend_config": [c.backend_config for c in configs],
-            "pg_size": [c.pg_size for c in configs],
-            "ranks": [_parse_ranks(c.ranks) for c in configs],
+            "source": source,
+            "pg_name": name,
+            "pg_desc": desc,
+            "backend_config": backend,
+            "pg_size": size,
+            "ranks": ranks,
         },
         schema.PROCESS_GROUPS,
     )

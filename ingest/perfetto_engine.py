@@ -634,7 +634,7 @@ def _assemble(source, trace, dist, rank, facts, slices_q, threads_q, flows_q, st
                    trace_id)
     threads, processes = _threads_and_processes(tracks, thread_name, process_name, facts,
                                                 category, track, run_id, rank, trace_id)
-    groups = _process_groups(dist, run_id, rank, trace_id)
+    groups = _process_groups(dist, run_id, rank, trace_id, slices)
 
     stats = dict(zip(stats_q["name"], stats_q["value"], strict=True))
     overlapping = int(stats.get(DROP_STAT) or 0) + int(stats.get(SPILL_STAT) or 0)

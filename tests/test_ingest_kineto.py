@@ -264,3 +264,22 @@ def test_force_reloads(tmp_path: Path) -> None:
     con = duckdb.connect()
     _lake(con, warehouse)
     assert con.execute("select count(*), count(distinct trace_id) from traces").fetchone() == (3, 3)
+
+
+def test_process_groups_from_comm_args_when_pg_config_is_missing(tmp_path: Path) -> None:
+    with gzip.open(KINETO / "single_rank" / "a100_nccl_pg_args.json.gz") as handle:
+        doc = json.load(handle)
+    del doc["distributedInfo"]["pg_config"]
+    named = {(e["args"]["Process Group Name"], e["args"]["Process Group Description"],
+              e["args"]["Process Group Ranks"])
+             for e in doc["traceEvents"] if e.get("args", {}).get("Process Group Name")}
+    folder = tmp_path / "job"
+    folder.mkdir()
+    (folder / "rank-0.json").write_text(json.dumps(doc))
+    warehouse = tmp_path / "wh"
+    assert ingest_paths([folder], warehouse=warehouse, progress=False).failed == []
+    con = duckdb.connect()
+    _lake(con, warehouse)
+    rows = con.execute("select source, pg_name, pg_desc, ranks from process_groups").fetchall()
+    expected = sorted(("comm_args", name, desc, json.loads(ranks)) for name, desc, ranks in named)
+    assert sorted(tuple(r) for r in rows) == expected and expected
