@@ -99,7 +99,7 @@ def test_timestamps_are_absolute_exact_nanoseconds(loaded) -> None:
         got = con.execute(
             "select s.ts, s.dur, s.name from slices s join traces t using (trace_id) "
             "where t.path = ? and s.phase = 'X' order by s.ts, s.dur, s.name limit 500",
-            [str(path)],
+            [str(path.resolve())],
         ).fetchall()
         assert [tuple(r) for r in got] == expected
 
