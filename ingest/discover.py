@@ -40,6 +40,7 @@ _SIDECARS = (
     re.compile(r"^topology.*\.json$"),
     re.compile(r"^event_times_.*\.json$"),
     re.compile(r"^comm_log_rank_\d+\.json$"),
+    re.compile(r"^ground_truth\.json$"),  # written beside a run by `tracehouse simulate`
 )
 _GENSTACK_SIDECARS = frozenset({"config.json", "summary.json"})
 
@@ -110,7 +111,7 @@ def _iteration_from_folders(path: Path) -> int | None:
 def _sidecar_reason(path: Path) -> str | None:
     name = path.name
     if any(pattern.match(name) for pattern in _SIDECARS):
-        return "sidecar file (topology, PP timer or comm log), not a profiler trace"
+        return "sidecar file (topology, PP timer, comm log or ground truth), not a profiler trace"
     if name in _GENSTACK_SIDECARS and any(path.parent.glob("comm_log_rank_*.json")):
         return "Genstack run description beside comm logs, not a profiler trace"
     return None

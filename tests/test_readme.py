@@ -18,10 +18,16 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert test_command in ci.splitlines()
 
 
-@pytest.mark.parametrize("command", ["ingest", "build", "sql"])
+@pytest.mark.parametrize("command", ["ingest", "build", "sql", "demo"])
 def test_every_subcommand_has_help(command: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main([command, "--help"]) == 0
     assert "--warehouse" in capsys.readouterr().out
+
+
+def test_simulate_has_help(capsys: pytest.CaptureFixture[str]) -> None:
+    # simulate writes trace files, not a warehouse: it has --out instead of --warehouse.
+    assert main(["simulate", "--help"]) == 0
+    assert "--out" in capsys.readouterr().out
 
 
 def test_subcommands_are_the_documented_ones() -> None:

@@ -84,6 +84,75 @@ def build_parser() -> argparse.ArgumentParser:
     sql.add_argument("query", metavar="QUERY")
     sql.add_argument("--format", choices=("table", "csv", "json"), default="table")
     sql.set_defaults(handler=_cmd_sql)
+
+    simulate = sub.add_parser(
+        "simulate",
+        help="write a synthetic Megatron-LM run as real-format Kineto traces",
+        description=(
+            "Simulate a Megatron-LM training run (megatron-core's 1F1B or interleaved "
+            "schedule, TP/PP/DP/CP/EP groups, NCCL collectives) and write it as the Megatron "
+            "patch lays it out: DIR/topology.json, DIR/iteration_N/rank_XXXX_iter_N.pt.trace"
+            ".json.gz and DIR/ground_truth.json (what was injected, the analytical bubble)."
+        ),
+    )
+    for flag, what in (("--tp", "tensor"), ("--pp", "pipeline"), ("--dp", "data")):
+        simulate.add_argument(flag, type=int, required=True, metavar="N",
+                              help=f"{what}-parallel size")
+    simulate.add_argument("--cp", type=int, default=1, metavar="N",
+                          help="context-parallel size (default 1)")
+    simulate.add_argument("--ep", type=int, default=1, metavar="N",
+                          help="expert-parallel size; > 1 makes the MLPs MoE layers (default 1)")
+    simulate.add_argument("--etp", type=int, default=None, metavar="N",
+                          help="expert tensor-parallel size (default: --tp)")
+    simulate.add_argument("--vpp", type=int, default=1, metavar="N",
+                          help="model chunks per pipeline rank (virtual pipeline, default 1)")
+    simulate.add_argument("--microbatches", type=int, required=True, metavar="M")
+    simulate.add_argument("--iterations", type=int, required=True, metavar="K",
+                          help="traced iterations (one file per rank per iteration)")
+    simulate.add_argument("--schedule", choices=("1f1b", "interleaved"), default=None,
+                          help="pipeline schedule (default: interleaved when --vpp > 1)")
+    simulate.add_argument("--layers", type=int, default=32, metavar="L",
+                          help="transformer layers (default 32; divisible by pp*vpp)")
+    simulate.add_argument("--hidden", type=int, default=4096, metavar="H",
+                          help="hidden size (default 4096)")
+    simulate.add_argument("--heads", type=int, default=32, metavar="N",
+                          help="attention heads (default 32)")
+    simulate.add_argument("--seq-length", type=int, default=4096, metavar="S",
+                          help="sequence length (default 4096)")
+    simulate.add_argument("--sequence-parallel", action="store_true",
+                          help="Megatron sequence parallelism (all-gather/reduce-scatter)")
+    simulate.add_argument("--straggler", action="extend", nargs="+", default=[],
+                          metavar="RANK:FACTOR",
+                          help="slow ranks' compute kernels, e.g. 5:1.5 (several allowed)")
+    simulate.add_argument("--clock-skew-us", type=float, default=0.0, metavar="X",
+                          help="largest per-node clock offset in microseconds (default 0)")
+    simulate.add_argument("--gpus-per-node", type=int, default=8, metavar="G",
+                          help="ranks per node: rank r runs on node r // G (default 8)")
+    simulate.add_argument("--seed", type=int, default=0, metavar="S",
+                          help="seed of jitter and clock offsets (default 0)")
+    simulate.add_argument("--first-iteration", type=int, default=1, metavar="N",
+                          help="number of the first traced iteration (default 1)")
+    simulate.add_argument("-j", "--jobs", type=int, default=None, metavar="N",
+                          help="worker processes writing traces (default: CPUs, at most 8)")
+    simulate.add_argument("--out", type=Path, required=True, metavar="DIR",
+                          help="folder for the run (created)")
+    simulate.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    simulate.set_defaults(handler=_cmd_simulate)
+
+    demo = sub.add_parser(
+        "demo",
+        parents=[common],
+        help="simulate a small run, load it, build the warehouse, print headline numbers",
+        description=(
+            "Simulate a 16-rank Megatron run (TP2 x PP4 x DP2, interleaved, 2 iterations, "
+            "one straggler), ingest it, run dbt build, and print per-rank GPU time and where "
+            "the warehouse is."
+        ),
+    )
+    demo.add_argument("--out", type=Path, default=None, metavar="DIR",
+                      help="folder for the simulated run (default ./demo_runs/"
+                           "megatron_tp2_pp4_dp2_vpp2)")
+    demo.set_defaults(handler=_cmd_demo)
     return parser
 
 
@@ -143,6 +212,49 @@ def _cmd_sql(args: argparse.Namespace) -> int:
     from tracehouse.warehouse import resolve_warehouse
 
     return run_sql(args.query, resolve_warehouse(args.warehouse), fmt=args.format)
+
+
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    from tracehouse.simulate import SimConfig, parse_straggler, simulate_run
+
+    try:
+        stragglers = tuple(parse_straggler(text) for text in args.straggler)
+        schedule = args.schedule or ("interleaved" if args.vpp > 1 else "1f1b")
+        config = SimConfig(
+            tp=args.tp, pp=args.pp, dp=args.dp, cp=args.cp, ep=args.ep, etp=args.etp,
+            vpp=args.vpp, microbatches=args.microbatches, iterations=args.iterations,
+            schedule=schedule, layers=args.layers, hidden=args.hidden, heads=args.heads,
+            seq_length=args.seq_length, sequence_parallel=args.sequence_parallel,
+            stragglers=stragglers, clock_skew_us=args.clock_skew_us,
+            gpus_per_node=args.gpus_per_node, seed=args.seed,
+            first_iteration=args.first_iteration,
+        )
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.jobs is not None and args.jobs < 1:
+        print("error: -j/--jobs must be at least 1", file=sys.stderr)
+        return EXIT_USAGE
+    run = simulate_run(config, args.out, jobs=args.jobs, progress=not args.quiet)
+    print(
+        f"simulated {config.world} ranks x {config.iterations} iteration(s) "
+        f"({run.events:,} events) into {run.out_dir} in {run.seconds:.1f} s; "
+        f"ground truth: {run.ground_truth_path}",
+        file=sys.stderr,
+    )
+    return EXIT_OK
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from tracehouse.dbt import DbtBuildError
+    from tracehouse.demo import run_demo
+
+    try:
+        run_demo(out=args.out, warehouse=args.warehouse)
+    except (DbtBuildError, RuntimeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:

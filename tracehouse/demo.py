@@ -1,0 +1,138 @@
+"""``tracehouse demo``: simulate a small Megatron run, load it, build, summarise.
+
+Why: a new user should see the whole pipeline work in one command, before
+they have traces of their own. The demo run is TP2 x PP4 x DP2 (16 ranks),
+interleaved 1F1B with two model chunks per stage, two iterations, rank 5
+slowed down 1.5x; the headline numbers let the straggler show up.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from tracehouse.simulate import SimConfig, simulate_run
+from tracehouse.warehouse import Warehouse
+
+#: The demo's run: big enough per kernel for the GPU (not the CPU) to set the pace.
+DEMO_CONFIG = SimConfig(
+    tp=2, pp=4, dp=2, vpp=2, schedule="interleaved", microbatches=8, iterations=2,
+    layers=16, hidden=2048, heads=16, seq_length=2048, vocab=32_000,
+    stragglers=((5, 1.5),), seed=0,
+)
+DEFAULT_OUT = Path("demo_runs") / "megatron_tp2_pp4_dp2_vpp2"
+
+# Minimal SQL on the staging view; kernel classification and per-iteration
+# breakdowns come with the marts (issue 5). A kernel carrying NCCL's comm
+# args (collective_name) is communication, everything else compute.
+_PER_RANK_SQL = """
+select
+    rank,
+    count(*) as kernels,
+    sum(dur_ns) filter (where collective_name is null) / 1e6 as compute_ms,
+    sum(dur_ns) filter (where collective_name is not null) / 1e6 as communication_ms
+from stg_lake__slices
+where run_id = ? and category = 'kernel'
+group by rank
+order by rank
+"""
+
+
+@dataclass
+class DemoResult:
+    """Where the demo put things and what it found."""
+
+    run_dir: Path
+    warehouse: Path
+    run_id: str
+    per_rank: list[dict] = field(default_factory=list)
+    slowest_rank: int | None = None
+    report: Path | None = None  # issue 6 (reports) not built yet
+
+
+def run_demo(out: Path | None = None, warehouse: Path | str | None = None,
+             config: SimConfig = DEMO_CONFIG, stream: TextIO | None = None,
+             jobs: int | None = None) -> DemoResult:
+    """Simulate ``config`` into ``out``, ingest it, ``dbt build``, print headline numbers.
+
+    Raises whatever ingest or dbt raise (:class:`tracehouse.dbt.DbtBuildError`
+    when the build fails); the CLI turns that into exit code 1.
+    """
+    from tracehouse.dbt import build_warehouse
+    from tracehouse.ingest.runner import ingest_paths
+
+    stream = sys.stdout if stream is None else stream
+    wh = Warehouse.at(warehouse)
+    run_dir = Path(out or DEFAULT_OUT).resolve()
+    run_id = run_dir.name
+
+    def say(text: str) -> None:
+        print(text, file=stream, flush=True)
+
+    say(f"1/4 simulating {config.world} ranks x {config.iterations} iterations "
+        f"(TP{config.tp} x PP{config.pp} x DP{config.dp}, {config.schedule}, "
+        f"straggler rank {config.stragglers[0][0]} x{config.stragglers[0][1]}) → {run_dir}"
+        if config.stragglers else f"1/4 simulating into {run_dir}")
+    run = simulate_run(config, run_dir, jobs=jobs)
+    say(f"    {len(run.trace_paths)} traces, {run.events:,} events, {run.seconds:.1f} s")
+
+    say(f"2/4 ingesting into {wh.lake}")
+    # The run folder as a user would pass it: discovery skips topology.json
+    # and ground_truth.json as sidecars.
+    result = ingest_paths([run.out_dir], warehouse=wh, run=run_id, jobs=jobs or 1, force=True,
+                          progress=False, stream=stream)
+    if result.failed:
+        raise RuntimeError(f"ingest failed for {len(result.failed)} simulated trace(s): "
+                           f"{result.failed[0]}")
+    say(f"    loaded {len(result.loaded)} traces")
+
+    say(f"3/4 building the warehouse (dbt build) → {wh.database}")
+    build_warehouse(wh.root, ["--quiet"])
+
+    # TODO(issue 6): render the HTML report here (`tracehouse report`) and print its path.
+    say("4/4 report: not built yet (charts and the HTML report come with issue 6)")
+
+    demo = DemoResult(run_dir=run_dir, warehouse=wh.root, run_id=run_id)
+    demo.per_rank = _per_rank(wh, run_id)
+    _print_headline(demo, config, say)
+    return demo
+
+
+def _per_rank(wh: Warehouse, run_id: str) -> list[dict]:
+    import duckdb
+
+    con = duckdb.connect(str(wh.database), read_only=True)
+    try:
+        cursor = con.execute(_PER_RANK_SQL, [run_id])
+        columns = [c[0] for c in cursor.description]
+        return [dict(zip(columns, row)) for row in cursor.fetchall()]
+    finally:
+        con.close()
+
+
+def _print_headline(demo: DemoResult, config: SimConfig, say: Callable[[str], None]) -> None:
+    rows = demo.per_rank
+    if not rows:
+        say("no kernels found in the warehouse")
+        return
+    median = statistics.median(r["compute_ms"] for r in rows)
+    slowest = max(rows, key=lambda r: r["compute_ms"])
+    demo.slowest_rank = int(slowest["rank"])
+    say("")
+    say(f"GPU time per rank over {config.iterations} iterations (stg_lake__slices, kernels):")
+    say(f"{'rank':>6} {'kernels':>8} {'compute ms':>11} {'comm ms':>9}")
+    for r in rows:
+        mark = "  ← slowest compute" if r is slowest else ""
+        say(f"{r['rank']:>6} {r['kernels']:>8} {r['compute_ms']:>11.2f} "
+            f"{r['communication_ms']:>9.2f}{mark}")
+    say("")
+    say(f"rank {demo.slowest_rank} computes {slowest['compute_ms'] / median:.2f}x the median "
+        "rank; its peers spend the difference waiting in NCCL kernels.")
+    say(f"warehouse: {demo.warehouse}  (database {demo.warehouse / 'tracehouse.duckdb'})")
+    say(f"simulated run: {demo.run_dir}  (ground truth: {demo.run_dir / 'ground_truth.json'})")
+    say(f"try: tracehouse sql \"select category, count(*) from stg_lake__slices group by 1\" "
+        f"--warehouse {demo.warehouse}")
