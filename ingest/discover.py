@@ -10,7 +10,9 @@ Layouts recognised (first match wins):
 
 Sidecars that sit beside traces (topology dumps, PP-timer logs, Genstack
 comm logs) are not traces; discovery reports them as skipped instead of
-failing on them.
+failing on them. Topology files (``topology*.json``, Megatron-TraceViz's
+``unique_parallel_groups_*.txt``) are also listed in
+``Discovery.topologies`` so ingest loads them into ``topology_groups``.
 
 The run a file belongs to is ``--run`` when given, else the folder holding
 the trace (skipping an ``iteration_N`` folder), so ingesting a tree of jobs
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .model import TraceFile
+from .topology import TRACEVIZ_TXT_NAME, is_topology_name
 
 _MEGATRON = re.compile(r"^rank_(\d+)_iter_(\d+)\.pt\.trace\.json(\.gz)?$")
 # torch writes f"{worker_name}.{time_ms}.pt.trace.json"; older releases put the pid first.
@@ -55,6 +58,9 @@ class Discovery:
 
     traces: list[TraceFile] = field(default_factory=list)
     skipped: list[tuple[Path, str]] = field(default_factory=list)
+    #: Topology files (``topology*.json``, ``unique_parallel_groups_*.txt``)
+    #: found inside folders, with their run: loaded into ``topology_groups``.
+    topologies: list[tuple[Path, str]] = field(default_factory=list)
 
 
 def is_trace_name(name: str) -> bool:
@@ -140,13 +146,21 @@ def discover(paths: list[Path], run: str | None = None) -> Discovery:
             candidates = [
                 (p, False)
                 for p in sorted(given.rglob("*"))
-                if p.is_file() and is_trace_name(p.name)
+                if p.is_file() and (is_trace_name(p.name) or TRACEVIZ_TXT_NAME.match(p.name))
             ]
         for path, explicit in candidates:
             resolved = path.resolve()
             if resolved in seen:
                 continue
             seen.add(resolved)
+            if not explicit and is_topology_name(path.name):
+                found.topologies.append((resolved, run or default_run_for(resolved)))
+                found.skipped.append((resolved, "topology file, not a profiler trace: "
+                                      "loaded into topology_groups"))
+                continue
+            if TRACEVIZ_TXT_NAME.match(path.name):  # named explicitly
+                found.topologies.append((resolved, run or default_run_for(resolved)))
+                continue
             if not explicit:
                 reason = _sidecar_reason(path)
                 if reason:

@@ -34,8 +34,10 @@ from tracehouse.warehouse import Warehouse
 from . import lake
 from .discover import discover
 from .kineto import parse_kineto
+from .lean import keep_pandas_out
 from .model import TraceError, TraceFile, display_path
 from .progress import Progress
+from .topology import load_topology_file
 
 ENGINES = ("native", "perfetto")
 
@@ -71,6 +73,7 @@ class IngestResult:
     loaded: list[Loaded] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, why)
     failed: list[Failed] = field(default_factory=list)
+    topologies: list[tuple[str, str, int]] = field(default_factory=list)  # (path, run, rows)
     bytes_read: int = 0
     uncompressed_bytes: int = 0
     seconds: float = 0.0
@@ -326,6 +329,7 @@ def ingest_paths(
             raise
         finally:
             bar.close()
+        _load_topologies(found.topologies, committer, result, stream)
     result.seconds = time.perf_counter() - started
     return result
 
@@ -355,11 +359,14 @@ def _run_tasks(tasks: list[_Task], jobs: int) -> Iterator[_Outcome]:
 
 
 def _leave_ctrl_c_to_parent() -> None:
-    """Worker initializer: ignore SIGINT. Ctrl-C reaches the whole process group;
-    the parent cancels what is queued, waits for the files in flight and removes
-    their temporaries, while an interrupted idle worker would only print a
-    traceback and break the pool."""
+    """Worker initializer: ignore SIGINT, and keep pandas out of the worker.
+
+    Ctrl-C reaches the whole process group; the parent cancels what is queued,
+    waits for the files in flight and removes their temporaries, while an
+    interrupted idle worker would only print a traceback and break the pool.
+    """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    keep_pandas_out()
 
 
 def _settle(outcome: _Outcome, committer: _Committer, result: IngestResult,
@@ -390,6 +397,30 @@ def _settle(outcome: _Outcome, committer: _Committer, result: IngestResult,
     result.uncompressed_bytes += outcome.uncompressed_bytes
     bar.advance(source.size_bytes, f"loaded {path} (run {source.run_id}, rank {outcome.rank}, "
                 f"{outcome.slices} slices, {outcome.flows} flows, {outcome.seconds:.2f} s)")
+
+
+def _load_topologies(files: list[tuple[Path, str]], committer: _Committer,
+                     result: IngestResult, stream: TextIO) -> None:
+    """Load every topology file (small; always reloaded) into ``topology_groups``.
+
+    A bad file gets an error line and an ``ingest_errors`` row, like a bad trace.
+    """
+    for path, run_id in files:
+        shown = display_path(path)
+        try:
+            rows = load_topology_file(committer.warehouse, run_id, path, committer.token)
+        except TraceError as exc:
+            stat = path.stat() if path.exists() else None
+            source = TraceFile(path=path, run_id=run_id, layout="topology", rank_hint=None,
+                               iteration_hint=None,
+                               size_bytes=stat.st_size if stat else 0,
+                               mtime_ns=stat.st_mtime_ns if stat else 0)
+            failed = committer.reject(source, exc)
+            result.failed.append(failed)
+            print(failed.line(), file=stream, flush=True)
+            continue
+        lake.clear_error(committer.warehouse, run_id, shown)
+        result.topologies.append((shown, run_id, rows))
 
 
 def _remove_temporaries(wh: Warehouse, token: str) -> None:

@@ -155,6 +155,35 @@ INGEST_ERRORS = pa.schema(
     ]
 )
 
+TOPOLOGY_GROUPS = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("topology_id", pa.string()),  # one topology file of the run
+        ("source", pa.string()),  # topology_json | traceviz_txt | generated
+        ("kind", pa.string()),  # tp | pp | dp | dp_cp | cp | mp | ep | etp | edp | ...
+        ("group_index", pa.int64()),  # position of the group in its kind, 0-based
+        ("ranks", pa.list_(pa.int64())),  # global ranks, in the file's order
+        ("group_size", pa.int64()),
+        ("pg_name", pa.string()),  # torch's process-group name, when the file says
+        ("pg_desc", pa.string()),
+        ("world_size", pa.int64()),  # the layout, repeated on every row (NULL: unknown)
+        ("tp_size", pa.int64()),
+        ("pp_size", pa.int64()),
+        ("vpp_size", pa.int64()),
+        ("cp_size", pa.int64()),
+        ("ep_size", pa.int64()),
+        ("etp_size", pa.int64()),
+        ("dp_size", pa.int64()),
+        ("edp_size", pa.int64()),
+        ("rank_order", pa.string()),  # Megatron's --order, fastest-varying first
+        ("path", pa.string()),
+        ("content_hash", pa.string()),
+        ("size_bytes", pa.int64()),
+        ("mtime_ns", pa.int64()),
+        ("ingested_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
 #: Tables written once per loaded trace, in commit order: ``traces`` last,
 #: because a row there is what marks the trace as loaded.
 TRACE_TABLES: dict[str, pa.Schema] = {
@@ -167,4 +196,9 @@ TRACE_TABLES: dict[str, pa.Schema] = {
 }
 
 #: Every raw table of the lake and its schema.
-LAKE_TABLES: dict[str, pa.Schema] = {**TRACE_TABLES, "ingest_errors": INGEST_ERRORS}
+LAKE_TABLES: dict[str, pa.Schema] = {
+    **TRACE_TABLES,
+    "ingest_errors": INGEST_ERRORS,
+    # One file per topology file beside the traces (ingest/topology.py).
+    "topology_groups": TOPOLOGY_GROUPS,
+}

@@ -24,7 +24,7 @@ from conftest import (
     write_trace,
 )
 from tracehouse.dbt import DBT_ARTIFACTS_DIR, EXIT_FAILED, EXIT_OK, EXIT_USAGE, run_dbt
-from tracehouse.ingest.schema import LAKE_TABLES
+from tracehouse.ingest.schema import LAKE_TABLES, TRACE_TABLES
 from tracehouse.warehouse import ENV_VAR, Warehouse
 
 pytestmark = pytest.mark.slow
@@ -69,7 +69,8 @@ def test_build_runs_every_model_and_test(warehouse: Lake) -> None:
     bad = {uid: status for uid, status in statuses.items() if status not in {"pass", "success"}}
     assert not bad
     models = {uid for uid in statuses if uid.startswith("model.")}
-    assert models == {f"model.tracehouse.{name}" for name in STAGING.values()}
+    # Later layers (intermediate, marts) build too; every staging view is there.
+    assert {f"model.tracehouse.{name}" for name in STAGING.values()} <= models
     assert sum(uid.startswith("test.") for uid in statuses) >= 30
 
 
@@ -81,7 +82,7 @@ def test_environment_is_restored_after_a_run(warehouse: Lake) -> None:
 def test_staging_rows_equal_committed_lake_rows(warehouse: Lake, table: str) -> None:
     [(count,)] = _query(warehouse.warehouse, f"select count(*) from {STAGING[table]}")
     assert count == warehouse.row_count(table)
-    if table != "ingest_errors":
+    if table in TRACE_TABLES:  # the lake fixture writes no errors or topology files
         assert count > 0
 
 
@@ -95,7 +96,7 @@ def test_partially_committed_trace_is_invisible(warehouse: Lake) -> None:
     ).fetchone()[0]
     assert raw > 0
     for table, view in STAGING.items():
-        if table == "ingest_errors":
+        if table not in TRACE_TABLES:  # ingest_errors, topology_groups: no trace_id
             continue
         rows = _query(
             warehouse.warehouse,

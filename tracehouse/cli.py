@@ -139,6 +139,40 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     simulate.set_defaults(handler=_cmd_simulate)
 
+    topology = sub.add_parser(
+        "topology",
+        help="print (or write) Megatron's exact parallel groups for a layout",
+        description=(
+            "Build every process group megatron-core's initialize_model_parallel creates "
+            "for a layout (its RankGenerator, reproduced exactly) and print it as topology "
+            "JSON, the format `tracehouse ingest` reads from topology*.json beside traces. "
+            "Layouts Megatron rejects are usage errors (exit 2)."
+        ),
+    )
+    topology.add_argument("--world", type=int, required=True, metavar="N",
+                          help="number of ranks")
+    topology.add_argument("--tp", type=int, required=True, metavar="N",
+                          help="tensor-parallel size")
+    topology.add_argument("--pp", type=int, required=True, metavar="N",
+                          help="pipeline-parallel size")
+    topology.add_argument("--cp", type=int, default=1, metavar="N",
+                          help="context-parallel size (default 1)")
+    topology.add_argument("--ep", type=int, default=1, metavar="N",
+                          help="expert-parallel size (default 1)")
+    topology.add_argument("--etp", type=int, default=None, metavar="N",
+                          help="expert tensor-parallel size (default: --tp)")
+    topology.add_argument("--vpp", type=int, default=None, metavar="N",
+                          help="virtual pipeline size (model chunks per pipeline rank)")
+    topology.add_argument("--order", default="tp-cp-ep-dp-pp", metavar="ORDER",
+                          help="rank order, fastest-varying first, as Megatron's --order "
+                               "(default tp-cp-ep-dp-pp)")
+    topology.add_argument("--format", choices=("json", "traceviz"), default="json",
+                          help="topology JSON (default) or Megatron-TraceViz's "
+                               "unique_parallel_groups text")
+    topology.add_argument("--out", type=Path, default=None, metavar="FILE",
+                          help="write to FILE instead of standard output")
+    topology.set_defaults(handler=_cmd_topology)
+
     demo = sub.add_parser(
         "demo",
         parents=[common],
@@ -245,6 +279,34 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_topology(args: argparse.Namespace) -> int:
+    from tracehouse.megatron_patch.topology_dump import format_traceviz_txt, topology_json
+    from tracehouse.topology import build_topology
+
+    try:
+        topo = build_topology(world=args.world, tp=args.tp, pp=args.pp, cp=args.cp, ep=args.ep,
+                              etp=args.etp, vpp=args.vpp, order=args.order)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    # Marked so ingest ranks it below what a job recorded (source `generated`).
+    topo["generator"] = "tracehouse topology"
+    text = topology_json(topo) if args.format == "json" else format_traceviz_txt(topo)
+    if args.out is None:
+        sys.stdout.write(text)
+        return EXIT_OK
+    try:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = args.out.with_name(f".{args.out.name}.tmp")
+        tmp.write_text(text)
+        tmp.replace(args.out)
+    except OSError as exc:
+        print(f"error: {args.out}: cannot write: {exc.strerror}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"wrote the topology of {args.world} ranks to {args.out}", file=sys.stderr)
+    return EXIT_OK
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from tracehouse.dbt import DbtBuildError
     from tracehouse.demo import run_demo
@@ -257,8 +319,21 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def console_main() -> int:
+    """The ``tracehouse`` console script: :func:`main` on ``sys.argv``.
+
+    A process that runs ``tracehouse ingest`` does nothing else, so it keeps
+    pyarrow from importing pandas (see ``ingest.lean.keep_pandas_out``).
+    """
+    if sys.argv[1:2] == ["ingest"]:
+        from tracehouse.ingest.lean import keep_pandas_out
+
+        keep_pandas_out()
+    return main()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``tracehouse`` console script."""
+    """Entry point for tests and embedding: parse ``argv`` and run one command."""
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -272,4 +347,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(console_main())
