@@ -45,8 +45,8 @@ def _query(warehouse: Path, sql: str, params: list | None = None) -> list[tuple]
 
 
 def _groups(warehouse: Path, run_id: str) -> dict[str, list[list[int]]]:
-    rows = _query(warehouse, "select kind, ranks from dim_process_groups where run_id = ? "
-                  "order by kind, group_index", [run_id])
+    rows = _query(warehouse, "select group_kind, ranks from dim_process_groups where run_id = ? "
+                  "order by group_kind, group_index", [run_id])
     groups: dict[str, list[list[int]]] = {}
     for kind, ranks in rows:
         groups.setdefault(kind, []).append(list(ranks))
@@ -84,7 +84,7 @@ def test_topology_json_lands_in_the_warehouse(megatron_warehouse: Path, run: str
         assert groups[kind] == expected, kind
     assert groups["model_replica"] == reference["replicas"]
     assert groups["world"] == [list(range(reference["sizes"]["world"]))]
-    by_kind = dict(_query(megatron_warehouse, "select distinct kind, source from "
+    by_kind = dict(_query(megatron_warehouse, "select distinct group_kind, source from "
                           "dim_process_groups where run_id = ?", [run]))
     assert {by_kind[kind] for kind in reference["groups"]} == {"topology_json"}
     # Kinds this dump leaves out (e.g. tp_dp_cp) come from the traces' pg_config.
@@ -102,8 +102,8 @@ def test_groups_from_pg_config_equal_the_topology_json(megatron_warehouse: Path,
         assert from_traces[kind] == [sorted(g) for g in expected], kind
     # pg_name and pg_desc agree between the dump and the traces.
     names = """
-        select kind, ranks_key, pg_name, pg_desc from dim_process_groups
-        where run_id = ? and kind != 'model_replica' order by all
+        select group_kind, ranks_key, pg_name, pg_desc from dim_process_groups
+        where run_id = ? and group_kind != 'model_replica' order by all
     """
     kinds = {*reference["groups"], "world"}
     dumped, traced = (
@@ -166,14 +166,14 @@ def test_traceviz_text_and_conflicts(tmp_path: Path) -> None:
     reference = build_topology(8, tp=2, pp=2)["groups"]
     for kind in ("tp", "pp", "dp", "model_replica"):
         assert viz[kind] == reference[kind], kind
-    rows = _query(root, "select kind, source, conflicting_sources from dim_process_groups "
+    rows = _query(root, "select group_kind, source, conflicting_sources from dim_process_groups "
                   "where run_id = 'viz' order by all")
     assert {(kind, source) for kind, source, _ in rows if kind in ("tp", "pp", "dp")} == {
         ("tp", "traceviz_txt"), ("pp", "traceviz_txt"), ("dp", "traceviz_txt")}
     assert ("cp", "pg_config") in {(kind, source) for kind, source, _ in rows}
     assert all(conflict is None for _, _, conflict in rows)
 
-    conflicts = _query(root, "select kind, ranks_key, conflicting_sources from "
+    conflicts = _query(root, "select group_kind, ranks_key, conflicting_sources from "
                        "dim_process_groups where run_id = 'wrong' and conflicting_sources "
                        "is not null order by all")
     assert {kind for kind, _, _ in conflicts} >= {"pp", "dp"}

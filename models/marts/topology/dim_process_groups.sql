@@ -228,7 +228,7 @@ conflicts as (
 final as (
     select
         chosen.run_id,
-        chosen.kind,
+        chosen.kind as group_kind,
         cast(row_number() over (
             partition by chosen.run_id, chosen.kind
             order by
@@ -242,7 +242,7 @@ final as (
                 then chosen.kind
             when chosen.kind = 'mp' then 'model'
             else 'other'
-        end as kind_class,
+        end as kind,
         chosen.ranks,
         chosen.ranks_key,
         cast(len(chosen.ranks) as bigint) as group_size,

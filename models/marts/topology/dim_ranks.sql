@@ -11,7 +11,7 @@ with
 process_groups as (
     select
         run_id,
-        kind,
+        group_kind as kind,
         group_index,
         ranks
     from {{ ref('dim_process_groups') }}

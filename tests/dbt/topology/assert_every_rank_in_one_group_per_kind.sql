@@ -10,10 +10,10 @@ with
 process_groups as (
     select
         run_id,
-        kind,
+        group_kind as kind,
         ranks
     from {{ ref('dim_process_groups') }}
-    where kind not in ('embedding', 'position_embedding', 'other')
+    where group_kind not in ('embedding', 'position_embedding', 'other')
 ),
 
 ranks as (
