@@ -603,40 +603,12 @@ def parse_kineto(data: bytes, source: TraceFile, *, trace_id: str, content_hash:
         start, end = int(ts_ns.min()), int(end_ns.max())
     else:
         start = end = None
-    traces = _table(
-        {
-            "run_id": [run_id],
-            "trace_id": [trace_id],
-            "rank": [rank],
-            "world_size": [dist.world_size],
-            "iteration": [source.iteration_hint],
-            "min_profiler_step": [steps[0] if steps else None],
-            "max_profiler_step": [steps[-1] if steps else None],
-            "path": [display_path(source.path)],
-            "file_format": [file_format],
-            "layout": [source.layout],
-            "size_bytes": [source.size_bytes],
-            "uncompressed_bytes": [uncompressed_bytes],
-            "mtime_ns": [source.mtime_ns],
-            "content_hash": [content_hash],
-            "engine": ["native"],
-            "schema_version": [trace.schemaVersion],
-            "base_time_ns": [base_ns],
-            "trace_start_ns": [start],
-            "trace_end_ns": [end],
-            "event_count": [event_count],
-            "slice_count": [n],
-            "flow_count": [flows.num_rows],
-            "unpaired_flow_events": [unpaired],
-            "partial_overlap_count": [int(nested.partial.sum())],
-            "backend": [dist.backend],
-            "host_name": [trace.host_name],
-            "kineto_trace_id": [trace.trace_id],
-            "distributed_info": _json_column([trace.distributedInfo], "distributedInfo"),
-            "device_properties": _json_column([trace.deviceProperties], "deviceProperties"),
-            "ingested_at": [ingested_at],
-        },
-        schema.TRACES,
+    traces = traces_row(
+        source, trace, dist, engine="native", trace_id=trace_id, rank=rank,
+        content_hash=content_hash, uncompressed_bytes=uncompressed_bytes,
+        file_format=file_format, ingested_at=ingested_at, steps=steps, start_ns=start,
+        end_ns=end, event_count=event_count, slice_count=n, flow_count=flows.num_rows,
+        unpaired_flow_events=unpaired, partial_overlap_count=int(nested.partial.sum()),
     )
     return ParsedTrace(
         trace_id=trace_id,
@@ -653,6 +625,49 @@ def parse_kineto(data: bytes, source: TraceFile, *, trace_id: str, content_hash:
         },
     )
 
+
+
+def traces_row(source: TraceFile, trace, dist: DistributedInfo, *, engine: str, trace_id: str,
+               rank: int, content_hash: str, uncompressed_bytes: int, file_format: str,
+               ingested_at: object, steps: Sequence[int], start_ns: int | None,
+               end_ns: int | None, event_count: int, slice_count: int, flow_count: int,
+               unpaired_flow_events: int, partial_overlap_count: int) -> pa.Table:
+    """The one ``traces`` row of a loaded file; both engines build it here."""
+    return _table(
+        {
+            "run_id": [source.run_id],
+            "trace_id": [trace_id],
+            "rank": [rank],
+            "world_size": [dist.world_size],
+            "iteration": [source.iteration_hint],
+            "min_profiler_step": [steps[0] if steps else None],
+            "max_profiler_step": [steps[-1] if steps else None],
+            "path": [display_path(source.path)],
+            "file_format": [file_format],
+            "layout": [source.layout],
+            "size_bytes": [source.size_bytes],
+            "uncompressed_bytes": [uncompressed_bytes],
+            "mtime_ns": [source.mtime_ns],
+            "content_hash": [content_hash],
+            "engine": [engine],
+            "schema_version": [trace.schemaVersion],
+            "base_time_ns": [trace.baseTimeNanoseconds or 0],
+            "trace_start_ns": [start_ns],
+            "trace_end_ns": [end_ns],
+            "event_count": [event_count],
+            "slice_count": [slice_count],
+            "flow_count": [flow_count],
+            "unpaired_flow_events": [unpaired_flow_events],
+            "partial_overlap_count": [partial_overlap_count],
+            "backend": [dist.backend],
+            "host_name": [trace.host_name],
+            "kineto_trace_id": [trace.trace_id],
+            "distributed_info": _json_column([trace.distributedInfo], "distributedInfo"),
+            "device_properties": _json_column([trace.deviceProperties], "deviceProperties"),
+            "ingested_at": [ingested_at],
+        },
+        schema.TRACES,
+    )
 
 def _decode_distributed(raw: msgspec.Raw) -> DistributedInfo:
     if _absent(raw):

@@ -112,8 +112,9 @@ from .kineto import (
     _to_ns,
     _typed_args,
     decode_kineto,
+    traces_row,
 )
-from .model import ParsedTrace, TraceError, TraceFile, display_path
+from .model import ParsedTrace, TraceError, TraceFile
 
 ENV_BIN = "TRACE_PROCESSOR_BIN"
 ENV_REMOTE = "TRACE_PROCESSOR_REMOTE"
@@ -642,40 +643,14 @@ def _assemble(source, trace, dist, rank, facts, slices_q, threads_q, flows_q, st
         start, end = int(ts.min()) + base_ns, int((ts + dur).max()) + base_ns
     else:
         start = end = None
-    traces = _table(
-        {
-            "run_id": [run_id],
-            "trace_id": [trace_id],
-            "rank": [rank],
-            "world_size": [dist.world_size],
-            "iteration": [source.iteration_hint],
-            "min_profiler_step": [steps[0] if steps else None],
-            "max_profiler_step": [steps[-1] if steps else None],
-            "path": [display_path(source.path)],
-            "file_format": [file_format],
-            "layout": [source.layout],
-            "size_bytes": [source.size_bytes],
-            "uncompressed_bytes": [uncompressed_bytes],
-            "mtime_ns": [source.mtime_ns],
-            "content_hash": [content_hash],
-            "engine": ["perfetto"],
-            "schema_version": [trace.schemaVersion],
-            "base_time_ns": [base_ns],
-            "trace_start_ns": [start],
-            "trace_end_ns": [end],
-            "event_count": [len(trace.traceEvents)],
-            "slice_count": [n],
-            "flow_count": [flows.num_rows],
-            "unpaired_flow_events": [max(facts.flow_events - 2 * flows.num_rows, 0)],
-            "partial_overlap_count": [overlapping],
-            "backend": [dist.backend],
-            "host_name": [trace.host_name],
-            "kineto_trace_id": [trace.trace_id],
-            "distributed_info": _json_column([trace.distributedInfo], "distributedInfo"),
-            "device_properties": _json_column([trace.deviceProperties], "deviceProperties"),
-            "ingested_at": [ingested_at],
-        },
-        schema.TRACES,
+    traces = traces_row(
+        source, trace, dist, engine="perfetto", trace_id=trace_id, rank=rank,
+        content_hash=content_hash, uncompressed_bytes=uncompressed_bytes,
+        file_format=file_format, ingested_at=ingested_at, steps=steps, start_ns=start,
+        end_ns=end, event_count=len(trace.traceEvents), slice_count=n,
+        flow_count=flows.num_rows,
+        unpaired_flow_events=max(facts.flow_events - 2 * flows.num_rows, 0),
+        partial_overlap_count=overlapping,
     )
     return ParsedTrace(
         trace_id=trace_id,
