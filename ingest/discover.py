@@ -12,10 +12,14 @@ Sidecars that sit beside traces (topology dumps, PP-timer logs, Genstack
 comm logs) are not traces; discovery reports them as skipped instead of
 failing on them. Topology files (``topology*.json``, Megatron-TraceViz's
 ``unique_parallel_groups_*.txt``) are also listed in
-``Discovery.topologies`` so ingest loads them into ``topology_groups``.
+``Discovery.topologies`` so ingest loads them into ``topology_groups``, and
+PP-timer logs (``event_times_PP*_VPP*_TPxCPxDP_rank_*_pp_rank_*_rank_*.json``)
+in ``Discovery.pp_timers`` for ``pp_timer_events`` (those are loaded, so they
+are not listed as skipped).
 
 The run a file belongs to is ``--run`` when given, else the folder holding
-the trace (skipping an ``iteration_N`` folder), so ingesting a tree of jobs
+the trace (skipping an ``iteration_N`` folder, and a ``pp_timer_logs``
+folder, the patch's default for PP-timer logs), so ingesting a tree of jobs
 gives one run per job folder.
 """
 
@@ -26,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .model import TraceFile
+from .pp_timer import is_pp_timer_name
 from .topology import TRACEVIZ_TXT_NAME, is_topology_name
 
 _MEGATRON = re.compile(r"^rank_(\d+)_iter_(\d+)\.pt\.trace\.json(\.gz)?$")
@@ -35,6 +40,8 @@ _HTA = re.compile(r"(?:^|[_.-])rank-(\d+)\.json(\.gz)?$")
 _WORKER_RANK = re.compile(r"(?:rank|worker)[_-]?(\d+)", re.IGNORECASE)
 _GENERIC_RANK = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
 _ITERATION_DIR = re.compile(r"^iteration_(\d+)$")
+#: Folders that never name a run: a run's per-iteration and PP-timer subfolders.
+_RUN_SUBFOLDER = re.compile(r"^(?:iteration_\d+|pp_timer_logs)$")
 _ITER_IN_NAME = re.compile(r"_iter_(\d+)")
 _RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -61,6 +68,9 @@ class Discovery:
     #: Topology files (``topology*.json``, ``unique_parallel_groups_*.txt``)
     #: found inside folders, with their run: loaded into ``topology_groups``.
     topologies: list[tuple[Path, str]] = field(default_factory=list)
+    #: PP-timer logs (``event_times_PP*.json``) with their run: loaded into
+    #: ``pp_timer_events``.
+    pp_timers: list[tuple[Path, str]] = field(default_factory=list)
 
 
 def is_trace_name(name: str) -> bool:
@@ -78,9 +88,10 @@ def sanitize_run_name(name: str) -> str:
 
 
 def default_run_for(path: Path) -> str:
-    """The job folder of a trace: its parent, or the grandparent for iteration_N folders."""
+    """The job folder of a file: its parent, or the grandparent for ``iteration_N`` and
+    ``pp_timer_logs`` folders."""
     folder = path.parent
-    if _ITERATION_DIR.match(folder.name) and folder.parent != folder:
+    if _RUN_SUBFOLDER.match(folder.name) and folder.parent != folder:
         folder = folder.parent
     return sanitize_run_name(folder.name or "run")
 
@@ -157,6 +168,9 @@ def discover(paths: list[Path], run: str | None = None) -> Discovery:
                 found.topologies.append((resolved, run or default_run_for(resolved)))
                 found.skipped.append((resolved, "topology file, not a profiler trace: "
                                       "loaded into topology_groups"))
+                continue
+            if is_pp_timer_name(path.name):
+                found.pp_timers.append((resolved, run or default_run_for(resolved)))
                 continue
             if TRACEVIZ_TXT_NAME.match(path.name):  # named explicitly
                 found.topologies.append((resolved, run or default_run_for(resolved)))

@@ -1,5 +1,9 @@
 """Ingest orchestration: discover, skip what is loaded, parse in parallel, commit.
 
+Traces are the bulk; the small files beside them (topology dumps into
+``topology_groups``, PP-timer logs into ``pp_timer_events``) are loaded in
+the parent process after the traces, each by one atomic rename.
+
 Work split: worker processes each take one file at a time (read, hash,
 decompress, parse, write temporaries), so memory per worker is bounded by
 the largest single file, never by the run. The parent process alone
@@ -36,6 +40,7 @@ from .discover import discover
 from .kineto import parse_kineto
 from .lean import keep_pandas_out
 from .model import TraceError, TraceFile, display_path
+from .pp_timer import load_pp_timer_file, read_pp_timer_manifest
 from .progress import Progress
 from .topology import load_topology_file
 
@@ -74,9 +79,23 @@ class IngestResult:
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, why)
     failed: list[Failed] = field(default_factory=list)
     topologies: list[tuple[str, str, int]] = field(default_factory=list)  # (path, run, rows)
+    pp_timers: list[tuple[str, str, int]] = field(default_factory=list)  # (path, run, rows)
     bytes_read: int = 0
     uncompressed_bytes: int = 0
     seconds: float = 0.0
+
+    def summary(self, into: object | None = None) -> str:
+        """The closing line of an ingest: every kind of file loaded, skipped and failed.
+
+        Traces are not the only files ingest loads; counting only them made a
+        run whose topology and PP-timer logs loaded look as if it did less.
+        """
+        mb = self.uncompressed_bytes / 1e6
+        rate = mb / self.seconds if self.seconds > 0 else 0.0
+        where = f" into {into}" if into is not None else ""
+        return (f"loaded {len(self.loaded)} trace(s) ({mb:.1f} MB of JSON, {rate:.1f} MB/s), "
+                f"{len(self.topologies)} topology file(s), {len(self.pp_timers)} PP-timer "
+                f"file(s); skipped {len(self.skipped)}, failed {len(self.failed)}{where}")
 
     @property
     def exit_code(self) -> int:
@@ -330,6 +349,7 @@ def ingest_paths(
         finally:
             bar.close()
         _load_topologies(found.topologies, committer, result, stream)
+        _load_pp_timers(found.pp_timers, committer, result, stream, force)
     result.seconds = time.perf_counter() - started
     return result
 
@@ -421,6 +441,54 @@ def _load_topologies(files: list[tuple[Path, str]], committer: _Committer,
             continue
         lake.clear_error(committer.warehouse, run_id, shown)
         result.topologies.append((shown, run_id, rows))
+
+
+def _reject_side_file(path: Path, run_id: str, layout: str, exc: TraceError,
+                      committer: _Committer, result: IngestResult, stream: TextIO) -> None:
+    """Record a bad topology or PP-timer file like a bad trace: error line and row."""
+    stat = path.stat() if path.exists() else None
+    source = TraceFile(path=path, run_id=run_id, layout=layout, rank_hint=None,
+                       iteration_hint=None, size_bytes=stat.st_size if stat else 0,
+                       mtime_ns=stat.st_mtime_ns if stat else 0)
+    failed = committer.reject(source, exc)
+    result.failed.append(failed)
+    print(failed.line(), file=stream, flush=True)
+
+
+def _load_pp_timers(files: list[tuple[Path, str]], committer: _Committer,
+                    result: IngestResult, stream: TextIO, force: bool) -> None:
+    """Load every PP-timer log into ``pp_timer_events``, incrementally.
+
+    Like traces: a file whose path, size and mtime match what is loaded is
+    skipped unread, one whose content hash matches is skipped after
+    reading; a bad file gets an error line and an ``ingest_errors`` row and
+    leaves any earlier version of it loaded.
+    """
+    if not files:
+        return
+    manifest = read_pp_timer_manifest(committer.warehouse)
+    for path, run_id in files:
+        shown = display_path(path)
+        known = None if force else manifest.get((run_id, shown))
+        if known is not None:
+            try:
+                stat = path.stat()
+            except OSError:
+                stat = None
+            if stat is not None and (stat.st_size, stat.st_mtime_ns) == (known.size_bytes,
+                                                                         known.mtime_ns):
+                result.skipped.append((shown, "already loaded, unchanged"))
+                continue
+        try:
+            rows = load_pp_timer_file(committer.warehouse, run_id, path, committer.token, known)
+        except TraceError as exc:
+            _reject_side_file(path, run_id, "pp_timer", exc, committer, result, stream)
+            continue
+        lake.clear_error(committer.warehouse, run_id, shown)
+        if rows is None:
+            result.skipped.append((shown, "already loaded, same content"))
+        else:
+            result.pp_timers.append((shown, run_id, rows))
 
 
 def _remove_temporaries(wh: Warehouse, token: str) -> None:

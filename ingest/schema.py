@@ -184,6 +184,33 @@ TOPOLOGY_GROUPS = pa.schema(
     ]
 )
 
+PP_TIMER_EVENTS = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("trace_id", pa.string()),  # id of the PP-timer file within the run (not a trace)
+        ("rank", pa.int64()),  # global rank, from the file name
+        ("pp_rank", pa.int64()),
+        ("pp_size", pa.int64()),
+        ("vpp_size", pa.int64()),
+        ("tp_cp_dp_rank", pa.int64()),  # rank in the tensor x context x data-parallel group
+        ("iteration", pa.int64()),  # from the tracehouse metadata, NULL for original files
+        ("vpp_chunk", pa.int64()),  # model chunk, 0 without VPP
+        ("microbatch", pa.int64()),  # microbatch within the chunk
+        ("phase", pa.string()),  # forward | backward
+        ("start_ns", pa.int64()),  # after the rank's post-barrier timer start
+        ("end_ns", pa.int64()),
+        ("dur_ns", pa.int64()),
+        ("total_execution_ns", pa.int64()),  # total-execution-time, NULL if absent
+        ("clock", pa.string()),  # cuda_event | cpu_perf_counter | simulated | NULL (original)
+        ("timer_format", pa.string()),  # tracehouse | original
+        ("path", pa.string()),
+        ("content_hash", pa.string()),
+        ("size_bytes", pa.int64()),
+        ("mtime_ns", pa.int64()),
+        ("ingested_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
 #: Tables written once per loaded trace, in commit order: ``traces`` last,
 #: because a row there is what marks the trace as loaded.
 TRACE_TABLES: dict[str, pa.Schema] = {
@@ -201,4 +228,6 @@ LAKE_TABLES: dict[str, pa.Schema] = {
     "ingest_errors": INGEST_ERRORS,
     # One file per topology file beside the traces (ingest/topology.py).
     "topology_groups": TOPOLOGY_GROUPS,
+    # One file per PP-timer log (event_times_PP*.json) beside the traces (ingest/pp_timer.py).
+    "pp_timer_events": PP_TIMER_EVENTS,
 }

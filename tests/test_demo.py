@@ -16,7 +16,10 @@ def test_demo_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     warehouse = tmp_path / "warehouse"
     assert main(["demo", "--out", str(run_dir), "--warehouse", str(warehouse)]) == 0
     out = capsys.readouterr().out
-    assert "4/4 report: not built yet" in out
+    assert "4/4 rendering the report" in out
+    index = warehouse / "reports" / "demo_run" / "index.html"
+    assert f"report: {index}" in out
+    assert index.is_file() and "<img" in index.read_text()
     assert "rank 5 computes" in out  # the injected straggler is the slowest
     assert str(warehouse) in out
     assert (run_dir / "ground_truth.json").is_file()

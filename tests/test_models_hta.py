@@ -209,3 +209,24 @@ def print_comparison(warehouse: Path, warehouse_us: Path) -> str:
             f"{pct:.2f} / {us_row[4]:.2f} | {hta_pct:.2f} |"
         )
     return "\n".join(lines)
+
+
+def test_comm_group_from_process_group_args(warehouse: Path) -> None:
+    """a100_nccl_pg_args' NCCL kernels carry Process Group Ranks/Name/Description:
+    each is joined to its exact group (the world group the rank's pg_config lists).
+    dlrm_8rank's kernels carry none and its traces list no groups, and no Megatron
+    step holds them: no group, never a guessed one."""
+    rows = _query(
+        warehouse,
+        """
+        select run_id, comm_group_source, comm_process_group_kind, comm_group_index,
+               comm_group_kind, count(*)
+        from fct_kernels
+        where kind = 'communication' and run_id in ('a100_nccl_pg_args', 'dlrm_8rank')
+        group by all
+        """,
+    )
+    by_run = {run: rest for run, *rest in rows}
+    assert set(by_run) == {"a100_nccl_pg_args", "dlrm_8rank"}
+    assert by_run["a100_nccl_pg_args"][:4] == ["process_group", "world", 0, "world"]
+    assert by_run["dlrm_8rank"][:4] == [None, None, None, None]

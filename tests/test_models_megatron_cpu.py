@@ -23,12 +23,14 @@ pytestmark = pytest.mark.slow
 
 MEGATRON_CPU = SHARED_DATA / "kineto" / "megatron_cpu"
 #: run -> (world size, traced iterations, forward/backward steps per rank and iteration).
-#: The interleaved run has M x vpp = 4 x 2 steps per rank (vpp chunk not derived yet).
+#: The interleaved run has M x vpp = 4 x 2 steps per rank.
 RUNS = {
     "tp2_pp2_dp2": (8, [3, 5], 4),
     "tp1_pp4_dp2": (8, [3], 8),
     "tp2_pp2_dp1_vpp2": (4, [3], 8),
 }
+#: run -> vpp size (from topology.json beside the traces).
+VPP = {"tp2_pp2_dp2": 1, "tp1_pp4_dp2": 1, "tp2_pp2_dp1_vpp2": 2}
 
 
 def _query(warehouse: Path, sql: str) -> list[tuple]:
@@ -97,3 +99,120 @@ def test_optimizer_is_matched_on_the_function_not_the_package(warehouse: Path) -
     )
     names = {name for (name,) in rows}
     assert names and names <= {"step", "step_with_ready_grads", "_step"}
+
+
+def test_every_chunk_has_every_microbatch(warehouse: Path) -> None:
+    """M microbatches per vpp chunk, stage and iteration; no chunk without VPP."""
+    rows = _query(
+        warehouse,
+        """
+        select run_id, rank, iteration, phase,
+               list(distinct [vpp_chunk, chunk_microbatch]), count(*),
+               bool_and(vpp_chunk is null and chunk_microbatch = microbatch)
+        from fct_microbatch_phases
+        where phase in ('forward', 'backward') and microbatch is not null
+        group by all
+        """,
+    )
+    assert len(rows) == sum(world * len(its) * 2 for world, its, _ in RUNS.values())
+    for run, rank, iteration, phase, pairs, count, no_chunk in rows:
+        world, iterations, steps = RUNS[run]
+        vpp = VPP[run]
+        if vpp == 1:
+            assert no_chunk, (run, rank, iteration, phase)
+            continue
+        per_chunk = steps // vpp
+        expected = sorted([chunk, mb] for chunk in range(vpp) for mb in range(per_chunk))
+        assert count == steps and sorted(pairs) == expected, (run, rank, iteration, phase)
+
+
+def test_interleaved_order_matches_megatron(warehouse: Path) -> None:
+    """The GPTModel_<chunk> frame of each forward step agrees with megatron-core's
+    schedule table (groups of pp size through chunk 0..v-1), and backward steps
+    run the chunks in reverse."""
+    rows = _query(
+        warehouse,
+        """
+        select phase, chunk_source, microbatch, vpp_chunk, schedule_chunk, chunk_microbatch
+        from int_microbatch_steps_chunked
+        where run_id = 'tp2_pp2_dp1_vpp2'
+        """,
+    )
+    assert rows
+    pp, vpp = 2, 2
+    for phase, source, k, chunk, schedule_chunk, chunk_mb in rows:
+        table_chunk = (k // pp) % vpp
+        assert chunk_mb == (k // (pp * vpp)) * pp + k % pp
+        if phase == "forward":
+            assert source == "module_frame" and chunk == schedule_chunk == table_chunk
+        else:
+            assert source == "schedule" and chunk == vpp - 1 - table_chunk
+
+
+def test_cpu_collectives_land_on_their_group(warehouse: Path) -> None:
+    """From the call stack: every PP send/recv (call and its gloo wait) on the rank's
+    pp group, DDP grad reduce-scatter and param all-gather on its data-parallel
+    group, the batch broadcast and TP mappings on its tp group."""
+    rows = _query(
+        warehouse,
+        """
+        select collectives.run_id, collectives.collective, collectives.event_type,
+               collectives.comm_group_kind, collectives.comm_process_group_kind,
+               bool_and(
+                   case collectives.comm_process_group_kind
+                       when 'pp' then collectives.comm_group_index = ranks.pp_group_index
+                       when 'tp' then collectives.comm_group_index = ranks.tp_group_index
+                       else collectives.comm_group_index is not null
+                   end
+               ),
+               bool_and(collectives.is_outliving_call_site),
+               count(*)
+        from fct_cpu_collectives as collectives
+        inner join dim_ranks as ranks
+            on collectives.run_id = ranks.run_id and collectives.rank = ranks.rank
+        group by all
+        """,
+    )
+    by_key = {tuple(row[:3]): row[3:] for row in rows}
+    for run in ("tp1_pp4_dp2", "tp2_pp2_dp2"):
+        for collective in ("send", "recv"):
+            for event_type in ("call", "wait"):
+                kind, group_kind, exact, outlives, n = by_key[(run, collective, event_type)]
+                assert (kind, group_kind, exact) == ("pp", "pp", True), (run, collective)
+                assert outlives == (event_type == "wait") and n > 0
+        for collective in ("reduce_scatter_tensor_coalesced", "allgather_into_tensor_coalesced"):
+            kind, group_kind, exact, _, n = by_key[(run, collective, "call")]
+            assert (kind, group_kind, exact) == ("dp", "dp_cp", True), (run, collective)
+        kind, group_kind, exact, _, _ = by_key[(run, "broadcast", "call")]
+        assert (kind, group_kind, exact) == ("tp", "tp", True), run
+    # Only the harness's own train_step all-reduce (one per rank and iteration)
+    # has no Megatron call site.
+    unclassified = _query(
+        warehouse,
+        """
+        select run_id, rank, iteration, count(*), list(distinct call_site_function)
+        from fct_cpu_collectives where comm_group_kind is null group by all
+        """,
+    )
+    assert all(n == 1 for *_, n, _ in unclassified), unclassified
+
+
+def test_cpu_pipeline_bubbles(warehouse: Path) -> None:
+    """One row per pp group, iteration and stage, from the CPU step frames."""
+    rows = _query(
+        warehouse,
+        """
+        select run_id, count(*), count(distinct (pp_group_index, iteration, pp_stage)),
+               bool_and(timing_source = 'cpu'), bool_and(bubble_ratio between 0 and 1),
+               min(theoretical_bubble_ratio), max(theoretical_bubble_ratio)
+        from fct_pipeline_bubbles group by run_id
+        """,
+    )
+    #: run -> (pp, vpp, microbatches per chunk)
+    layouts = {"tp2_pp2_dp2": (2, 1, 4), "tp1_pp4_dp2": (4, 1, 8), "tp2_pp2_dp1_vpp2": (2, 2, 4)}
+    assert {run for run, *_ in rows} == set(RUNS)
+    for run, n, distinct, cpu, in_range, low, high in rows:
+        world, iterations, _ = RUNS[run]
+        p, v, m = layouts[run]
+        assert n == distinct == world * len(iterations) and cpu and in_range, run
+        assert low == high == pytest.approx((p - 1) / (v * m + p - 1)), run

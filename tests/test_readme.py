@@ -18,9 +18,11 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert test_command in ci.splitlines()
 
 
-@pytest.mark.parametrize("command", ["ingest", "build", "sql", "demo"])
-def test_every_subcommand_has_help(command: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main([command, "--help"]) == 0
+@pytest.mark.parametrize("command", [["ingest"], ["build"], ["sql"], ["demo"], ["report"],
+                                     ["export", "perfetto"], ["export", "table"]])
+def test_every_subcommand_has_help(command: list[str],
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*command, "--help"]) == 0
     assert "--warehouse" in capsys.readouterr().out
 
 

@@ -146,3 +146,20 @@ def test_rank_generator_appends_size_one_dimensions() -> None:
 def test_invalid_layouts_are_rejected_like_megatron(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         build_topology(**kwargs)
+
+
+def test_group_descriptions_equal_the_seed() -> None:
+    """One pg_desc -> kind mapping: the seed's exact rows are GROUP_DESCRIPTIONS (+ world)."""
+    import csv
+    from pathlib import Path
+
+    from tracehouse.topology import GROUP_DESCRIPTIONS
+
+    seed = Path(__file__).resolve().parent.parent / "seeds" / "process_group_kinds.csv"
+    with seed.open(newline="") as handle:
+        exact = {row["pg_desc"]: row for row in csv.DictReader(handle) if row["pg_desc"]}
+    assert {desc: row["topology_kind"] for desc, row in exact.items()} == {
+        "default_pg": "world", **{desc: kind for kind, desc in GROUP_DESCRIPTIONS.items()}}
+    for desc, row in exact.items():
+        # The exact rows win over the regular expressions, and match only their name.
+        assert row["pattern"] == f"^{desc}$" and int(row["priority"]) < 10

@@ -173,6 +173,73 @@ def build_parser() -> argparse.ArgumentParser:
                           help="write to FILE instead of standard output")
     topology.set_defaults(handler=_cmd_topology)
 
+    report = sub.add_parser(
+        "report",
+        parents=[common],
+        help="render every chart and an index.html report from the marts",
+        description=(
+            "Render every chart family (PNG and SVG) and an index.html report for one run "
+            "from the warehouse's marts. The report is swapped in atomically; when the marts "
+            "have not changed since the last report it is left as it is (--force re-renders). "
+            "Exit 1 when a chart family failed (the others are still rendered)."
+        ),
+    )
+    report.add_argument("--run", metavar="NAME",
+                        help="run to report (default: the only run, else the newest)")
+    report.add_argument("--compare", metavar="NAME",
+                        help="a second run to compare with, side by side")
+    report.add_argument("--out", type=Path, default=None, metavar="DIR",
+                        help="report folder (default: <warehouse>/reports/<run>)")
+    report.add_argument("--force", action="store_true",
+                        help="re-render even when the marts have not changed")
+    report.set_defaults(handler=_cmd_report)
+
+    export = sub.add_parser(
+        "export",
+        help="export a merged Perfetto timeline, or any table as CSV/Parquet",
+        description=(
+            "`export perfetto`: one merged timeline of many ranks for ui.perfetto.dev. "
+            "`export table`: any mart or table as CSV or Parquet."
+        ),
+    )
+    export_sub = export.add_subparsers(dest="export_kind", metavar="WHAT")
+    export_sub.required = True
+    perfetto = export_sub.add_parser(
+        "perfetto",
+        parents=[common],
+        help="merged multi-rank timeline (Perfetto protobuf, or Chrome JSON)",
+        description=(
+            "Write one timeline holding many ranks: each rank a process named with its "
+            "parallel coordinates, its CPU steps and GPU streams, kernels coloured by kind "
+            "and named with phase, microbatch and group. Choose ranks with --ranks, "
+            "--pp-group or --replica (default: every rank)."
+        ),
+    )
+    perfetto.add_argument("--run", required=True, metavar="NAME", help="run to export")
+    select = perfetto.add_mutually_exclusive_group()
+    select.add_argument("--ranks", type=_rank_list, default=None, metavar="LIST",
+                        help="ranks, e.g. 0,1,4-7")
+    select.add_argument("--pp-group", type=int, default=None, metavar="N",
+                        help="the ranks of pipeline group N (dim_ranks.pp_group_index)")
+    select.add_argument("--replica", type=int, default=None, metavar="N",
+                        help="the ranks of model replica N (dim_ranks.model_replica)")
+    perfetto.add_argument("--format", choices=("proto", "json"), default="proto",
+                          help="Perfetto protobuf (default) or Chrome trace JSON")
+    perfetto.add_argument("--out", type=Path, required=True, metavar="FILE")
+    perfetto.set_defaults(handler=_cmd_export_perfetto)
+    table = export_sub.add_parser(
+        "table",
+        parents=[common],
+        help="a mart or table as CSV or Parquet",
+        description="Write one table of the warehouse (e.g. fct_rank_iterations) to FILE; "
+                    "the format comes from --format, else FILE's suffix.",
+    )
+    table.add_argument("table", metavar="TABLE")
+    table.add_argument("--run", metavar="NAME", help="only this run's rows")
+    table.add_argument("--format", choices=("csv", "parquet"), default=None)
+    table.add_argument("--out", type=Path, required=True, metavar="FILE")
+    table.set_defaults(handler=_cmd_export_table)
+
     demo = sub.add_parser(
         "demo",
         parents=[common],
@@ -214,14 +281,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     except DiscoveryError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    mb = result.uncompressed_bytes / 1e6
-    rate = mb / result.seconds if result.seconds > 0 else 0.0
-    print(
-        f"loaded {len(result.loaded)} trace(s) ({mb:.1f} MB of JSON, {rate:.1f} MB/s), "
-        f"skipped {len(result.skipped)}, failed {len(result.failed)} "
-        f"into {warehouse.lake}",
-        file=sys.stderr,
-    )
+    print(result.summary(into=warehouse.lake), file=sys.stderr)
     if result.failed:
         print(
             f"{len(result.failed)} file(s) failed; see the lines above or "
@@ -304,6 +364,71 @@ def _cmd_topology(args: argparse.Namespace) -> int:
         print(f"error: {args.out}: cannot write: {exc.strerror}", file=sys.stderr)
         return EXIT_FAILED
     print(f"wrote the topology of {args.world} ranks to {args.out}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _rank_list(text: str) -> list[int]:
+    """Parse ``0,1,4-7`` into ``[0, 1, 4, 5, 6, 7]`` (argparse type)."""
+    ranks: list[int] = []
+    try:
+        for part in text.split(","):
+            first, _, last = part.strip().partition("-")
+            lo = int(first)
+            hi = int(last) if last else lo
+            if hi < lo or lo < 0:
+                raise ValueError
+            ranks.extend(range(lo, hi + 1))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a rank list (e.g. 0,1,4-7)") from None
+    return sorted(set(ranks))
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from tracehouse.reports.report import ReportError, render_report
+    from tracehouse.warehouse import Warehouse
+
+    warehouse = Warehouse.at(args.warehouse)
+    try:
+        result = render_report(warehouse.root, args.out, run_id=args.run,
+                               compare_run_id=args.compare, force=args.force,
+                               stream=sys.stderr)
+    except ReportError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"report: {result.index_html}", file=sys.stderr)
+    return EXIT_FAILED if result.failures else EXIT_OK
+
+
+def _cmd_export_perfetto(args: argparse.Namespace) -> int:
+    from tracehouse.reports.perfetto_export import ExportError, export_perfetto
+    from tracehouse.warehouse import Warehouse
+
+    warehouse = Warehouse.at(args.warehouse)
+    try:
+        result = export_perfetto(warehouse.root, args.run, args.out, ranks=args.ranks,
+                                 pp_group=args.pp_group, replica=args.replica,
+                                 fmt=args.format)
+    except ExportError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"wrote {result.summary()} to {args.out}; open it in https://ui.perfetto.dev",
+          file=sys.stderr)
+    return EXIT_OK
+
+
+def _cmd_export_table(args: argparse.Namespace) -> int:
+    from tracehouse.reports.table_export import ExportError, export_table
+    from tracehouse.warehouse import Warehouse
+
+    warehouse = Warehouse.at(args.warehouse)
+    try:
+        rows = export_table(warehouse.root, args.table, args.out, run_id=args.run,
+                            fmt=args.format)
+    except ExportError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"wrote {rows:,} row(s) of {args.table} to {args.out}", file=sys.stderr)
     return EXIT_OK
 
 

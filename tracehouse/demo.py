@@ -26,17 +26,18 @@ DEMO_CONFIG = SimConfig(
 )
 DEFAULT_OUT = Path("demo_runs") / "megatron_tp2_pp4_dp2_vpp2"
 
-# Minimal SQL on the staging view; kernel classification and per-iteration
-# breakdowns come with the marts (issue 5). A kernel carrying NCCL's comm
-# args (collective_name) is communication, everything else compute.
+# Headline numbers straight from the mart (fct_rank_iterations): per rank,
+# summed over the traced iterations.
 _PER_RANK_SQL = """
 select
     rank,
-    count(*) as kernels,
-    sum(dur_ns) filter (where collective_name is null) / 1e6 as compute_ms,
-    sum(dur_ns) filter (where collective_name is not null) / 1e6 as communication_ms
-from stg_lake__slices
-where run_id = ? and category = 'kernel'
+    sum(kernel_count) as kernels,
+    sum(compute_ns) / 1e6 as compute_ms,
+    sum(communication_ns) / 1e6 as communication_ms,
+    sum(exposed_communication_ns) / 1e6 as exposed_communication_ms,
+    sum(idle_ns) / 1e6 as idle_ms
+from fct_rank_iterations
+where run_id = ?
 group by rank
 order by rank
 """
@@ -51,7 +52,7 @@ class DemoResult:
     run_id: str
     per_rank: list[dict] = field(default_factory=list)
     slowest_rank: int | None = None
-    report: Path | None = None  # issue 6 (reports) not built yet
+    report: Path | None = None
 
 
 def run_demo(out: Path | None = None, warehouse: Path | str | None = None,
@@ -64,6 +65,7 @@ def run_demo(out: Path | None = None, warehouse: Path | str | None = None,
     """
     from tracehouse.dbt import build_warehouse
     from tracehouse.ingest.runner import ingest_paths
+    from tracehouse.reports.report import render_report
 
     stream = sys.stdout if stream is None else stream
     wh = Warehouse.at(warehouse)
@@ -93,10 +95,15 @@ def run_demo(out: Path | None = None, warehouse: Path | str | None = None,
     say(f"3/4 building the warehouse (dbt build) → {wh.database}")
     build_warehouse(wh.root, ["--quiet"])
 
-    # TODO(issue 6): render the HTML report here (`tracehouse report`) and print its path.
-    say("4/4 report: not built yet (charts and the HTML report come with issue 6)")
+    report_dir = wh.reports / run_id
+    say(f"4/4 rendering the report → {report_dir}")
+    report = render_report(wh.root, report_dir, run_id=run_id, force=True, stream=stream)
+    if report.failures:
+        raise RuntimeError(f"{len(report.failures)} chart famil(ies) failed: "
+                           f"{report.failures[0]}")
 
-    demo = DemoResult(run_dir=run_dir, warehouse=wh.root, run_id=run_id)
+    demo = DemoResult(run_dir=run_dir, warehouse=wh.root, run_id=run_id,
+                      report=report.index_html)
     demo.per_rank = _per_rank(wh, run_id)
     _print_headline(demo, config, say)
     return demo
@@ -123,16 +130,20 @@ def _print_headline(demo: DemoResult, config: SimConfig, say: Callable[[str], No
     slowest = max(rows, key=lambda r: r["compute_ms"])
     demo.slowest_rank = int(slowest["rank"])
     say("")
-    say(f"GPU time per rank over {config.iterations} iterations (stg_lake__slices, kernels):")
-    say(f"{'rank':>6} {'kernels':>8} {'compute ms':>11} {'comm ms':>9}")
+    say(f"GPU time per rank over {config.iterations} iterations (fct_rank_iterations):")
+    say(f"{'rank':>6} {'kernels':>8} {'compute ms':>11} {'comm ms':>9} {'exposed ms':>11} "
+        f"{'idle ms':>9}")
     for r in rows:
         mark = "  ← slowest compute" if r is slowest else ""
-        say(f"{r['rank']:>6} {r['kernels']:>8} {r['compute_ms']:>11.2f} "
-            f"{r['communication_ms']:>9.2f}{mark}")
+        say(f"{r['rank']:>6} {int(r['kernels']):>8} {r['compute_ms']:>11.2f} "
+            f"{r['communication_ms']:>9.2f} {r['exposed_communication_ms']:>11.2f} "
+            f"{r['idle_ms']:>9.2f}{mark}")
     say("")
     say(f"rank {demo.slowest_rank} computes {slowest['compute_ms'] / median:.2f}x the median "
         "rank; its peers spend the difference waiting in NCCL kernels.")
     say(f"warehouse: {demo.warehouse}  (database {demo.warehouse / 'tracehouse.duckdb'})")
     say(f"simulated run: {demo.run_dir}  (ground truth: {demo.run_dir / 'ground_truth.json'})")
-    say(f"try: tracehouse sql \"select category, count(*) from stg_lake__slices group by 1\" "
-        f"--warehouse {demo.warehouse}")
+    if demo.report is not None:
+        say(f"report: {demo.report}")
+    say(f"try: tracehouse sql \"select * from fct_rank_iterations order by idle_ns desc "
+        f"limit 5\" --warehouse {demo.warehouse}")

@@ -43,7 +43,11 @@ _TOKENS = ("tp", "pp", "dp", "ep", "cp")
 
 #: ``group_desc`` Megatron passes to ``new_group`` for each group kind; PyTorch
 #: records it as ``pg_desc`` in ``distributedInfo.pg_config`` and as
-#: ``Process Group Description`` on collectives.
+#: ``Process Group Description`` on collectives. The SQL side reads the same
+#: mapping from the exact rows (``pg_desc`` set) of ``seeds/process_group_kinds.csv``;
+#: it stays a constant here because the Megatron patch imports it inside a
+#: training job, where the dbt project's seeds are not installed.
+#: ``tests/test_topology.py`` checks that the two are equal.
 GROUP_DESCRIPTIONS: dict[str, str] = {
     "dp_cp": "DATA_PARALLEL_GROUP_WITH_CP",
     "dp_cp_gloo": "DATA_PARALLEL_GROUP_WITH_CP_GLOO",

@@ -133,6 +133,10 @@ class Tape:
         self.entries: list[tuple] = []
         self.ops: list[Op] = []
         self.tail_us = 0.0
+        #: Forward/backward passes: (phase, model chunk, microbatch, first op, end op),
+        #: the ops ``range(first, end)`` launched inside that ``forward_step`` or
+        #: ``backward_step`` (what the PP timer brackets with its marks).
+        self.passes: list[tuple[str, int, int, int, int]] = []
         self._open: dict[int, list[str]] = {MAIN: [], AUTOGRAD: []}
         self._module_ids: dict[str, int] = {}
 

@@ -1,7 +1,9 @@
 """``simulate_run``: a whole synthetic run on disk, laid out as the Megatron patch does.
 
 Why this shape: ``DIR/topology.json`` plus
-``DIR/iteration_N/rank_XXXX_iter_N.pt.trace.json.gz`` is what tracehouse's
+``DIR/iteration_N/rank_XXXX_iter_N.pt.trace.json.gz`` (and the PP timer's
+``DIR/pp_timer_logs/event_times_*.json`` for the first iteration, see
+:mod:`.pp_timer_logs`) is what tracehouse's
 ingest discovers for a real Megatron-TraceViz run, so a simulated run goes
 through exactly the code a real one does. ``DIR/ground_truth.json`` records
 what was injected and what the timing model computed, so tests can check
@@ -34,6 +36,7 @@ import numpy as np
 
 from ..topology import build_topology
 from .config import SimConfig
+from .pp_timer_logs import write_pp_timer_logs
 from .timing import WAIT_KINDS, StageTimes, Timeline
 from .training import check_p2p_balance, stage_program
 from .writer import BASE_TIME_NS, TS_ORIGIN_NS, write_rank_trace
@@ -50,6 +53,9 @@ class SimulatedRun:
     topology_path: Path
     ground_truth_path: Path
     trace_paths: list[Path] = field(default_factory=list)
+    #: PP-timer logs (one per rank) of :attr:`pp_timer_iteration`.
+    pp_timer_paths: list[Path] = field(default_factory=list)
+    pp_timer_iteration: int | None = None
     events: int = 0
     seconds: float = 0.0
 
@@ -117,6 +123,11 @@ def simulate_run(config: SimConfig, out_dir: Path | str, jobs: int | None = None
     try:
         for iteration in cfg.iteration_numbers:
             times = timeline.run_iteration(iteration)
+            if run.pp_timer_iteration is None:
+                # The PP timer covers one iteration (ENABLE_PP_TIMER_ITER): the first profiled.
+                run.pp_timer_iteration = iteration
+                run.pp_timer_paths = write_pp_timer_logs(out, cfg, topology, timeline, times,
+                                                         programs, iteration)
             tasks = _tasks(cfg, timeline, times, out, iteration, skews)
             if pool is None:
                 _init_worker(cfg, topology)
@@ -136,7 +147,8 @@ def simulate_run(config: SimConfig, out_dir: Path | str, jobs: int | None = None
             pool.join()
     run.trace_paths.sort()
     run.ground_truth_path.write_text(json.dumps(
-        _ground_truth(cfg, topology, timeline, skews, per_iteration), indent=1) + "\n")
+        _ground_truth(cfg, topology, timeline, skews, per_iteration, run.pp_timer_iteration),
+        indent=1) + "\n")
     run.seconds = time.perf_counter() - began
     return run
 
@@ -205,7 +217,7 @@ def _iteration_facts(cfg: SimConfig, timeline: Timeline, times: list[StageTimes]
 
 
 def _ground_truth(cfg: SimConfig, topology: dict, timeline: Timeline, skews: np.ndarray,
-                  per_iteration: dict) -> dict:
+                  per_iteration: dict, pp_timer_iteration: int | None) -> dict:
     config = asdict(cfg)
     config["stragglers"] = [list(s) for s in cfg.stragglers]
     schedule = "no_pipelining" if cfg.pp == 1 else cfg.schedule
@@ -242,6 +254,11 @@ def _ground_truth(cfg: SimConfig, topology: dict, timeline: Timeline, skews: np.
                        "comm_wait_us sums, per group kind, the time NCCL kernels waited for "
                        "peers (overlapping async waits add up).",
         "stragglers": [{"rank": r, "factor": f} for r, f in cfg.stragglers],
+        "pp_timer": {"iteration": pp_timer_iteration, "folder": "pp_timer_logs",
+                     "note": "event_times_*.json as the Megatron patch's PP timer writes them "
+                             "(ENABLE_PP_TIMER_ITER = this iteration); a pass runs from its "
+                             "first compute-stream op's start to its last one's end, in ms "
+                             "after the iteration's earliest forward start"},
         "ranks": ranks,
         "timing": {str(it): facts for it, facts in per_iteration.items()},
     }

@@ -120,6 +120,7 @@ class TrainStep:
     def forward_step(self, chunk: int, mb: int) -> None:
         """``schedules.forward_step`` around ``pretrain_gpt.forward_step``."""
         b, plan = self.b, self.model.plans[chunk]
+        first = len(b.tape.ops)
         with b.py(f"{SCHED}(311): forward_step"):
             b.leaf(f"{SCHED}(200): set_current_microbatch")
             b.leaf("megatron/core/utils.py(563): get_attr_wrapped_model")
@@ -133,6 +134,7 @@ class TrainStep:
             with b.py(f"{SCHED}(218): forward_step_calc_loss"):
                 if plan.has_output:
                     self.model.loss_func(chunk, mb)
+        b.tape.passes.append(("forward", chunk, mb, first, len(b.tape.ops)))
 
     def _get_batch(self) -> None:
         b, d = self.b, self.model.d
@@ -146,6 +148,7 @@ class TrainStep:
     def backward_step(self, chunk: int, mb: int, sync: bool) -> None:
         """``schedules.backward_step`` → ``custom_backward`` → the autograd thread."""
         b, plan = self.b, self.model.plans[chunk]
+        first = len(b.tape.ops)
         with b.py(f"{SCHED}(446): backward_step"):
             with b.py(f"{SCHED}(168): custom_backward"):
                 if plan.has_output:
@@ -153,6 +156,7 @@ class TrainStep:
                 with b.py("<built-in method run_backward of torch._C._EngineBase object at "
                           "0x7f3c5a2e1d40>"):
                     self.model.backward(chunk, mb, self._hook(chunk, sync))
+        b.tape.passes.append(("backward", chunk, mb, first, len(b.tape.ops)))
 
     # -- around the schedule ----------------------------------------------------
     def zero_grad(self) -> None:

@@ -9,7 +9,20 @@
     nested ones are swallowed. One sort and two running windows per
     partition; no pairwise interval join. Bounds are int_kernels_launched's
     interval_start_ns/interval_end_ns (var('kernel_time_unit_ns')).
+    Incremental by run x rank x iteration (macros/incremental_traces.sql):
+    a build recomputes only the iterations of ranks whose traces changed.
 #}
+
+{{ config(
+    materialized='incremental',
+    incremental_strategy='append',
+    on_schema_change='sync_all_columns',
+    pre_hook=[
+        "{{ incremental_traces_prepare() }}",
+        "{{ incremental_traces_delete('partition') }}",
+    ],
+    post_hook="{{ incremental_traces_record() }}",
+) }}
 
 with
 
@@ -22,6 +35,7 @@ kernels as (
         interval_start_ns as ts_ns,
         interval_end_ns as end_ns
     from {{ ref('int_kernels_launched') }}
+    where {{ incremental_traces_where('partition') }}
 ),
 
 intervals as (

@@ -15,7 +15,20 @@
     (default) keeps ns exactly; 1000 reproduces Holistic Trace Analysis,
     which rounds ns-resolution traces inward to whole microseconds (a
     sub-microsecond kernel then gets a negative length, as in HTA).
+    Incremental by trace (macros/incremental_traces.sql): a build computes
+    the kernels of new traces only and deletes those of unloaded ones.
 #}
+
+{{ config(
+    materialized='incremental',
+    incremental_strategy='append',
+    on_schema_change='sync_all_columns',
+    pre_hook=[
+        "{{ incremental_traces_prepare() }}",
+        "{{ incremental_traces_delete('trace') }}",
+    ],
+    post_hook="{{ incremental_traces_record() }}",
+) }}
 
 with
 
@@ -36,6 +49,7 @@ slices as (
         dur_ns,
         end_ns
     from {{ ref('stg_lake__slices') }}
+    where {{ incremental_traces_where('trace') }}
 ),
 
 threads as (
@@ -44,6 +58,7 @@ threads as (
         track_id,
         is_gpu
     from {{ ref('stg_lake__threads') }}
+    where {{ incremental_traces_where('trace') }}
 ),
 
 flows as (
@@ -52,7 +67,9 @@ flows as (
         slice_out,
         slice_in
     from {{ ref('stg_lake__flows') }}
-    where category = '{{ var("launch_flow_category") }}'
+    where
+        category = '{{ var("launch_flow_category") }}'
+        and {{ incremental_traces_where('trace') }}
 ),
 
 traces as (
@@ -61,6 +78,7 @@ traces as (
         iteration,
         min_profiler_step
     from {{ ref('stg_lake__traces') }}
+    where {{ incremental_traces_where('trace') }}
 ),
 
 profiler_steps as (
@@ -70,6 +88,7 @@ profiler_steps as (
         ts_ns,
         end_ns
     from {{ ref('int_profiler_steps') }}
+    where {{ incremental_traces_where('trace') }}
 ),
 
 kernel_names as (

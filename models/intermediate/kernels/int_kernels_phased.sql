@@ -10,15 +10,24 @@
     (recompute > pp_p2p > dp_sync > optimizer > forward > backward), so no
     kernel is counted in two phases; none means `other`. The microbatch is
     that of the outermost forward/backward step found the same way.
-    comm_group_kind (communication kernels only): the `process_group_kinds`
-    seed on the kernel's `Process Group Description`, else the
-    comm_group_kind of the winning step pattern (seed megatron_step_patterns).
+
+    Communication group (communication kernels only). The exact group, when
+    the kernel names it (`Process Group Ranks`, `Process Group Name`) and
+    dim_process_groups has it: same ranks (else, without ranks, same pg
+    name with the kernel's rank a member); among groups with the same ranks
+    (tp, etp, tp_cp, ... often coincide) the one whose pg_desc, then pg_name,
+    also matches. comm_group_kind: the `process_group_kinds` seed on the
+    kernel's `Process Group Description`, else the matched group's kind,
+    else the comm_group_kind of the winning step pattern (seed
+    megatron_step_patterns); comm_group_source says which.
 #}
 
 with
 
 kernels as (
     select
+        run_id,
+        rank,
         trace_id,
         slice_id,
         kind,
@@ -26,6 +35,29 @@ kernels as (
         launch_track_id,
         launch_ts_ns
     from {{ ref('int_kernels_launched') }}
+),
+
+pg_slices as (
+    select
+        trace_id,
+        slice_id,
+        process_group_name,
+        process_group_ranks
+    from {{ ref('stg_lake__slices') }}
+    where process_group_name is not null or process_group_ranks is not null
+),
+
+process_groups as (
+    select
+        run_id,
+        group_kind,
+        group_index,
+        kind,
+        ranks,
+        ranks_key,
+        pg_name,
+        pg_desc
+    from {{ ref('dim_process_groups') }}
 ),
 
 group_patterns as (
@@ -62,9 +94,109 @@ group_desc_kinds as (
     where match_rank = 1
 ),
 
+{# The process group each communication kernel names (few distinct keys). #}
+kernel_groups as (
+    select
+        kernels.run_id,
+        kernels.rank,
+        kernels.trace_id,
+        kernels.slice_id,
+        kernels.process_group_desc,
+        pg_slices.process_group_name,
+        case
+            when pg_slices.process_group_ranks is not null
+                then array_to_string(list_sort(pg_slices.process_group_ranks), ',')
+        end as ranks_key
+    from kernels
+    inner join pg_slices
+        on
+            kernels.trace_id = pg_slices.trace_id
+            and kernels.slice_id = pg_slices.slice_id
+    where kernels.kind = 'communication'
+),
+
+group_keys as (
+    select distinct
+        run_id,
+        rank,
+        process_group_desc,
+        process_group_name,
+        ranks_key
+    from kernel_groups
+),
+
+group_candidates as (
+    select
+        group_keys.*,
+        process_groups.group_kind as matched_group_kind,
+        process_groups.group_index as matched_group_index,
+        process_groups.kind as matched_kind,
+        coalesce(process_groups.pg_desc = group_keys.process_group_desc, false) as is_desc_match,
+        coalesce(process_groups.pg_name = group_keys.process_group_name, false) as is_name_match
+    from group_keys
+    inner join process_groups
+        on
+            group_keys.run_id = process_groups.run_id
+            and group_keys.ranks_key = process_groups.ranks_key
+    union all
+    select
+        group_keys.*,
+        process_groups.group_kind as matched_group_kind,
+        process_groups.group_index as matched_group_index,
+        process_groups.kind as matched_kind,
+        coalesce(process_groups.pg_desc = group_keys.process_group_desc, false) as is_desc_match,
+        true as is_name_match
+    from group_keys
+    inner join process_groups
+        on
+            group_keys.run_id = process_groups.run_id
+            and group_keys.process_group_name = process_groups.pg_name
+    where
+        group_keys.ranks_key is null
+        and list_contains(process_groups.ranks, group_keys.rank)
+),
+
+group_matches as (
+    select *
+    from (
+        select
+            *,
+            row_number() over (
+                partition by run_id, rank, process_group_desc, process_group_name, ranks_key
+                order by
+                    is_desc_match desc,
+                    is_name_match desc,
+                    matched_group_kind asc,
+                    matched_group_index asc
+            ) as match_rank
+        from group_candidates
+    ) as ranked_candidates
+    where match_rank = 1
+),
+
+kernel_group_matches as (
+    select
+        kernel_groups.trace_id,
+        kernel_groups.slice_id,
+        group_matches.matched_group_kind,
+        group_matches.matched_group_index,
+        group_matches.matched_kind
+    from kernel_groups
+    inner join group_matches
+        on
+            kernel_groups.run_id = group_matches.run_id
+            and kernel_groups.rank = group_matches.rank
+            and kernel_groups.ranks_key is not distinct from group_matches.ranks_key
+            and kernel_groups.process_group_desc
+            is not distinct from group_matches.process_group_desc
+            and kernel_groups.process_group_name
+            is not distinct from group_matches.process_group_name
+),
+
 step_frames as (
     select
         trace_id,
+        slice_id as step_slice_id,
         track_id,
         phase,
         pattern_id,
@@ -73,6 +205,15 @@ step_frames as (
         ts_ns,
         end_ns
     from {{ ref('int_cpu_steps_classified') }}
+),
+
+chunks as (
+    select
+        trace_id,
+        slice_id as step_slice_id,
+        vpp_chunk,
+        chunk_microbatch
+    from {{ ref('int_microbatch_steps_chunked') }}
 ),
 
 patterns as (
@@ -95,6 +236,7 @@ same_thread_frames as (
         launched.slice_id,
         step_frames.phase,
         step_frames.pattern_id,
+        step_frames.step_slice_id,
         step_frames.microbatch
     from launched
     inner join step_frames
@@ -111,6 +253,7 @@ backward_windows as (
         launched.slice_id,
         step_frames.phase,
         step_frames.pattern_id,
+        step_frames.step_slice_id,
         step_frames.microbatch
     from launched
     inner join step_frames
@@ -153,14 +296,41 @@ phases as (
     where phase_rank = 1
 ),
 
+{# The step that gives the kernel its microbatch: one of the winning phase first. #}
+microbatch_steps as (
+    select
+        candidates.trace_id,
+        candidates.slice_id,
+        candidates.step_slice_id,
+        candidates.microbatch,
+        row_number() over (
+            partition by candidates.trace_id, candidates.slice_id
+            order by
+                case when candidates.phase = phases.phase then 0 else 1 end asc,
+                candidates.microbatch desc,
+                candidates.step_slice_id asc
+        ) as step_rank
+    from candidates
+    inner join phases
+        on
+            candidates.trace_id = phases.trace_id
+            and candidates.slice_id = phases.slice_id
+    where candidates.microbatch is not null
+),
+
 microbatches as (
     select
-        trace_id,
-        slice_id,
-        max(microbatch) as microbatch
-    from candidates
-    where microbatch is not null
-    group by 1, 2
+        microbatch_steps.trace_id,
+        microbatch_steps.slice_id,
+        microbatch_steps.microbatch,
+        chunks.vpp_chunk,
+        chunks.chunk_microbatch
+    from microbatch_steps
+    left join chunks
+        on
+            microbatch_steps.trace_id = chunks.trace_id
+            and microbatch_steps.step_slice_id = chunks.step_slice_id
+    where microbatch_steps.step_rank = 1
 ),
 
 phased as (
@@ -171,7 +341,9 @@ phased as (
         kernels.process_group_desc,
         coalesce(phases.phase, 'other') as phase,
         phases.phase_group_kind,
-        microbatches.microbatch
+        microbatches.microbatch,
+        microbatches.vpp_chunk,
+        microbatches.chunk_microbatch
     from kernels
     left join phases
         on
@@ -189,19 +361,35 @@ final as (
         phased.slice_id,
         phased.phase,
         phased.microbatch,
+        phased.vpp_chunk,
+        phased.chunk_microbatch,
         case
             when phased.kind = 'communication'
-                then coalesce(group_desc_kinds.group_kind, phased.phase_group_kind)
+                then coalesce(
+                    group_desc_kinds.group_kind,
+                    nullif(kernel_group_matches.matched_kind, 'other'),
+                    phased.phase_group_kind
+                )
         end as comm_group_kind,
         case
+            when
+                phased.kind = 'communication'
+                and kernel_group_matches.matched_group_kind is not null
+                then 'process_group'
             when phased.kind = 'communication' and group_desc_kinds.group_kind is not null
                 then 'process_group_desc'
             when phased.kind = 'communication' and phased.phase_group_kind is not null
                 then 'phase'
-        end as comm_group_source
+        end as comm_group_source,
+        kernel_group_matches.matched_group_kind as comm_process_group_kind,
+        kernel_group_matches.matched_group_index as comm_group_index
     from phased
     left join group_desc_kinds
         on phased.process_group_desc = group_desc_kinds.process_group_desc
+    left join kernel_group_matches
+        on
+            phased.trace_id = kernel_group_matches.trace_id
+            and phased.slice_id = kernel_group_matches.slice_id
 )
 
 select * from final

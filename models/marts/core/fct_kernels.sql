@@ -1,7 +1,7 @@
 {#
-    One row per GPU kernel, copy or fill: run x rank x kernel, with phase
-    microbatch and communication group kind from int_kernels_phased. The
-    vpp chunk is not derived yet (NULL in this slice).
+    One row per GPU kernel, copy or fill: run x rank x kernel, with phase,
+    microbatch, vpp chunk, microbatch within the chunk and communication
+    group from int_kernels_phased.
 #}
 
 with
@@ -36,8 +36,12 @@ phases as (
         slice_id,
         phase,
         microbatch,
+        vpp_chunk,
+        chunk_microbatch,
         comm_group_kind,
-        comm_group_source
+        comm_group_source,
+        comm_process_group_kind,
+        comm_group_index
     from {{ ref('int_kernels_phased') }}
 ),
 
@@ -53,9 +57,12 @@ final as (
         phases.phase,
         phases.comm_group_kind,
         phases.comm_group_source,
+        phases.comm_process_group_kind,
+        phases.comm_group_index,
         kernels.iteration,
         phases.microbatch,
-        cast(null as bigint) as vpp_chunk,
+        phases.vpp_chunk,
+        phases.chunk_microbatch,
         kernels.is_outside_steps,
         kernels.device,
         kernels.stream,

@@ -8,6 +8,11 @@
     Traces without GPU work (e.g. CPU-only captures) get CPU-side timings
     instead (timing_source = 'cpu'): wall and busy of the outermost Megatron
     step frames of each phase and microbatch; the kernel columns are NULL.
+
+    vpp_chunk and chunk_microbatch (Megatron's microbatch id within the
+    chunk) come with the microbatch: from the kernels (fct_kernels) or the
+    step frames (int_microbatch_steps_chunked). They are functions of the
+    microbatch's step, so they do not change the grain.
 #}
 
 with
@@ -19,6 +24,8 @@ kernels as (
         iteration,
         phase,
         microbatch,
+        vpp_chunk,
+        chunk_microbatch,
         kind,
         ts_ns,
         end_ns
@@ -34,6 +41,7 @@ step_frames as (
         run_id,
         rank,
         trace_id,
+        slice_id,
         iteration,
         phase,
         microbatch,
@@ -43,25 +51,40 @@ step_frames as (
     from {{ ref('int_cpu_steps_classified') }}
 ),
 
+step_chunks as (
+    select
+        trace_id,
+        slice_id,
+        vpp_chunk,
+        chunk_microbatch
+    from {{ ref('int_microbatch_steps_chunked') }}
+),
+
 cpu_only_frames as (
     select
-        run_id,
-        rank,
-        iteration,
-        phase,
-        microbatch,
-        ts_ns,
-        end_ns
+        step_frames.run_id,
+        step_frames.rank,
+        step_frames.iteration,
+        step_frames.phase,
+        step_frames.microbatch,
+        step_chunks.vpp_chunk,
+        step_chunks.chunk_microbatch,
+        step_frames.ts_ns,
+        step_frames.end_ns
     from step_frames
+    left join step_chunks
+        on
+            step_frames.trace_id = step_chunks.trace_id
+            and step_frames.slice_id = step_chunks.slice_id
     where
-        is_outermost
-        and trace_id not in (select kernel_traces.trace_id from kernel_traces)
+        step_frames.is_outermost
+        and step_frames.trace_id not in (select kernel_traces.trace_id from kernel_traces)
 ),
 
 cpu_islands as (
     {{ merge_intervals(
         'cpu_only_frames',
-        ['run_id', 'rank', 'iteration', 'phase', 'microbatch'],
+        ['run_id', 'rank', 'iteration', 'phase', 'microbatch', 'vpp_chunk', 'chunk_microbatch'],
         'ts_ns',
         'end_ns',
     ) }}
@@ -74,6 +97,8 @@ cpu_timings as (
         iteration,
         phase,
         microbatch,
+        vpp_chunk,
+        chunk_microbatch,
         'cpu' as timing_source,
         cast(0 as bigint) as kernel_count,
         min(start_ns) as first_start_ns,
@@ -85,7 +110,7 @@ cpu_timings as (
         cast(null as bigint) as memory_ns,
         cast(null as bigint) as overlap_ns
     from cpu_islands
-    group by 1, 2, 3, 4, 5
+    group by 1, 2, 3, 4, 5, 6, 7
 ),
 
 intervals as (
@@ -97,6 +122,8 @@ intervals as (
         iteration,
         phase,
         microbatch,
+        vpp_chunk,
+        chunk_microbatch,
         'all' as kind,
         ts_ns,
         end_ns
@@ -106,14 +133,17 @@ intervals as (
 islands as (
     {{ merge_intervals(
         'intervals',
-        ['run_id', 'rank', 'iteration', 'phase', 'microbatch', 'kind'],
+        ['run_id', 'rank', 'iteration', 'phase', 'microbatch', 'vpp_chunk', 'chunk_microbatch', 'kind'],
         'ts_ns',
         'end_ns',
     ) }}
 ),
 
 overlap_totals as (
-    {{ sweep_overlap('islands', ['run_id', 'rank', 'iteration', 'phase', 'microbatch']) }}
+    {{ sweep_overlap(
+        'islands',
+        ['run_id', 'rank', 'iteration', 'phase', 'microbatch', 'vpp_chunk', 'chunk_microbatch'],
+    ) }}
 ),
 
 unions as (
@@ -123,6 +153,8 @@ unions as (
         iteration,
         phase,
         microbatch,
+        vpp_chunk,
+        chunk_microbatch,
         min(case when kind = 'all' then start_ns end) as first_start_ns,
         max(case when kind = 'all' then end_ns end) as last_end_ns,
         sum(case when kind = 'all' then interval_count else 0 end) as kernel_count,
@@ -131,7 +163,7 @@ unions as (
         sum(case when kind = 'communication' then busy_ns else 0 end) as communication_ns,
         sum(case when kind = 'memory' then busy_ns else 0 end) as memory_ns
     from islands
-    group by 1, 2, 3, 4, 5
+    group by 1, 2, 3, 4, 5, 6, 7
 ),
 
 gpu_timings as (
@@ -141,6 +173,8 @@ gpu_timings as (
         unions.iteration,
         unions.phase,
         unions.microbatch,
+        unions.vpp_chunk,
+        unions.chunk_microbatch,
         'gpu' as timing_source,
         unions.kernel_count,
         unions.first_start_ns,
@@ -159,6 +193,8 @@ gpu_timings as (
             and unions.iteration is not distinct from overlap_totals.iteration
             and unions.phase = overlap_totals.phase
             and unions.microbatch is not distinct from overlap_totals.microbatch
+            and unions.vpp_chunk is not distinct from overlap_totals.vpp_chunk
+            and unions.chunk_microbatch is not distinct from overlap_totals.chunk_microbatch
 ),
 
 final as (

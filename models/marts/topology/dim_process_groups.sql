@@ -41,35 +41,17 @@ process_groups as (
     from {{ ref('stg_lake__process_groups') }}
 ),
 
-{# Megatron's group_desc (torch's pg_desc) -> topology kind; kept here, the
-   only model that reads it, as an inline seed. Descriptions not listed
-   (other libraries' groups, `undefined`) become kind `other`. #}
+{# Megatron's group_desc (torch's pg_desc) -> topology kind: the exact rows
+   (pg_desc set) of the process_group_kinds seed, the one definition (the
+   Python constant tracehouse.topology.GROUP_DESCRIPTIONS is tested equal to
+   it). Descriptions not listed (other libraries' groups, `undefined`)
+   become kind `other`. #}
 group_descriptions as (
-    select *
-    from (
-        values
-        ('default_pg', 'world'),
-        ('TENSOR_MODEL_PARALLEL_GROUP', 'tp'),
-        ('PIPELINE_MODEL_PARALLEL_GROUP', 'pp'),
-        ('DATA_PARALLEL_GROUP', 'dp'),
-        ('DATA_PARALLEL_GROUP_GLOO', 'dp_gloo'),
-        ('DATA_PARALLEL_GROUP_WITH_CP', 'dp_cp'),
-        ('DATA_PARALLEL_GROUP_WITH_CP_GLOO', 'dp_cp_gloo'),
-        ('CONTEXT_PARALLEL_GROUP', 'cp'),
-        ('MODEL_PARALLEL_GROUP', 'mp'),
-        ('EMBEDDING_GROUP', 'embedding'),
-        ('POSITION_EMBEDDING_GROUP', 'position_embedding'),
-        ('TENSOR_AND_DATA_PARALLEL_GROUP_WITH_CP', 'tp_dp_cp'),
-        ('TENSOR_AND_DATA_PARALLEL_GROUP', 'tp_dp'),
-        ('TENSOR_AND_CONTEXT_PARALLEL_GROUP', 'tp_cp'),
-        ('EXPERT_MODEL_PARALLEL_GROUP', 'ep'),
-        ('EXPERT_TENSOR_PARALLEL_GROUP', 'etp'),
-        ('EXPERT_TENSOR_AND_MODEL_PARALLEL_GROUP', 'tp_ep'),
-        ('EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP', 'tp_ep_pp'),
-        ('EXPERT_DATA_PARALLEL_GROUP', 'edp'),
-        ('EXPERT_DATA_PARALLEL_GROUP_GLOO', 'edp_gloo'),
-        ('INTRA_DISTRIBUTED_OPTIMIZER_INSTANCE_GROUP', 'intra_dist_opt')
-    ) as descriptions (pg_desc, kind)  -- noqa: AL05
+    select
+        pg_desc,
+        topology_kind as kind
+    from {{ ref('process_group_kinds') }}
+    where pg_desc is not null
 ),
 
 source_trust as (

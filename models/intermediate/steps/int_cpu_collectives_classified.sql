@@ -1,0 +1,281 @@
+{#
+    One row per CPU-side collective event on a thread that runs Python
+    (trace_id, slice_id), with the parallel-group kind of its call site.
+
+    Without GPU kernels (gloo, CPU captures) a collective shows as a
+    `c10d::*` cpu_op on the calling thread (event_type `call`) and, for
+    send/recv, a `gloo:send`/`gloo:recv` annotation on the same thread that
+    lasts until the wait returns and so outlives the frame that started it
+    (event_type `wait`). Neither carries process-group args, so the group
+    comes from the call stack: the frames on the same thread whose time
+    holds the event's start; of those matching the seed
+    `collective_group_patterns` (function part of `path(N): func`, and
+    file_pattern on the path) the innermost wins, then the lowest priority.
+    gloo:* annotations on gloo's worker threads (no Python frames) repeat
+    the calls and are left out. A rule may name another group for traces
+    that run megatron-core's DistributedOptimizer (a frame whose file
+    matches var distributed_optimizer_file_pattern): the grad-norm
+    all-reduce then spans the optimizer instance, not the model-parallel
+    group (DistributedOptimizer.get_grad_stats_parallel_group).
+    Iteration as for step frames: the ProfilerStep holding the start, else
+    the trace's iteration.
+#}
+
+{%- set distributed_optimizer_file = var(
+    'distributed_optimizer_file_pattern', 'distrib_optimizer\\.py$'
+) %}
+
+with
+
+slices as (
+    select
+        run_id,
+        rank,
+        trace_id,
+        slice_id,
+        track_id,
+        name,
+        ts_ns,
+        end_ns
+    from {{ ref('stg_lake__slices') }}
+),
+
+patterns as (
+    select
+        pattern_id,
+        priority,
+        kind,
+        group_kind,
+        distributed_optimizer_kind,
+        distributed_optimizer_group_kind,
+        pattern,
+        file_pattern
+    from {{ ref('collective_group_patterns') }}
+),
+
+traces as (
+    select
+        trace_id,
+        iteration,
+        min_profiler_step
+    from {{ ref('stg_lake__traces') }}
+),
+
+profiler_steps as (
+    select
+        trace_id,
+        step_number,
+        ts_ns,
+        end_ns
+    from {{ ref('int_profiler_steps') }}
+),
+
+collective_slices as (
+    select
+        run_id,
+        rank,
+        trace_id,
+        slice_id,
+        track_id,
+        name,
+        ts_ns,
+        end_ns
+    from slices
+    where name like 'c10d::%' or name like 'gloo:%'
+),
+
+collective_tracks as (
+    select distinct
+        trace_id,
+        track_id
+    from collective_slices
+),
+
+{# Python frames, only on threads that issue collectives. #}
+frames as (
+    select
+        slices.trace_id,
+        slices.slice_id,
+        slices.track_id,
+        slices.ts_ns,
+        slices.end_ns,
+        substring(slices.name, 1, strpos(slices.name, '(') - 1) as file_path,
+        substring(slices.name, strpos(slices.name, '): ') + 3) as function_name
+    from slices
+    inner join collective_tracks
+        on
+            slices.trace_id = collective_tracks.trace_id
+            and slices.track_id = collective_tracks.track_id
+    where slices.name like '%): %'
+),
+
+distributed_optimizer_traces as (
+    select distinct trace_id
+    from frames
+    where {{ regex_matches('file_path', "'" ~ distributed_optimizer_file ~ "'") }}
+),
+
+python_tracks as (
+    select distinct
+        trace_id,
+        track_id
+    from frames
+),
+
+events as (
+    select
+        collective_slices.*,
+        case when collective_slices.name like 'c10d::%' then 'call' else 'wait' end as event_type
+    from collective_slices
+    inner join python_tracks
+        on
+            collective_slices.trace_id = python_tracks.trace_id
+            and collective_slices.track_id = python_tracks.track_id
+),
+
+frame_names as (
+    select distinct
+        file_path,
+        function_name
+    from frames
+),
+
+name_matches as (
+    select
+        frame_names.file_path,
+        frame_names.function_name,
+        patterns.pattern_id,
+        patterns.priority,
+        patterns.kind,
+        patterns.group_kind,
+        patterns.distributed_optimizer_kind,
+        patterns.distributed_optimizer_group_kind
+    from frame_names
+    inner join patterns
+        on
+            {{ regex_matches('frame_names.function_name', 'patterns.pattern') }}
+            and (
+                patterns.file_pattern is null
+                or {{ regex_matches('frame_names.file_path', 'patterns.file_pattern') }}
+            )
+),
+
+call_site_frames as (
+    select
+        frames.trace_id,
+        frames.track_id,
+        frames.file_path,
+        frames.function_name,
+        frames.ts_ns,
+        frames.end_ns,
+        name_matches.pattern_id,
+        name_matches.priority,
+        name_matches.kind,
+        name_matches.group_kind,
+        name_matches.distributed_optimizer_kind,
+        name_matches.distributed_optimizer_group_kind
+    from frames
+    inner join name_matches
+        on
+            frames.file_path = name_matches.file_path
+            and frames.function_name = name_matches.function_name
+),
+
+{# The innermost seed frame holding the event's start, then the lowest priority. #}
+call_sites as (
+    select *
+    from (
+        select
+            events.trace_id,
+            events.slice_id,
+            call_site_frames.file_path,
+            call_site_frames.function_name,
+            call_site_frames.end_ns as call_site_end_ns,
+            call_site_frames.pattern_id,
+            call_site_frames.kind,
+            call_site_frames.group_kind,
+            call_site_frames.distributed_optimizer_kind,
+            call_site_frames.distributed_optimizer_group_kind,
+            row_number() over (
+                partition by events.trace_id, events.slice_id
+                order by
+                    call_site_frames.ts_ns desc,
+                    call_site_frames.end_ns asc,
+                    call_site_frames.priority asc,
+                    call_site_frames.pattern_id asc
+            ) as site_rank
+        from events
+        inner join call_site_frames
+            on
+                events.trace_id = call_site_frames.trace_id
+                and events.track_id = call_site_frames.track_id
+                and events.ts_ns >= call_site_frames.ts_ns
+                and events.ts_ns < call_site_frames.end_ns
+    ) as ranked_sites
+    where site_rank = 1
+),
+
+event_steps as (
+    select
+        events.trace_id,
+        events.slice_id,
+        max(profiler_steps.step_number) as step_number
+    from events
+    inner join profiler_steps
+        on
+            events.trace_id = profiler_steps.trace_id
+            and events.ts_ns >= profiler_steps.ts_ns
+            and events.ts_ns < profiler_steps.end_ns
+    group by 1, 2
+),
+
+final as (
+    select
+        events.run_id,
+        events.rank,
+        events.trace_id,
+        events.slice_id,
+        events.track_id,
+        case
+            when traces.min_profiler_step is null
+                then coalesce(traces.iteration, {{ var('default_iteration') }})
+            else event_steps.step_number
+        end as iteration,
+        events.name,
+        regexp_replace(
+            regexp_replace(events.name, '^(c10d::|gloo:)', ''), '_$', ''
+        ) as collective,
+        events.event_type,
+        case
+            when distributed_optimizer_traces.trace_id is not null
+                then coalesce(call_sites.distributed_optimizer_kind, call_sites.kind)
+            else call_sites.kind
+        end as comm_group_kind,
+        case
+            when distributed_optimizer_traces.trace_id is not null
+                then coalesce(call_sites.distributed_optimizer_group_kind, call_sites.group_kind)
+            else call_sites.group_kind
+        end as comm_process_group_kind,
+        call_sites.pattern_id,
+        call_sites.file_path as call_site_file,
+        call_sites.function_name as call_site_function,
+        coalesce(events.end_ns > call_sites.call_site_end_ns, false) as is_outliving_call_site,
+        events.ts_ns,
+        events.end_ns - events.ts_ns as dur_ns,
+        events.end_ns
+    from events
+    left join call_sites
+        on
+            events.trace_id = call_sites.trace_id
+            and events.slice_id = call_sites.slice_id
+    left join event_steps
+        on
+            events.trace_id = event_steps.trace_id
+            and events.slice_id = event_steps.slice_id
+    left join traces
+        on events.trace_id = traces.trace_id
+    left join distributed_optimizer_traces
+        on events.trace_id = distributed_optimizer_traces.trace_id
+)
+
+select * from final

@@ -1,0 +1,136 @@
+"""Any warehouse table or mart to CSV or Parquet: ``tracehouse export table``.
+
+Why a function of its own (``tracehouse sql ... --format csv`` prints
+results too): exports are files other tools pick up from cron, so they must
+be complete or absent, typed (Parquet keeps integers, lists and timestamps),
+and fast on big marts (DuckDB's ``COPY`` streams out of core). The table name
+is the one piece of SQL text that comes from the caller: it is looked up in
+``information_schema`` first and only the name found there is quoted into the
+statement; the run filter and the output path are bound parameters.
+
+Before the first ``tracehouse build`` there is no database; the raw lake
+tables can still be exported, through the same in-memory views as
+``tracehouse sql`` (:func:`tracehouse.sql.connect`).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import duckdb
+
+from tracehouse.sql import connect
+from tracehouse.warehouse import Warehouse
+
+#: Formats and the file suffixes that imply them.
+SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
+FORMATS = ("csv", "parquet")
+
+#: COPY options per format (fixed text). Parquet: zstd, as the lake.
+_COPY_OPTIONS = {
+    "csv": "(format csv, header true)",
+    "parquet": "(format parquet, compression zstd)",
+}
+
+
+class ExportError(Exception):
+    """The export cannot run: unknown table or format, or a run filter the table cannot take."""
+
+
+def export_table(
+    warehouse_root: Path,
+    table: str,
+    out: Path,
+    run_id: str | None = None,
+    fmt: str | None = None,
+) -> int:
+    """Write ``table`` (a mart, model, seed or lake view) to ``out``; return the rows written.
+
+    Args:
+        warehouse_root: the warehouse folder.
+        table: a table or view of the warehouse (``information_schema.tables``),
+            matched exactly, else case-insensitively.
+        out: the file to write. Written to a temporary file in the same
+            folder and renamed into place, so readers see the old file or
+            the whole new one.
+        run_id: keep only this run's rows (the table needs a ``run_id`` column).
+        fmt: ``csv`` (header row; NULL is an empty field) or ``parquet``;
+            default from the suffix of ``out`` (``.csv``, ``.parquet``, ``.pq``).
+
+    Raises:
+        ExportError: unknown table or format, a run filter on a table
+            without ``run_id``, or a query error; the message says what to do.
+    """
+    out = Path(out)
+    chosen = _format(out, fmt)
+    place = Warehouse(Path(warehouse_root).resolve())
+    try:
+        con = connect(place)
+    except duckdb.Error as exc:
+        raise ExportError(f"cannot open {place.database}: {exc}") from exc
+    try:
+        name = _resolve_table(con, table, place)
+        quoted = '"' + name.replace('"', '""') + '"'
+        query = f"select * from {quoted}"  # noqa: S608 - a name found in information_schema
+        params: list[str] = []
+        if run_id is not None:
+            if "run_id" not in _columns(con, name):
+                raise ExportError(f"table {name!r} has no run_id column: export it "
+                                       "without a run filter")
+            query += " where run_id = ?"
+            params.append(run_id)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+        os.close(fd)
+        try:
+            row = con.execute(f"copy ({query}) to ? {_COPY_OPTIONS[chosen]}",
+                              [*params, tmp]).fetchone()
+            umask = os.umask(0)
+            os.umask(umask)
+            Path(tmp).chmod(0o666 & ~umask)  # mkstemp made it 0600
+            os.replace(tmp, out)
+        except duckdb.Error as exc:
+            raise ExportError(f"exporting {name!r} to {out} failed: {exc}") from exc
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+    finally:
+        con.close()
+    return int(row[0]) if row else 0
+
+
+def _format(out: Path, fmt: str | None) -> str:
+    if fmt is not None:
+        if fmt not in FORMATS:
+            raise ExportError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+        return fmt
+    chosen = SUFFIXES.get(out.suffix.lower())
+    if chosen is None:
+        raise ExportError(f"cannot tell the format from {out.name!r}: name the file "
+                               f"*.csv or *.parquet, or pass a format ({', '.join(FORMATS)})")
+    return chosen
+
+
+def _resolve_table(con: duckdb.DuckDBPyConnection, table: str, place: Warehouse) -> str:
+    """The table's name as the catalog spells it, or an error listing what exists."""
+    names = [row[0] for row in con.execute(
+        "select table_name from information_schema.tables where table_schema = 'main'"
+        " order by table_name").fetchall()]
+    if table in names:
+        return table
+    folded = [name for name in names if name.lower() == table.lower()]
+    if len(folded) == 1:
+        return folded[0]
+    marts = [name for name in names if name.startswith(("fct_", "dim_"))]
+    if marts:
+        shown = "marts: " + ", ".join(marts)
+    else:
+        shown = "tables: " + (", ".join(names) or "none (run `tracehouse build`)")
+    raise ExportError(f"no table {table!r} in {place.root}; {shown}")
+
+
+def _columns(con: duckdb.DuckDBPyConnection, table: str) -> set[str]:
+    return {row[0] for row in con.execute(
+        "select column_name from information_schema.columns"
+        " where table_schema = 'main' and table_name = ?", [table]).fetchall()}

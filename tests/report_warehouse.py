@@ -1,0 +1,127 @@
+"""One real warehouse for the report tests, built once per pytest session.
+
+Why a helper module and not a fixture in conftest.py: the report tests of two
+files (families and the HTML page) read the same runs, and one ``dbt build``
+over all of them is most of their cost. :func:`report_warehouse` memoises the
+built warehouse per session (keyed on pytest's base temporary folder), so
+whichever file runs first builds it and the other reuses it; nothing in it is
+ever modified by a test (reports go to each test's own folder).
+
+Runs, all through the real ingest and dbt build:
+
+* ``sim_a`` — simulated TP2 × PP2, 2 iterations, rank 1 slowed 1.5×;
+* ``sim_b`` — the same without the straggler, for the comparison;
+* ``hostile`` — two hand-written Kineto JSON traces whose kernels are named
+  ``<script>alert(1)</script>`` and ``void f<"a" & 'b'>(int)``;
+* ``dlrm_8rank`` and ``tp1_pp4_dp2`` — the real shared traces (GPU and
+  CPU-only), present only when ``../shared/data`` is.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from conftest import SHARED_DATA
+
+HOSTILE_KERNEL = "<script>alert(1)</script>"
+QUOTED_KERNEL = "void f<\"a\" & 'b'>(int)"
+
+DLRM = SHARED_DATA / "kineto" / "dlrm_8rank"
+MEGATRON_CPU = SHARED_DATA / "kineto" / "megatron_cpu" / "tp1_pp4_dp2"
+
+
+@dataclass
+class ReportWarehouse:
+    """The built warehouse and which runs it holds."""
+
+    root: Path
+    runs: list[str] = field(default_factory=list)
+
+    def need(self, run: str) -> str:
+        """``run``, or skip the test when its traces were not available."""
+        if run not in self.runs:
+            pytest.skip(f"run {run} not loaded (shared traces missing under {SHARED_DATA})")
+        return run
+
+
+_BUILT: dict[str, ReportWarehouse] = {}
+
+
+def hostile_trace(rank: int, world: int) -> dict:
+    """A Kineto trace: a step launching a GEMM, two hostile kernels and an all-reduce."""
+    events: list[dict] = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 10, "tid": 10,
+         "ts": 0.0, "dur": 1000.0},
+    ]
+    kernels = [("ampere_sgemm_128x64_nn", 100.0, 300.0 + 50 * rank, None),
+               (HOSTILE_KERNEL, 450.0, 100.0, None),
+               (QUOTED_KERNEL, 560.0, 30.0, None),
+               ("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*)", 600.0, 250.0,
+                "allreduce")]
+    for i, (name, ts, dur, collective) in enumerate(kernels):
+        correlation = 100 + i
+        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel",
+                       "pid": 10, "tid": 10, "ts": 10.0 + 20 * i, "dur": 5.0,
+                       "args": {"correlation": correlation}})
+        args: dict = {"correlation": correlation, "device": 0, "stream": 7}
+        if collective:
+            args.update({"Collective name": collective, "Group size": world,
+                         "Process Group Name": "0", "Process Group Description": "default_pg",
+                         "Process Group Ranks": list(range(world)),
+                         "In msg nelems": 1024, "Out msg nelems": 1024, "dtype": "Float"})
+        events.append({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7,
+                       "ts": ts, "dur": dur, "args": args})
+    return {
+        "schemaVersion": 1,
+        "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world},
+        "baseTimeNanoseconds": 1_700_000_000_000_000_000,
+        "traceEvents": events,
+    }
+
+
+def report_warehouse(tmp_path_factory: pytest.TempPathFactory) -> ReportWarehouse:
+    """The session's report warehouse, building it on first use (one dbt build)."""
+    key = str(tmp_path_factory.getbasetemp())
+    if key in _BUILT:
+        return _BUILT[key]
+    from tracehouse.dbt import build_warehouse
+    from tracehouse.ingest.runner import ingest_paths
+    from tracehouse.simulate import SimConfig, simulate_run
+
+    base = tmp_path_factory.mktemp("report_warehouse")
+    root = base / "warehouse"
+    built = ReportWarehouse(root=root)
+
+    def load(path: Path, run: str) -> None:
+        result = ingest_paths([path], warehouse=root, run=run, jobs=1, force=True,
+                              progress=False)
+        assert not result.failed, result.failed
+        built.runs.append(run)
+
+    small = dict(tp=2, pp=2, dp=1, microbatches=2, iterations=2, layers=4, hidden=512,
+                 heads=4, seq_length=512, vocab=8_000)
+    for run, config in (("sim_a", SimConfig(**small, stragglers=((1, 1.5),), seed=0)),
+                        ("sim_b", SimConfig(**small, seed=1))):
+        simulated = simulate_run(config, base / run, jobs=1)
+        load(simulated.out_dir, run)
+
+    hostile = base / "hostile"
+    hostile.mkdir()
+    for rank in range(2):
+        path = hostile / f"rank_{rank:04d}_iter_1.pt.trace.json.gz"
+        path.write_bytes(gzip.compress(json.dumps(hostile_trace(rank, 2)).encode()))
+    load(hostile, "hostile")
+
+    if DLRM.is_dir():
+        load(DLRM, "dlrm_8rank")
+    if MEGATRON_CPU.is_dir():
+        load(MEGATRON_CPU, "tp1_pp4_dp2")
+    # The models' unit tests are the model tests' business; the data tests still run.
+    build_warehouse(root, ["--quiet", "--exclude-resource-type", "unit_test"])
+    _BUILT[key] = built
+    return built

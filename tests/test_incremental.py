@@ -1,0 +1,243 @@
+"""Incremental kernel models (macros/incremental_traces.sql) give what a full build gives.
+
+A simulated TP2 x PP2 x DP2 run is ingested one iteration at a time into a
+real warehouse through the real ingest, and the incremental models are built
+after each step with the real dbt project. After each incremental build a
+copy of the warehouse is rebuilt with ``--full-refresh`` and every
+incremental model is compared with it, table by table, with EXCEPT ALL both
+ways. The last steps change one trace file (new content, same path: ingest
+replaces its rows) and unload another (``ingest.lake.remove_trace``): the
+changed trace must be recomputed and the unloaded one's rows must vanish.
+
+A marker written into the rows of iteration 1 shows that adding iteration 2
+does not recompute iteration 1 (a recomputed row would lose the marker).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from tracehouse.dbt import EXIT_OK, run_dbt
+from tracehouse.ingest import lake
+from tracehouse.ingest.runner import ingest_paths
+from tracehouse.simulate import SimConfig, simulate_run, trace_path
+from tracehouse.warehouse import Warehouse
+
+pytestmark = pytest.mark.slow
+
+RUN = "inc"
+WORLD = 8
+#: The models made incremental by trace, and what one row of each is keyed by.
+INCREMENTAL_MODELS = [
+    "int_kernel_names_classified",
+    "int_kernels_launched",
+    "int_kernel_intervals_merged",
+    "int_rank_iterations_swept",
+    "fct_rank_iterations",
+    "fct_kernel_summary",
+]
+#: Build only the incremental chain and what it needs, seeds included (the
+#: rest of the project and the dbt tests are covered by other tests).
+SELECT = [
+    "--select", "+fct_rank_iterations", "+fct_kernel_summary",
+    "--resource-type", "seed", "--resource-type", "model",
+]  # fmt: skip
+#: Per model: a column overwritten with a marker in iteration 1's rows, and
+#: the predicate picking those rows. Rows an incremental build leaves alone
+#: keep the marker; recomputed rows lose it.
+MARKERS = {
+    "int_kernels_launched": (
+        "launch_name",
+        "'untouched'",
+        "trace_id in (select trace_id from stg_lake__traces where iteration = 1)",
+    ),
+    "int_kernel_intervals_merged": ("interval_count", "-1", "iteration = 1"),
+    "int_rank_iterations_swept": ("overlap_ns", "-1", "iteration = 1"),
+    "fct_rank_iterations": ("kernel_count", "-1", "iteration = 1"),
+}
+
+
+@dataclass
+class Runs:
+    """Two simulated runs of the same configuration; only their jitter seed differs."""
+
+    main: Path
+    other_seed: Path
+    parked: Path
+
+
+def _build(warehouse: Path, *extra: str) -> None:
+    assert run_dbt(["build", *SELECT, *extra], warehouse) == EXIT_OK
+
+
+def _ingest(paths: list[Path], warehouse: Path) -> None:
+    result = ingest_paths(paths, warehouse=warehouse, run=RUN, progress=False)
+    assert not result.failed, result.failed
+
+
+def _differences(incremental: Path, full: Path) -> dict[str, tuple[int, int, int]]:
+    """Per model: (rows in full, rows only in incremental, rows only in full)."""
+    con = duckdb.connect()
+    try:
+        con.execute("attach ? as incremental (read_only)", [str(Warehouse(incremental).database)])
+        con.execute("attach ? as full_refresh (read_only)", [str(Warehouse(full).database)])
+        out = {}
+        for model in INCREMENTAL_MODELS:
+            inc = f"incremental.main.{model}"
+            ful = f"full_refresh.main.{model}"
+            [(rows,)] = con.execute(f"select count(*) from {ful}").fetchall()
+            [(extra,)] = con.execute(
+                f"select count(*) from (select * from {inc} except all select * from {ful})"
+            ).fetchall()
+            [(missing,)] = con.execute(
+                f"select count(*) from (select * from {ful} except all select * from {inc})"
+            ).fetchall()
+            out[model] = (rows, extra, missing)
+        return out
+    finally:
+        con.close()
+
+
+def _assert_same_as_full_refresh(warehouse: Path, scratch: Path) -> None:
+    """Copy the warehouse, rebuild the copy from scratch, compare every incremental model."""
+    full = scratch / "full"
+    shutil.rmtree(full, ignore_errors=True)
+    shutil.copytree(warehouse, full)
+    _build(full, "--full-refresh")
+    differences = _differences(warehouse, full)
+    for model, (rows, extra, missing) in differences.items():
+        assert rows > 0, f"{model} is empty: the comparison would prove nothing"
+        assert (extra, missing) == (0, 0), (model, differences[model])
+
+
+def _query(warehouse: Path, sql: str, params: list | None = None) -> list[tuple]:
+    con = duckdb.connect(str(Warehouse(warehouse).database), read_only=True)
+    try:
+        return con.execute(sql, params or []).fetchall()
+    finally:
+        con.close()
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
+    root = tmp_path_factory.mktemp("incremental_runs")
+    made = []
+    for seed in (0, 1):
+        config = SimConfig(
+            layers=4, hidden=256, heads=8, seq_length=256, vocab=1024,
+            tp=2, pp=2, dp=2, microbatches=4, iterations=2, seed=seed, gpus_per_node=4,
+        )  # fmt: skip
+        made.append(simulate_run(config, root / f"seed{seed}", jobs=1).out_dir)
+    # Iteration 2 waits outside the run folder until the test loads it.
+    parked = root / "parked_iteration_2"
+    shutil.move(made[0] / "iteration_2", parked)
+    return Runs(main=made[0], other_seed=made[1], parked=parked)
+
+
+@pytest.fixture(scope="module")
+def warehouse(runs: Runs, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Iteration 1 loaded and built (the incremental tables exist)."""
+    root = tmp_path_factory.mktemp("incremental_wh") / "warehouse"
+    _ingest([runs.main], root)
+    _build(root)
+    yield root
+
+
+def test_adding_an_iteration_matches_full_refresh_and_keeps_the_others(
+    runs: Runs, warehouse: Path, tmp_path: Path
+) -> None:
+    shutil.move(runs.parked, runs.main / "iteration_2")
+    _ingest([runs.main], warehouse)  # iteration 1 is skipped: unchanged
+
+    # Mark iteration 1's rows in a copy, build the copy incrementally: the
+    # marks survive (iteration 1 was not recomputed) and iteration 2 lands.
+    marked = tmp_path / "marked"
+    shutil.copytree(warehouse, marked)
+    con = duckdb.connect(str(Warehouse(marked).database))
+    try:
+        for model, (column, value, where) in MARKERS.items():
+            con.execute(f"update {model} set {column} = {value} where {where}")
+    finally:
+        con.close()
+    _build(marked)
+    for model, (column, value, where) in MARKERS.items():
+        [(kept, total)] = _query(
+            marked,
+            f"select count(*) filter ({column} = {value}), count(*) from {model} where {where}",
+        )
+        assert kept == total > 0, f"{model}: iteration 1 was recomputed ({kept} of {total} kept)"
+    iterations = _query(marked, "select distinct iteration from fct_rank_iterations order by 1")
+    assert iterations == [(1,), (2,)]
+
+    _build(warehouse)
+    _assert_same_as_full_refresh(warehouse, tmp_path)
+    [(ranks,)] = _query(warehouse, "select count(*) from fct_rank_iterations where iteration = 2")
+    assert ranks == WORLD
+
+
+def test_changed_trace_is_recomputed_and_unloaded_trace_disappears(
+    runs: Runs, warehouse: Path, tmp_path: Path
+) -> None:
+    if not (runs.main / "iteration_2").is_dir():
+        pytest.skip("needs iteration 2 loaded by the previous test")
+    wh = Warehouse(warehouse)
+    before = {entry.path: entry for entry in lake.read_manifest(wh)}
+    changed = trace_path(runs.main, 0, 1)
+    unloaded = trace_path(runs.main, 1, 2)
+    old_changed = before[str(changed)].trace_id
+    [(old_compute,)] = _query(
+        warehouse, "select compute_ns from fct_rank_iterations where rank = 0 and iteration = 1"
+    )
+
+    # Same path, other content (the other seed's jitter): ingest replaces it.
+    shutil.copyfile(trace_path(runs.other_seed, 0, 1), changed)
+    _ingest([runs.main], warehouse)
+    new_changed = {entry.path: entry for entry in lake.read_manifest(wh)}[str(changed)].trace_id
+    assert new_changed != old_changed
+    lake.remove_trace(wh, RUN, before[str(unloaded)].trace_id)
+
+    _build(warehouse)
+    _assert_same_as_full_refresh(warehouse, tmp_path)
+
+    kernels = dict(_query(
+        warehouse, "select trace_id, count(*) from int_kernels_launched where trace_id in (?, ?) "
+        "group by 1", [old_changed, new_changed],
+    ))  # fmt: skip
+    assert old_changed not in kernels and kernels[new_changed] > 0
+    [(new_compute,)] = _query(
+        warehouse, "select compute_ns from fct_rank_iterations where rank = 0 and iteration = 1"
+    )
+    assert new_compute != old_compute
+    gone = _query(warehouse, "select * from fct_rank_iterations where rank = 1 and iteration = 2")
+    assert gone == []
+    [(ranks,)] = _query(warehouse, "select count(*) from fct_rank_iterations where iteration = 2")
+    assert ranks == WORLD - 1
+
+
+def test_changed_var_rebuilds_instead_of_mixing_settings(
+    runs: Runs, warehouse: Path, tmp_path: Path
+) -> None:
+    """A var in the code fingerprint (kernel_time_unit_ns) changes: every row is recomputed.
+
+    An incremental build that kept the old rows would mix intervals rounded
+    to 1 ns with intervals rounded to whole microseconds.
+    """
+    whole_us = ["--vars", '{"kernel_time_unit_ns": 1000}']
+    _build(warehouse, *whole_us)
+    full = tmp_path / "full"
+    shutil.copytree(warehouse, full)
+    _build(full, "--full-refresh", *whole_us)
+    differences = _differences(warehouse, full)
+    for model, (rows, extra, missing) in differences.items():
+        assert rows > 0 and (extra, missing) == (0, 0), (model, differences[model])
+    [(unrounded,)] = _query(
+        warehouse,
+        "select count(*) from int_kernels_launched where interval_start_ns % 1000 <> 0",
+    )
+    assert unrounded == 0

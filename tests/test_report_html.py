@@ -1,0 +1,297 @@
+"""The report driver and its page: render_report and index.html.
+
+Checked on a warehouse built by the real ingest and dbt (see
+``report_warehouse.py``): the page references every chart it wrote and
+nothing else; its headline numbers are the marts' numbers; trace strings
+(a kernel named ``<script>alert(1)</script>``, quotes, ampersands) come out
+as text; re-running swaps the whole folder in atomically and never leaves a
+half-written report; unchanged marts skip the work; a family that fails is
+reported while the others still render.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import shutil
+from html.parser import HTMLParser
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from report_warehouse import HOSTILE_KERNEL, QUOTED_KERNEL, ReportWarehouse, report_warehouse
+from tracehouse.reports import heatmaps, html, report
+from tracehouse.reports.report import ReportError, render_report
+from tracehouse.warehouse import Warehouse
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="session")
+def wh(tmp_path_factory: pytest.TempPathFactory) -> ReportWarehouse:
+    return report_warehouse(tmp_path_factory)
+
+
+class Page(HTMLParser):
+    """What a browser would show: text, script elements, image and link targets."""
+
+    def __init__(self, source: str) -> None:
+        super().__init__()
+        self.text: list[str] = []
+        self.scripts = 0
+        self.images: list[str] = []
+        self.links: list[str] = []
+        self.feed(source)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        values = dict(attrs)
+        if tag == "script":
+            self.scripts += 1
+        if tag == "img" and values.get("src"):
+            self.images.append(values["src"] or "")
+        if tag in ("a", "link") and values.get("href"):
+            self.links.append(values["href"] or "")
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+    @property
+    def shown(self) -> str:
+        return "".join(self.text)
+
+
+def _render(wh: ReportWarehouse, out: Path, run: str, **kwargs: object) -> report.ReportResult:
+    stream = io.StringIO()
+    result = render_report(wh.root, out, run_id=wh.need(run), stream=stream, **kwargs)
+    result.log = stream.getvalue()  # type: ignore[attr-defined]
+    return result
+
+
+def _query(wh: ReportWarehouse, sql: str, params: list[object]) -> tuple:
+    con = duckdb.connect(str(Warehouse(wh.root).database), read_only=True)
+    try:
+        return con.execute(sql, params).fetchone()
+    finally:
+        con.close()
+
+
+# --------------------------------------------------------------------------- the page
+
+
+def test_index_references_every_chart_and_nothing_missing(wh: ReportWarehouse,
+                                                           tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    result = _render(wh, out, "sim_a")
+    assert result.failures == [] or all(f.family not in ("heatmaps", "kernels", "comm_groups",
+                                                         "compare") for f in result.failures)
+    page = Page(result.index_html.read_text())
+    assert page.scripts == 0
+    written = {p.name for p in out.iterdir() if p.suffix in (".png", ".svg")}
+    assert written, "no charts were written"
+    referenced = {src for src in page.images + page.links if "://" not in src
+                  and not src.startswith(("#", "data:"))}
+    assert {name for name in written if name.endswith(".png")} <= set(page.images)
+    assert written <= referenced
+    assert all((out / src).is_file() for src in referenced)
+    assert {c.png.name for c in result.charts} | {c.svg.name for c in result.charts} == written
+    # One progress line per registered family, then a summary line.
+    assert len(re.findall(r"^\[\d+/\d+\] ", result.log, flags=re.M)) == len(result.sections)
+
+
+def test_headline_numbers_are_the_marts_numbers(wh: ReportWarehouse, tmp_path: Path) -> None:
+    run = wh.need("sim_a")
+    result = _render(wh, tmp_path / "report", run)
+    shown = Page(result.index_html.read_text()).shown
+    step, compute, exposed, idle, overlap, iterations = _query(wh, """
+        select avg(span_ns), sum(compute_ns) / sum(span_ns),
+               sum(exposed_communication_ns) / sum(span_ns), sum(idle_ns) / sum(span_ns),
+               sum(overlap_ns) / sum(communication_ns), count(distinct iteration)
+        from fct_rank_iterations where run_id = ? and iteration is not null
+    """, [run])
+    for text in (f"{step / 1e6:,.2f} ms", f"{100 * compute:.1f} %", f"{100 * exposed:.1f} %",
+                 f"{100 * idle:.1f} %", f"{100 * overlap:.1f} %"):
+        assert text in shown, text
+    assert re.search(rf"ITERATIONS\s*{iterations}\b", shown, flags=re.I) or \
+        f"iterations{iterations}" in shown.replace(" ", "").lower()
+    # Slowest rank against its stage peers: the simulator's straggler, rank 1 (compute x1.5).
+    slow_rank, slow_ns = _query(wh, """
+        with per_rank as (
+            select rank, avg(compute_ns) as compute_ns from fct_rank_iterations
+            where run_id = ? and iteration is not null group by rank
+        )
+        select per_rank.rank, compute_ns from per_rank
+        join dim_ranks as d on d.run_id = 'sim_a' and d.rank = per_rank.rank
+        order by compute_ns / median(compute_ns) over (partition by d.pp_stage) desc limit 1
+    """, [run])
+    assert slow_rank == 1
+    assert re.search(rf"slowest rank[^\n]*?rank {slow_rank}\b", shown)
+    assert f"{slow_ns / 1e6:,.2f} ms" in shown
+
+
+def test_cpu_only_run_gets_a_useful_report(wh: ReportWarehouse, tmp_path: Path) -> None:
+    run = wh.need("tp1_pp4_dp2")
+    result = _render(wh, tmp_path / "report", run)
+    mine = [f for f in result.failures if f.family in ("heatmaps", "kernels", "comm_groups",
+                                                       "compare")]
+    assert mine == []
+    shown = Page(result.index_html.read_text()).shown
+    assert "CPU" in shown and "no GPU kernels" in shown
+    (step,) = _query(wh, """
+        select avg(step_ns) from (
+            select rank, iteration, max(last_end_ns) - min(first_start_ns) as step_ns
+            from fct_microbatch_phases where run_id = ? and timing_source = 'cpu'
+            group by rank, iteration)
+    """, [run])
+    assert f"{step / 1e6:,.2f} ms" in shown
+    assert "slowest pipeline stage" in shown
+    assert any(c.slug == "heatmaps-rank-iteration" for c in result.charts)
+
+
+def test_hostile_names_render_as_text(wh: ReportWarehouse, tmp_path: Path) -> None:
+    result = _render(wh, tmp_path / "report", "hostile")
+    source = result.index_html.read_text()
+    page = Page(source)
+    assert page.scripts == 0
+    assert HOSTILE_KERNEL in page.shown
+    assert QUOTED_KERNEL in page.shown
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in source
+    assert "&quot;a&quot; &amp; &#x27;b&#x27;" in source
+    for svg in tmp_path.glob("report/*.svg"):
+        assert "<script" not in svg.read_text()
+
+
+def test_page_is_self_contained(wh: ReportWarehouse, tmp_path: Path) -> None:
+    source = _render(wh, tmp_path / "report", "sim_a").index_html.read_text()
+    assert "http://" not in source and "https://" not in source
+    assert "<link rel=\"stylesheet\"" not in source and "@import" not in source
+    assert "<style>" in source
+
+
+# --------------------------------------------------------------------------- re-runs
+
+
+def test_rerun_swaps_the_whole_folder_atomically(wh: ReportWarehouse, tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    _render(wh, out, "sim_a")
+    stale = out / "stale-chart.png"
+    stale.write_bytes(b"old")
+    again = _render(wh, out, "sim_a", force=True)
+    assert not stale.exists(), "the old folder was not replaced as a whole"
+    assert again.index_html.is_file()
+    assert [p.name for p in tmp_path.iterdir()] == ["report"], "temporary folders left behind"
+
+
+def test_a_crash_mid_render_keeps_the_previous_report(wh: ReportWarehouse, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    out = tmp_path / "report"
+    _render(wh, out, "sim_a")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def crash(*args: object, **kwargs: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(html, "write_index", crash)
+    with pytest.raises(OSError, match="disk full"):
+        _render(wh, out, "sim_a", force=True)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert [p.name for p in tmp_path.iterdir()] == ["report"]
+
+
+def test_unchanged_marts_skip_and_changed_marts_rerender_only_their_families(
+        wh: ReportWarehouse, tmp_path: Path) -> None:
+    # A private copy of the warehouse, so one mart can be changed.
+    root = tmp_path / "warehouse"
+    root.mkdir()
+    shutil.copy2(Warehouse(wh.root).database, Warehouse(root).database)
+    private = ReportWarehouse(root=root, runs=wh.runs)
+    out = tmp_path / "report"
+    first = _render(private, out, "sim_a")
+    index_bytes = first.index_html.read_bytes()
+
+    second = _render(private, out, "sim_a")
+    assert second.skipped
+    assert "up to date" in second.log and "nothing re-rendered" in second.log
+    assert second.index_html.read_bytes() == index_bytes
+    assert [c.slug for c in second.charts] == [c.slug for c in first.charts]
+
+    con = duckdb.connect(str(Warehouse(root).database))
+    con.execute("update fct_kernel_summary set total_dur_ns = total_dur_ns + 1 "
+                "where run_id = 'sim_a'")
+    con.close()
+    third = _render(private, out, "sim_a")
+    assert not third.skipped
+    assert re.search(r"kernels: \d+ chart\(s\) in", third.log), third.log
+    assert re.search(r"heatmaps: marts unchanged, kept 1 chart", third.log), third.log
+    assert all(c.png.is_file() for c in third.charts)
+
+    forced = _render(private, out, "sim_a", force=True)
+    assert not forced.skipped and "marts unchanged" not in forced.log
+
+
+# --------------------------------------------------------------------------- failures
+
+
+def test_a_failing_family_is_reported_and_the_others_render(
+        wh: ReportWarehouse, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def boom(ctx: object) -> list:
+        raise RuntimeError("heatmaps exploded <b>")
+
+    monkeypatch.setattr(heatmaps.FAMILY, "render", boom)
+    monkeypatch.setattr(report, "FAMILY_MODULES",
+                        (*report.FAMILY_MODULES, "tracehouse.reports.no_such_family"))
+    result = _render(wh, tmp_path / "report", "sim_a")
+    failed = {f.family: f.error for f in result.failures}
+    assert failed["heatmaps"] == "RuntimeError: heatmaps exploded <b>"
+    assert "no_such_family" in failed
+    assert "heatmaps: FAILED — RuntimeError: heatmaps exploded <b>" in result.log
+    assert any(c.slug.startswith("kernels") for c in result.charts)
+    source = result.index_html.read_text()
+    assert "heatmaps exploded &lt;b&gt;" in source
+    assert not any(p.name.startswith("heatmaps") for p in (tmp_path / "report").iterdir())
+
+
+def test_errors_say_what_to_run(wh: ReportWarehouse, tmp_path: Path) -> None:
+    with pytest.raises(ReportError, match="tracehouse build"):
+        render_report(tmp_path / "nowhere", tmp_path / "r", stream=io.StringIO())
+    with pytest.raises(ReportError, match=r"unknown run 'nope'.*sim_a"):
+        render_report(wh.root, tmp_path / "r", run_id="nope", stream=io.StringIO())
+    with pytest.raises(ReportError, match=r"unknown comparison run"):
+        render_report(wh.root, tmp_path / "r", run_id="sim_a", compare_run_id="nope",
+                      stream=io.StringIO())
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "thesis.tex").write_text("do not delete")
+    with pytest.raises(ReportError, match="not a tracehouse report"):
+        render_report(wh.root, precious, run_id="sim_a", stream=io.StringIO())
+    assert (precious / "thesis.tex").read_text() == "do not delete"
+
+
+def test_without_a_run_the_newest_is_chosen_and_named(wh: ReportWarehouse,
+                                                      tmp_path: Path) -> None:
+    stream = io.StringIO()
+    result = render_report(wh.root, tmp_path / "report", stream=stream)
+    newest = _query(wh, """
+        select run_id from (
+            select run_id, last_end_ns from fct_rank_iterations
+            union all select run_id, last_end_ns from fct_microbatch_phases)
+        group by run_id order by max(last_end_ns) desc limit 1
+    """, [])[0]
+    assert result.run_id == newest
+    assert f"reporting run {newest}, the newest" in stream.getvalue()
+
+
+def test_default_folder_is_under_the_warehouse(wh: ReportWarehouse, tmp_path: Path) -> None:
+    root = tmp_path / "warehouse"
+    root.mkdir()
+    shutil.copy2(Warehouse(wh.root).database, Warehouse(root).database)
+    result = render_report(root, None, run_id="hostile", stream=io.StringIO())
+    assert result.out_dir == Warehouse(root).reports / "hostile"
+    assert result.index_html.is_file()
+
+
+def test_compare_section_renders_with_a_second_run(wh: ReportWarehouse, tmp_path: Path) -> None:
+    result = _render(wh, tmp_path / "report", "sim_a", compare_run_id=wh.need("sim_b"))
+    slugs = [c.slug for c in result.charts]
+    assert "compare-step-time" in slugs and "compare-breakdown" in slugs
+    assert "compared with" in Page(result.index_html.read_text()).shown

@@ -1,0 +1,128 @@
+"""``export_table``: any mart or table to CSV or Parquet, filtered by run, atomically.
+
+Runs on the shared synthetic lake (conftest) after a real ``dbt build``, and
+on a lake that was never built (the raw tables through in-memory views). The
+slices hold a name with quotes, commas, a newline and ``<script>``: it must
+come back from the CSV unchanged.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Callable
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from conftest import NASTY_NAME, Lake
+from tracehouse.dbt import EXIT_OK, run_dbt
+from tracehouse.reports.table_export import ExportError, export_table
+from tracehouse.warehouse import Warehouse
+
+pytestmark = pytest.mark.slow
+
+
+#: Seeds and models only: the models' own data and unit tests run in
+#: test_models_*.py; here they would only double the build time.
+BUILD_MODELS = ["build", "--exclude-resource-type", "test", "unit_test", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def built(module_lake: Lake) -> Lake:
+    """The module's synthetic lake (conftest) with every model built by a real dbt run."""
+    assert run_dbt(BUILD_MODELS, module_lake.warehouse) == EXIT_OK
+    return module_lake
+
+
+def _rows(lake: Lake, sql: str, params: list | None = None) -> list[tuple]:
+    con = duckdb.connect(str(Warehouse(lake.warehouse).database), read_only=True)
+    try:
+        return con.execute(sql, params or []).fetchall()
+    finally:
+        con.close()
+
+
+def test_csv_round_trips_hostile_names(built: Lake, tmp_path: Path) -> None:
+    out = tmp_path / "slices.csv"
+    rows = export_table(built.warehouse, "stg_lake__slices", out,
+                        run_id=built.run_id)
+    with out.open(newline="", encoding="utf-8") as handle:
+        records = list(csv.DictReader(handle))
+    expected = _rows(built, "select name from stg_lake__slices where run_id = ?",
+                     [built.run_id])
+    assert rows == len(records) == len(expected) > 0
+    assert sorted(record["name"] for record in records) == sorted(name for (name,) in expected)
+    assert NASTY_NAME in {record["name"] for record in records}
+
+
+def test_parquet_keeps_rows_and_types(built: Lake, tmp_path: Path) -> None:
+    out = tmp_path / "nested" / "iterations.parquet"
+    rows = export_table(built.warehouse, "fct_rank_iterations", out)
+    con = duckdb.connect()
+    try:
+        written = con.execute("select * from read_parquet(?) order by rank, iteration",
+                              [str(out)]).fetchall()
+        types = dict(con.execute("select column_name, column_type from "
+                                 "(describe select * from read_parquet(?))", [str(out)]).fetchall())
+    finally:
+        con.close()
+    expected = _rows(built, "select * from fct_rank_iterations order by rank, iteration")
+    assert rows == len(written) == len(expected) > 0
+    assert written == expected
+    assert types["span_ns"] == "BIGINT" and types["overlap_ratio"] == "DOUBLE"
+
+
+def test_run_filter_is_bound(built: Lake, tmp_path: Path) -> None:
+    [(total,)] = _rows(built, "select count(*) from fct_kernels")
+    wh = built.warehouse
+    assert export_table(wh, "fct_kernels", tmp_path / "a.csv", run_id=built.run_id) \
+        == total > 0
+    assert export_table(wh, "fct_kernels", tmp_path / "b.csv", run_id="x' or 1=1 --") == 0
+    header = (tmp_path / "b.csv").read_text().splitlines()
+    assert header[0].startswith("run_id,rank,") and len(header) == 1
+
+
+def test_table_names_are_checked_not_formatted(built: Lake, tmp_path: Path) -> None:
+    wh = built.warehouse
+    for bad in ("fct_kernels; drop table dim_ranks", '"fct_kernels"', "nope",
+                "fct_kernels where 1=1"):
+        with pytest.raises(ExportError, match="no table"):
+            export_table(wh, bad, tmp_path / "x.csv")
+    assert export_table(wh, "FCT_KERNELS", tmp_path / "upper.csv") > 0  # case-insensitive
+    with pytest.raises(ExportError, match="no run_id column"):
+        export_table(wh, "kernel_kind_patterns", tmp_path / "x.csv", run_id="run_a")
+    assert export_table(wh, "kernel_kind_patterns", tmp_path / "seed.csv") > 0
+
+
+def test_format_from_suffix_or_argument(built: Lake, tmp_path: Path) -> None:
+    wh = built.warehouse
+    with pytest.raises(ExportError, match="cannot tell the format"):
+        export_table(wh, "dim_ranks", tmp_path / "ranks.txt")
+    with pytest.raises(ExportError, match="unknown format"):
+        export_table(wh, "dim_ranks", tmp_path / "ranks.csv", fmt="xlsx")
+    export_table(wh, "dim_ranks", tmp_path / "ranks.txt", fmt="parquet")
+    assert (tmp_path / "ranks.txt").read_bytes()[:4] == b"PAR1"
+    export_table(wh, "dim_ranks", tmp_path / "ranks.PQ")
+    assert (tmp_path / "ranks.PQ").read_bytes()[:4] == b"PAR1"
+
+
+def test_failures_leave_the_old_file_and_no_temporaries(built: Lake,
+                                                        tmp_path: Path) -> None:
+    out = tmp_path / "ranks.csv"
+    out.write_text("old")
+    with pytest.raises(ExportError):
+        export_table(built.warehouse, "missing_mart", out)
+    assert out.read_text() == "old"
+    export_table(built.warehouse, "dim_ranks", out)
+    assert out.read_text().startswith("run_id,rank")
+    assert [path.name for path in tmp_path.iterdir()] == ["ranks.csv"]
+
+
+def test_lake_tables_export_before_any_build(make_lake: Callable[..., Lake],
+                                             tmp_path: Path) -> None:
+    lake = make_lake(run_id="fresh", ranks=3)
+    out = tmp_path / "slices.parquet"
+    assert export_table(lake.warehouse, "slices", out, run_id="fresh") == lake.row_count("slices")
+    with pytest.raises(ExportError, match="no table 'fct_kernels'"):
+        export_table(lake.warehouse, "fct_kernels", tmp_path / "k.csv")
