@@ -8,15 +8,21 @@ incremental model is compared with it, table by table, with EXCEPT ALL both
 ways. The last steps change one trace file (new content, same path: ingest
 replaces its rows) and unload another (``ingest.lake.remove_trace``): the
 changed trace must be recomputed and the unloaded one's rows must vanish.
+A changed topology file (no trace changed) must recompute the models that
+read the run's process groups (int_kernels_phased and what reads it).
 
 A marker written into the rows of iteration 1 shows that adding iteration 2
 does not recompute iteration 1 (a recomputed row would lose the marker).
+
+Each test starts from module fixtures (iteration 1 built, iteration 2
+ingested; then built incrementally) and works on a copy when it changes the
+warehouse, so no test depends on what another one left behind.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,31 +41,38 @@ RUN = "inc"
 WORLD = 8
 #: The models made incremental by trace, and what one row of each is keyed by.
 INCREMENTAL_MODELS = [
+    "int_profiler_steps",
+    "int_cpu_steps_classified",
     "int_kernel_names_classified",
     "int_kernels_launched",
+    "int_kernels_phased",
+    "fct_kernels",
     "int_kernel_intervals_merged",
     "int_rank_iterations_swept",
     "fct_rank_iterations",
     "fct_kernel_summary",
+    "fct_microbatch_phases",
 ]
 #: Build only the incremental chain and what it needs, seeds included (the
 #: rest of the project and the dbt tests are covered by other tests).
 SELECT = [
-    "--select", "+fct_rank_iterations", "+fct_kernel_summary",
+    "--select", "+fct_rank_iterations", "+fct_kernel_summary", "+fct_microbatch_phases",
     "--resource-type", "seed", "--resource-type", "model",
 ]  # fmt: skip
 #: Per model: a column overwritten with a marker in iteration 1's rows, and
 #: the predicate picking those rows. Rows an incremental build leaves alone
 #: keep the marker; recomputed rows lose it.
+ITERATION_1_TRACES = "trace_id in (select trace_id from stg_lake__traces where iteration = 1)"
 MARKERS = {
-    "int_kernels_launched": (
-        "launch_name",
-        "'untouched'",
-        "trace_id in (select trace_id from stg_lake__traces where iteration = 1)",
-    ),
+    "int_profiler_steps": ("end_ns", "-1", ITERATION_1_TRACES),
+    "int_cpu_steps_classified": ("function_name", "'untouched'", ITERATION_1_TRACES),
+    "int_kernels_launched": ("launch_name", "'untouched'", ITERATION_1_TRACES),
+    "int_kernels_phased": ("phase", "'untouched'", ITERATION_1_TRACES),
+    "fct_kernels": ("name", "'untouched'", ITERATION_1_TRACES),
     "int_kernel_intervals_merged": ("interval_count", "-1", "iteration = 1"),
     "int_rank_iterations_swept": ("overlap_ns", "-1", "iteration = 1"),
     "fct_rank_iterations": ("kernel_count", "-1", "iteration = 1"),
+    "fct_microbatch_phases": ("kernel_count", "-1", "iteration = 1"),
 }
 
 
@@ -141,24 +154,42 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
 
 
 @pytest.fixture(scope="module")
-def warehouse(runs: Runs, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """Iteration 1 loaded and built (the incremental tables exist)."""
-    root = tmp_path_factory.mktemp("incremental_wh") / "warehouse"
+def iteration_2_ingested(runs: Runs, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Iteration 1 loaded and built (the incremental tables exist), then iteration 2 ingested.
+
+    Shared by the tests: a test that changes it works on a copy.
+    """
+    root = tmp_path_factory.mktemp("incremental_ingested") / "warehouse"
     _ingest([runs.main], root)
     _build(root)
-    yield root
+    shutil.move(runs.parked, runs.main / "iteration_2")
+    _ingest([runs.main], root)  # iteration 1 is skipped: unchanged
+    return root
+
+
+@pytest.fixture(scope="module")
+def iteration_2_built(iteration_2_ingested: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of ``iteration_2_ingested`` built incrementally (iteration 2 lands).
+
+    Shared by the tests: a test that changes it works on a copy.
+    """
+    root = tmp_path_factory.mktemp("incremental_built") / "warehouse"
+    shutil.copytree(iteration_2_ingested, root)
+    _build(root)
+    return root
+
+
+def _copy(warehouse: Path, destination: Path) -> Path:
+    shutil.copytree(warehouse, destination)
+    return destination
 
 
 def test_adding_an_iteration_matches_full_refresh_and_keeps_the_others(
-    runs: Runs, warehouse: Path, tmp_path: Path
+    iteration_2_ingested: Path, iteration_2_built: Path, tmp_path: Path
 ) -> None:
-    shutil.move(runs.parked, runs.main / "iteration_2")
-    _ingest([runs.main], warehouse)  # iteration 1 is skipped: unchanged
-
     # Mark iteration 1's rows in a copy, build the copy incrementally: the
     # marks survive (iteration 1 was not recomputed) and iteration 2 lands.
-    marked = tmp_path / "marked"
-    shutil.copytree(warehouse, marked)
+    marked = _copy(iteration_2_ingested, tmp_path / "marked")
     con = duckdb.connect(str(Warehouse(marked).database))
     try:
         for model, (column, value, where) in MARKERS.items():
@@ -175,17 +206,17 @@ def test_adding_an_iteration_matches_full_refresh_and_keeps_the_others(
     iterations = _query(marked, "select distinct iteration from fct_rank_iterations order by 1")
     assert iterations == [(1,), (2,)]
 
-    _build(warehouse)
-    _assert_same_as_full_refresh(warehouse, tmp_path)
-    [(ranks,)] = _query(warehouse, "select count(*) from fct_rank_iterations where iteration = 2")
+    _assert_same_as_full_refresh(iteration_2_built, tmp_path)
+    [(ranks,)] = _query(
+        iteration_2_built, "select count(*) from fct_rank_iterations where iteration = 2"
+    )
     assert ranks == WORLD
 
 
 def test_changed_trace_is_recomputed_and_unloaded_trace_disappears(
-    runs: Runs, warehouse: Path, tmp_path: Path
+    runs: Runs, iteration_2_built: Path, tmp_path: Path
 ) -> None:
-    if not (runs.main / "iteration_2").is_dir():
-        pytest.skip("needs iteration 2 loaded by the previous test")
+    warehouse = _copy(iteration_2_built, tmp_path / "warehouse")
     wh = Warehouse(warehouse)
     before = {entry.path: entry for entry in lake.read_manifest(wh)}
     changed = trace_path(runs.main, 0, 1)
@@ -196,8 +227,14 @@ def test_changed_trace_is_recomputed_and_unloaded_trace_disappears(
     )
 
     # Same path, other content (the other seed's jitter): ingest replaces it.
-    shutil.copyfile(trace_path(runs.other_seed, 0, 1), changed)
-    _ingest([runs.main], warehouse)
+    # The run folder is shared by the tests: put the original file back after.
+    original = tmp_path / "original_trace"
+    shutil.copyfile(changed, original)
+    try:
+        shutil.copyfile(trace_path(runs.other_seed, 0, 1), changed)
+        _ingest([runs.main], warehouse)
+    finally:
+        shutil.copyfile(original, changed)
     new_changed = {entry.path: entry for entry in lake.read_manifest(wh)}[str(changed)].trace_id
     assert new_changed != old_changed
     lake.remove_trace(wh, RUN, before[str(unloaded)].trace_id)
@@ -221,13 +258,14 @@ def test_changed_trace_is_recomputed_and_unloaded_trace_disappears(
 
 
 def test_changed_var_rebuilds_instead_of_mixing_settings(
-    runs: Runs, warehouse: Path, tmp_path: Path
+    iteration_2_built: Path, tmp_path: Path
 ) -> None:
     """A var in the code fingerprint (kernel_time_unit_ns) changes: every row is recomputed.
 
     An incremental build that kept the old rows would mix intervals rounded
     to 1 ns with intervals rounded to whole microseconds.
     """
+    warehouse = _copy(iteration_2_built, tmp_path / "warehouse")
     whole_us = ["--vars", '{"kernel_time_unit_ns": 1000}']
     _build(warehouse, *whole_us)
     full = tmp_path / "full"
@@ -241,3 +279,41 @@ def test_changed_var_rebuilds_instead_of_mixing_settings(
         "select count(*) from int_kernels_launched where interval_start_ns % 1000 <> 0",
     )
     assert unrounded == 0
+
+
+def test_changed_topology_recomputes_the_runs_kernels(
+    runs: Runs, iteration_2_built: Path, tmp_path: Path
+) -> None:
+    """A new topology file renumbers the run's tp and dp groups: no trace changed, yet the
+    communication group index of the run's kernels (int_kernels_phased, from
+    dim_process_groups) must follow, in every trace.
+    """
+    warehouse = _copy(iteration_2_built, tmp_path / "warehouse")
+    group_indexes = (
+        "select trace_id, slice_id, comm_group_index from fct_kernels"
+        " where comm_process_group_kind in ('tp', 'dp')"
+    )
+    before = {(trace, slice_): index for trace, slice_, index in _query(warehouse, group_indexes)}
+    assert before
+
+    # The run folder is shared by the tests: put the original file back after.
+    topology = runs.main / "topology.json"
+    original = topology.read_text()
+    layout = json.loads(original)
+    for kind in ("tp", "dp"):
+        layout["groups"][kind] = layout["groups"][kind][::-1]
+    try:
+        topology.write_text(json.dumps(layout, indent=1) + "\n")
+        _ingest([runs.main], warehouse)
+    finally:
+        topology.write_text(original)
+
+    _build(warehouse)
+    _assert_same_as_full_refresh(warehouse, tmp_path)
+    after = {(trace, slice_): index for trace, slice_, index in _query(warehouse, group_indexes)}
+    assert after.keys() == before.keys()
+    renumbered = {
+        trace for (trace, slice_), index in after.items() if before[trace, slice_] != index
+    }
+    traces = {trace for trace, _ in before}
+    assert renumbered == traces

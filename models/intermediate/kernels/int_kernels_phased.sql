@@ -20,7 +20,69 @@
     kernel's `Process Group Description`, else the matched group's kind,
     else the comm_group_kind of the winning step pattern (seed
     megatron_step_patterns); comm_group_source says which.
+    Incremental by trace (macros/incremental_traces.sql): a build computes
+    the kernels of new traces, and of traces whose run context changed, and
+    deletes those of unloaded ones. A kernel's row depends on its own trace
+    and on a run context that other traces and topology files can change:
+    the run's dim_process_groups and the trace's chunks
+    (int_microbatch_steps_chunked, which reads dim_ranks and the topology).
+    So a build hashes that context per trace (`trace_context` below), marks
+    the traces whose hash differs from the one their rows were computed with
+    (column context_hash, which the post-hooks add to the ledger
+    `<model>__traces`) as new in `<model>__changes`, and recomputes them too.
+    fct_kernels and fct_microbatch_phases compare this ledger's context_hash
+    with their own to do the same.
 #}
+
+{#- The run context of each trace's rows (see above): hashes of the run's
+    process groups and of the trace's chunks. -#}
+{%- set trace_context = "with groups as ("
+    ~ " select run_id, md5(string_agg(cast((group_kind, group_index, kind, ranks_key,"
+    ~ " pg_name, pg_desc) as varchar), ';' order by group_kind, group_index, ranks_key))"
+    ~ " as groups_hash"
+    ~ " from {{ ref('dim_process_groups') }} group by run_id),"
+    ~ " chunks as ("
+    ~ " select trace_id, md5(string_agg(cast((slice_id, vpp_chunk, chunk_microbatch)"
+    ~ " as varchar), ';' order by slice_id)) as chunks_hash"
+    ~ " from {{ ref('int_microbatch_steps_chunked') }} group by trace_id)"
+    ~ " select traces.trace_id, md5(coalesce(groups.groups_hash, '-') || '/'"
+    ~ " || coalesce(chunks.chunks_hash, '-')) as context_hash"
+    ~ " from {{ ref('stg_lake__traces') }} as traces"
+    ~ " left join groups on traces.run_id = groups.run_id"
+    ~ " left join chunks on traces.trace_id = chunks.trace_id" -%}
+
+{{ config(
+    materialized='incremental',
+    incremental_strategy='append',
+    on_schema_change='sync_all_columns',
+    pre_hook=[
+        "{{ incremental_traces_prepare() }}",
+        "{% if incremental_traces_mode() == 'incremental' %}"
+        ~ " insert into {{ incremental_traces_changed() }}"
+        ~ " (trace_id, run_id, rank, change, has_steps, first_iteration, last_iteration)"
+        ~ " select traces.trace_id, traces.run_id, traces.rank, 'new',"
+        ~ " traces.min_profiler_step is not null,"
+        ~ " coalesce(traces.min_profiler_step, traces.iteration, {{ var('default_iteration') }}),"
+        ~ " coalesce(traces.max_profiler_step, traces.iteration, {{ var('default_iteration') }})"
+        ~ " from {{ ref('stg_lake__traces') }} as traces"
+        ~ " inner join (" ~ trace_context ~ ") as now_context on traces.trace_id = now_context.trace_id"
+        ~ " left join {{ incremental_traces_ledger() }} as built_context"
+        ~ " on traces.trace_id = built_context.trace_id"
+        ~ " where built_context.context_hash is distinct from now_context.context_hash"
+        ~ " and traces.trace_id not in (select changed.trace_id"
+        ~ " from {{ incremental_traces_changed() }} as changed)"
+        ~ "{% else %} select 1 as no_context_change{% endif %}",
+        "{{ incremental_traces_delete('trace') }}",
+    ],
+    post_hook=[
+        "{{ incremental_traces_record() }}",
+        "alter table {{ incremental_traces_ledger() }} add column context_hash varchar",
+        "update {{ incremental_traces_ledger() }} as ledger"
+        ~ " set context_hash = now_context.context_hash"
+        ~ " from (" ~ trace_context ~ ") as now_context"
+        ~ " where ledger.trace_id = now_context.trace_id",
+    ],
+) }}
 
 with
 
@@ -35,6 +97,7 @@ kernels as (
         launch_track_id,
         launch_ts_ns
     from {{ ref('int_kernels_launched') }}
+    where {{ incremental_traces_where('trace') }}
 ),
 
 pg_slices as (
@@ -44,7 +107,9 @@ pg_slices as (
         process_group_name,
         process_group_ranks
     from {{ ref('stg_lake__slices') }}
-    where process_group_name is not null or process_group_ranks is not null
+    where
+        (process_group_name is not null or process_group_ranks is not null)
+        and {{ incremental_traces_where('trace') }}
 ),
 
 process_groups as (
@@ -205,6 +270,7 @@ step_frames as (
         ts_ns,
         end_ns
     from {{ ref('int_cpu_steps_classified') }}
+    where {{ incremental_traces_where('trace') }}
 ),
 
 chunks as (
@@ -214,6 +280,7 @@ chunks as (
         vpp_chunk,
         chunk_microbatch
     from {{ ref('int_microbatch_steps_chunked') }}
+    where {{ incremental_traces_where('trace') }}
 ),
 
 patterns as (

@@ -10,7 +10,22 @@
     forward_step calling pretrain_gpt's forward_step) is not outermost.
     Microbatch = 0-based order by start of the outermost forward (backward)
     steps of the trace and iteration.
+    Incremental by trace (macros/incremental_traces.sql): every row depends
+    on its own trace only (and the seed, in the code fingerprint), so a
+    build computes the frames of new traces only and deletes those of
+    unloaded ones.
 #}
+
+{{ config(
+    materialized='incremental',
+    incremental_strategy='append',
+    on_schema_change='sync_all_columns',
+    pre_hook=[
+        "{{ incremental_traces_prepare() }}",
+        "{{ incremental_traces_delete('trace') }}",
+    ],
+    post_hook="{{ incremental_traces_record() }}",
+) }}
 
 with
 
@@ -25,7 +40,9 @@ slices as (
         ts_ns,
         end_ns
     from {{ ref('stg_lake__slices') }}
-    where name like '%): %'
+    where
+        name like '%): %'
+        and {{ incremental_traces_where('trace') }}
 ),
 
 patterns as (
@@ -44,6 +61,7 @@ traces as (
         iteration,
         min_profiler_step
     from {{ ref('stg_lake__traces') }}
+    where {{ incremental_traces_where('trace') }}
 ),
 
 profiler_steps as (
@@ -53,6 +71,7 @@ profiler_steps as (
         ts_ns,
         end_ns
     from {{ ref('int_profiler_steps') }}
+    where {{ incremental_traces_where('trace') }}
 ),
 
 frames as (

@@ -2,7 +2,20 @@
     One row per `ProfilerStep#N` range on a CPU track (trace_id, slice_id):
     the iteration N and its time window. The one place iterations are read
     from profiler steps.
+    Incremental by trace (macros/incremental_traces.sql): a build computes
+    the steps of new traces only and deletes those of unloaded ones.
 #}
+
+{{ config(
+    materialized='incremental',
+    incremental_strategy='append',
+    on_schema_change='sync_all_columns',
+    pre_hook=[
+        "{{ incremental_traces_prepare() }}",
+        "{{ incremental_traces_delete('trace') }}",
+    ],
+    post_hook="{{ incremental_traces_record() }}",
+) }}
 
 with
 
@@ -15,6 +28,7 @@ slices as (
         ts_ns,
         end_ns
     from {{ ref('stg_lake__slices') }}
+    where {{ incremental_traces_where('trace') }}
 ),
 
 threads as (
@@ -23,6 +37,7 @@ threads as (
         track_id,
         is_gpu
     from {{ ref('stg_lake__threads') }}
+    where {{ incremental_traces_where('trace') }}
 ),
 
 cpu_steps as (

@@ -2,7 +2,50 @@
     One row per GPU kernel, copy or fill: run x rank x kernel, with phase,
     microbatch, vpp chunk, microbatch within the chunk and communication
     group from int_kernels_phased.
+    Incremental by trace (macros/incremental_traces.sql): a build computes
+    the kernels of new traces, and of traces whose int_kernels_phased rows
+    were recomputed for a changed run context (the context_hash that
+    int_kernels_phased's ledger keeps differs from the one this model's
+    ledger kept at its last build), and deletes those of unloaded ones.
 #}
+
+{#- The run context int_kernels_phased's rows of each trace were computed
+    with: the context_hash its ledger keeps. -#}
+{%- set trace_context = "select trace_id, context_hash from {{ ref('int_kernels_phased')"
+    ~ ".incorporate(path={'identifier': 'int_kernels_phased__traces'}) }}" -%}
+
+{{ config(
+    materialized='incremental',
+    incremental_strategy='append',
+    on_schema_change='sync_all_columns',
+    pre_hook=[
+        "{{ incremental_traces_prepare() }}",
+        "{% if incremental_traces_mode() == 'incremental' %}"
+        ~ " insert into {{ incremental_traces_changed() }}"
+        ~ " (trace_id, run_id, rank, change, has_steps, first_iteration, last_iteration)"
+        ~ " select traces.trace_id, traces.run_id, traces.rank, 'new',"
+        ~ " traces.min_profiler_step is not null,"
+        ~ " coalesce(traces.min_profiler_step, traces.iteration, {{ var('default_iteration') }}),"
+        ~ " coalesce(traces.max_profiler_step, traces.iteration, {{ var('default_iteration') }})"
+        ~ " from {{ ref('stg_lake__traces') }} as traces"
+        ~ " inner join (" ~ trace_context ~ ") as now_context on traces.trace_id = now_context.trace_id"
+        ~ " left join {{ incremental_traces_ledger() }} as built_context"
+        ~ " on traces.trace_id = built_context.trace_id"
+        ~ " where built_context.context_hash is distinct from now_context.context_hash"
+        ~ " and traces.trace_id not in (select changed.trace_id"
+        ~ " from {{ incremental_traces_changed() }} as changed)"
+        ~ "{% else %} select 1 as no_context_change{% endif %}",
+        "{{ incremental_traces_delete('trace') }}",
+    ],
+    post_hook=[
+        "{{ incremental_traces_record() }}",
+        "alter table {{ incremental_traces_ledger() }} add column context_hash varchar",
+        "update {{ incremental_traces_ledger() }} as ledger"
+        ~ " set context_hash = now_context.context_hash"
+        ~ " from (" ~ trace_context ~ ") as now_context"
+        ~ " where ledger.trace_id = now_context.trace_id",
+    ],
+) }}
 
 with
 
@@ -28,6 +71,7 @@ kernels as (
         dur_ns,
         end_ns
     from {{ ref('int_kernels_launched') }}
+    where {{ incremental_traces_where('trace') }}
 ),
 
 phases as (
@@ -43,6 +87,7 @@ phases as (
         comm_process_group_kind,
         comm_group_index
     from {{ ref('int_kernels_phased') }}
+    where {{ incremental_traces_where('trace') }}
 ),
 
 final as (
