@@ -19,7 +19,7 @@
                     database=node.database, schema=node.schema, identifier=node.alias,
                     type='table',
                 ) -%}
-                {%- set csv_path = flags.PROJECT_DIR ~ '/' ~ node.original_file_path -%}
+                {%- set csv_path = (flags.PROJECT_DIR or '.') ~ '/' ~ node.original_file_path -%}
                 {%- do log('loading missing seed ' ~ node.alias ~ ' from ' ~ csv_path, info=true) -%}
                 {%- do run_query(create_seed_from_csv(relation, csv_path, node.config.column_types)) -%}
             {%- endif -%}

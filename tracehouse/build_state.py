@@ -92,8 +92,3 @@ def write_state(artifacts: Path, state: BuildFingerprint) -> None:
     tmp = artifacts / f".{STATE_FILE}.tmp"
     tmp.write_text(json.dumps(state.to_json(), indent=1) + "\n")
     os.replace(tmp, artifacts / STATE_FILE)
-
-
-def clear_state(artifacts: Path) -> None:
-    """Forget the last build (after a failed one, nothing may be skipped)."""
-    (artifacts / STATE_FILE).unlink(missing_ok=True)

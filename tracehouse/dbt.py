@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tracehouse.build_state import clear_state, fingerprint, read_state, write_state
+from tracehouse.build_state import fingerprint, read_state, write_state
 from tracehouse.publish import (
     DATABASE_ENV_VAR,
     build_lock,
@@ -193,7 +193,6 @@ def run_dbt(args: Sequence[str] = (), warehouse: Path | None = None) -> int:
             added.append("--full-refresh")
         invocation = [*argv[:path_len], *added, *argv[path_len:]]
         copy = prepare_copy(root)
-        clear_state(artifacts)
         try:
             with _environment(ENV_VAR, str(root)), _environment(DATABASE_ENV_VAR, str(copy)):
                 result = dbtRunner().invoke(invocation)
