@@ -1,8 +1,13 @@
 {#
-    Every slice (trace_id, slice_id) with its context, computed once so no
-    later model re-derives it (in the spirit of Perfetto's `thread_slice`):
-    its track kind (GPU stream or CPU thread), its iteration, the CPU launch
-    of GPU work, and the parts of a with_stack frame name.
+    Every slice later models read (trace_id, slice_id), with its context
+    computed once so no later model re-derives it (in the spirit of
+    Perfetto's `thread_slice`): its track kind (GPU stream or CPU thread),
+    its iteration, the CPU launch of GPU work, and the parts of a with_stack
+    frame name. Kept: all GPU work, and the CPU slices with a role: Python
+    and module frames, `c10d::*`/`gloo:*` collectives and profiler steps.
+    Plain CPU ops and runtime calls (most of a trace) stay in
+    stg_lake__slices: a launch's name, thread and start are copied onto the
+    GPU work it launched, which is all later models need of them.
 
     Iteration, the one rule: a trace with `ProfilerStep#N` ranges
     (int_profiler_steps) gives a CPU slice the N of the step holding its
@@ -100,7 +105,11 @@ profiler_steps as (
 tracked as (
     select
         slices.*,
-        coalesce(threads.is_gpu, false) as is_gpu
+        coalesce(threads.is_gpu, false) as is_gpu,
+        case
+            when slices.name like '%): %' then 'python'
+            when slices.name like 'nn.Module: %' then 'module'
+        end as frame_kind
     from slices
     left join threads
         on
@@ -108,16 +117,43 @@ tracked as (
             and slices.track_id = threads.track_id
 ),
 
+flow_sources as (
+    select distinct
+        trace_id,
+        slice_out
+    from flows
+),
+
+{# CPU slices that can launch GPU work: those with a correlation id
+   (runtime calls) and the sources of launch flows. #}
 cpu_slices as (
     select
-        trace_id,
-        slice_id,
-        track_id,
-        name,
-        correlation,
-        ts_ns
+        tracked.trace_id,
+        tracked.slice_id,
+        tracked.track_id,
+        tracked.name,
+        tracked.correlation,
+        tracked.ts_ns
     from tracked
-    where not is_gpu
+    left join flow_sources
+        on
+            tracked.trace_id = flow_sources.trace_id
+            and tracked.slice_id = flow_sources.slice_out
+    where
+        not tracked.is_gpu
+        and (tracked.correlation is not null or flow_sources.slice_out is not null)
+),
+
+{# The slices kept (see above). #}
+kept as (
+    select *
+    from tracked
+    where
+        is_gpu
+        or frame_kind is not null
+        or name like 'c10d::%'
+        or name like 'gloo:%'
+        or {{ regex_matches('name', "'^" ~ var('profiler_step_prefix') ~ "[0-9]+$'") }}
 ),
 
 gpu_slices as (
@@ -125,24 +161,8 @@ gpu_slices as (
         trace_id,
         slice_id,
         correlation
-    from tracked
+    from kept
     where is_gpu
-),
-
-{# Steps per trace are few (one per profiled iteration), so this range join
-   costs CPU slices x steps-per-trace, never slices x slices. #}
-cpu_slice_steps as (
-    select
-        cpu_slices.trace_id,
-        cpu_slices.slice_id,
-        max(profiler_steps.step_number) as step_number
-    from cpu_slices
-    inner join profiler_steps
-        on
-            cpu_slices.trace_id = profiler_steps.trace_id
-            and cpu_slices.ts_ns >= profiler_steps.ts_ns
-            and cpu_slices.ts_ns < profiler_steps.end_ns
-    group by 1, 2
 ),
 
 launches_by_flow as (
@@ -208,35 +228,52 @@ launches as (
             and gpu_launches.launch_slice_id = cpu_slices.slice_id
 ),
 
-stepped as (
+{# A CPU slice is placed in time by its own start, GPU work by its launch's. #}
+anchored as (
     select
-        tracked.*,
+        kept.*,
         launches.launch_slice_id,
         launches.launch_source,
         launches.launch_name,
         launches.launch_track_id,
         launches.launch_ts_ns,
-        traces.min_profiler_step is not null as has_steps,
-        coalesce(traces.iteration, {{ var('default_iteration') }}) as trace_iteration,
-        case
-            when tracked.is_gpu then launch_steps.step_number
-            else own_steps.step_number
-        end as step_number
-    from tracked
-    inner join traces
-        on tracked.trace_id = traces.trace_id
+        case when kept.is_gpu then launches.launch_ts_ns else kept.ts_ns end as anchor_ns
+    from kept
     left join launches
         on
-            tracked.trace_id = launches.trace_id
-            and tracked.slice_id = launches.slice_id
-    left join cpu_slice_steps as own_steps
+            kept.trace_id = launches.trace_id
+            and kept.slice_id = launches.slice_id
+),
+
+{# Steps per trace are few (one per profiled iteration), so this range join
+   costs slices x steps-per-trace, never slices x slices. #}
+anchor_steps as (
+    select
+        anchored.trace_id,
+        anchored.slice_id,
+        max(profiler_steps.step_number) as step_number
+    from anchored
+    inner join profiler_steps
         on
-            tracked.trace_id = own_steps.trace_id
-            and tracked.slice_id = own_steps.slice_id
-    left join cpu_slice_steps as launch_steps
+            anchored.trace_id = profiler_steps.trace_id
+            and anchored.anchor_ns >= profiler_steps.ts_ns
+            and anchored.anchor_ns < profiler_steps.end_ns
+    group by 1, 2
+),
+
+stepped as (
+    select
+        anchored.*,
+        traces.min_profiler_step is not null as has_steps,
+        coalesce(traces.iteration, {{ var('default_iteration') }}) as trace_iteration,
+        anchor_steps.step_number
+    from anchored
+    inner join traces
+        on anchored.trace_id = traces.trace_id
+    left join anchor_steps
         on
-            launches.trace_id = launch_steps.trace_id
-            and launches.launch_slice_id = launch_steps.slice_id
+            anchored.trace_id = anchor_steps.trace_id
+            and anchored.slice_id = anchor_steps.slice_id
 ),
 
 final as (
@@ -251,10 +288,7 @@ final as (
         is_gpu,
         category,
         name,
-        case
-            when name like '%): %' then 'python'
-            when name like 'nn.Module: %' then 'module'
-        end as frame_kind,
+        frame_kind,
         case
             when name like '%): %' then substring(name, 1, strpos(name, '(') - 1)
         end as frame_file,
