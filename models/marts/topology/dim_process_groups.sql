@@ -7,7 +7,7 @@
 with
 
 final as (
-    select * from {{ ref('int_process_groups_resolved') }}
+    select * from {{ ref('int_process_groups_resolved') }}  -- noqa: AM04
 )
 
 select * from final

@@ -7,7 +7,7 @@
 with
 
 final as (
-    select * from {{ ref('int_ranks_placed') }}
+    select * from {{ ref('int_ranks_placed') }}  -- noqa: AM04
 )
 
 select * from final
