@@ -10,4 +10,4 @@ final as (
     select * from {{ ref('int_process_groups_resolved') }}  -- noqa: AM04
 )
 
-select * from final
+select * from final  -- noqa: AM04

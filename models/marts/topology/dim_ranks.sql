@@ -10,4 +10,4 @@ final as (
     select * from {{ ref('int_ranks_placed') }}  -- noqa: AM04
 )
 
-select * from final
+select * from final  -- noqa: AM04
