@@ -36,6 +36,7 @@ import pyarrow.compute as pc
 from . import schema
 from .model import ParsedTrace, TraceError, TraceFile, display_path
 from .nesting import bind_flow_endpoints, nest_slices
+from .numbers import NotANumber, raws_to_ns
 
 INT64_MAX = 2**63 - 1
 _PROFILER_STEP = re.compile(r"ProfilerStep#(\d+)$")
@@ -49,8 +50,10 @@ class Event(msgspec.Struct, gc=False):
     cat: str | None = None
     pid: int | str | None = None
     tid: int | str | None = None
-    ts: float | None = None
-    dur: float | None = None
+    # Raw number text, converted exactly by ingest.numbers (a float64 is
+    # ~128 ns off at epoch microseconds); empty when absent.
+    ts: msgspec.Raw = msgspec.Raw()
+    dur: msgspec.Raw = msgspec.Raw()
     id: int | str | None = None
     bp: str | None = None
     args: msgspec.Raw = msgspec.Raw()  # empty when absent
@@ -207,22 +210,25 @@ def decode_events(raws: list[msgspec.Raw], offset: int, array_form: bool) -> lis
         raise _decode_error(exc) from exc
 
 
-def _to_ns(values: list[float | None], base_ns: int, what: str) -> np.ndarray:
-    """Microsecond floats → int64 nanoseconds, exact for epoch-sized values.
+def _to_ns(values: Sequence[msgspec.Raw], base_ns: int, what: str) -> np.ndarray:
+    """Raw JSON numbers in microseconds → exact int64 nanoseconds (plus ``base_ns``).
 
-    ``ts * 1000`` in float64 loses up to 256 ns at epoch microseconds
-    (1.7e15); splitting into whole and fractional microseconds keeps it exact.
+    The digits are read as text (:mod:`ingest.numbers`): float64 would be
+    up to ~128 ns off at epoch microseconds (1.7e15 µs needs 19 digits).
     """
-    arr = np.asarray(values, dtype=np.float64)
-    if arr.size and not np.all(np.isfinite(arr)):
+    try:
+        ns, has_null = raws_to_ns(values, base_ns)
+    except NotANumber as exc:
+        raise TraceError("invalid_event", f"a {what} value is not a number: {exc}",
+                         "every complete or instant event needs numeric ts and dur") from exc
+    if has_null:
         raise TraceError("invalid_event", f"a {what} value is missing or not a finite number",
                          "every complete or instant event needs numeric ts and dur")
-    whole = np.floor(arr)
-    if arr.size and (np.abs(whole).max() * 1000 + abs(base_ns)) >= INT64_MAX:
+    try:
+        return np.array(ns, dtype=np.int64) if ns else np.zeros(0, dtype=np.int64)
+    except OverflowError as exc:
         raise TraceError("number_out_of_range", f"a {what} value exceeds the int64 "
-                         "nanosecond range", "check the event times in the trace")
-    frac_ns = np.rint((arr - whole) * 1000.0).astype(np.int64)
-    return whole.astype(np.int64) * 1000 + frac_ns + base_ns
+                         "nanosecond range", "check the event times in the trace") from exc
 
 
 def _parse_ranks(value: str | list[int] | None) -> list[int] | None:
@@ -297,6 +303,7 @@ _ARGS_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
+_ZERO = msgspec.Raw(b"0")
 _SLICE_PHASES = frozenset({"X", "i", "I"})
 _GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation"})
 _GPU_CATEGORY_ARRAY = pa.array(sorted(_GPU_CATEGORIES))
@@ -469,7 +476,7 @@ class _Columns:
         track = np.fromiter((track_of(key, len(tracks)) for key in zip(pids, tids)),
                             dtype=np.int64, count=len(slice_events))
         ts_ns = _to_ns(tss, self.base_ns, "ts")
-        dur_ns = _to_ns([d if p == "X" else 0.0 for p, d in zip(phs, durs)], 0, "dur")
+        dur_ns = _to_ns([d if p == "X" else _ZERO for p, d in zip(phs, durs)], 0, "dur")
         if dur_ns.size and dur_ns.min() < 0:
             raise TraceError("invalid_event", "a complete ('X') event has a negative dur",
                              "durations must be >= 0")
@@ -495,8 +502,10 @@ class _Columns:
         arrow["args"].append(_json_column(raw_args, "args", lengths))
 
     def _add_flows(self, flow_events: list[Event]) -> None:
-        usable = [ev for ev in flow_events if ev.ts is not None and ev.id is not None
-                  and ev.ph != "t"]  # step events carry no slice of their own
+        # Step ("t") events carry no slice of their own; a flow end without a
+        # time or id cannot be placed.
+        usable = [ev for ev in flow_events if ev.id is not None and ev.ph != "t"
+                  and len(ev.ts) and bytes(ev.ts) != b"null"]
         m = len(usable)
         phs, cats, ids, pids, tids, tss, bps = _columns_of(
             usable, ("ph", "cat", "id", "pid", "tid", "ts", "bp"))
@@ -551,14 +560,7 @@ def parse_kineto(data: bytes, source: TraceFile, *, trace_id: str, content_hash:
     trace.traceEvents = raws = []  # release the raw event views before nesting
 
     dist = _decode_distributed(trace.distributedInfo)
-    rank = dist.rank if dist.rank is not None else source.rank_hint
-    if rank is None:
-        raise TraceError("no_rank", "no rank in distributedInfo.rank nor in the file name",
-                         "name the file rank-N.json or rank_XXXX_iter_N.pt.trace.json, "
-                         "or profile with torch.distributed initialised")
-    if not -INT64_MAX - 1 <= rank <= INT64_MAX:
-        raise TraceError("number_out_of_range", f"rank {rank} does not fit int64",
-                         "check distributedInfo.rank or the rank in the file name")
+    rank, rank_source = resolve_rank(dist, source)
     run_id = source.run_id
 
     n = columns.slice_count()
@@ -615,6 +617,8 @@ def parse_kineto(data: bytes, source: TraceFile, *, trace_id: str, content_hash:
         rank=rank,
         iteration=source.iteration_hint,
         profiler_steps=tuple(steps),
+        world_size=dist.world_size,
+        rank_source=rank_source,
         tables={
             "slices": slices,
             "flows": flows,
@@ -668,6 +672,30 @@ def traces_row(source: TraceFile, trace, dist: DistributedInfo, *, engine: str, 
         },
         schema.TRACES,
     )
+
+def resolve_rank(dist: DistributedInfo, source: TraceFile) -> tuple[int, str]:
+    """The trace's rank and where it came from (both engines use this).
+
+    ``distributedInfo.rank``, else the file name; else, for a trace of a
+    job that was not distributed (no world size above 1: a single-GPU run,
+    HTA loads those), rank 0, marked ``single_process`` so that the runner
+    can refuse a run holding several such traces.
+    """
+    if dist.rank is not None:
+        rank, where = dist.rank, "distributedInfo"
+    elif source.rank_hint is not None:
+        rank, where = source.rank_hint, "file name"
+    elif dist.world_size is None or dist.world_size <= 1:
+        rank, where = 0, "single_process"
+    else:
+        raise TraceError("no_rank", f"no rank in distributedInfo.rank nor in the file name "
+                         f"(world size {dist.world_size})",
+                         "name the file rank-N.json or rank_XXXX_iter_N.pt.trace.json")
+    if not -INT64_MAX - 1 <= rank <= INT64_MAX:
+        raise TraceError("number_out_of_range", f"rank {rank} does not fit int64",
+                         "check distributedInfo.rank or the rank in the file name")
+    return rank, where
+
 
 def _decode_distributed(raw: msgspec.Raw) -> DistributedInfo:
     if _absent(raw):

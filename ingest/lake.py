@@ -108,6 +108,7 @@ class ManifestEntry:
     size_bytes: int
     mtime_ns: int
     content_hash: str
+    world_size: int | None = None
 
 
 def read_manifest(warehouse: Warehouse) -> list[ManifestEntry]:
@@ -116,7 +117,7 @@ def read_manifest(warehouse: Warehouse) -> list[ManifestEntry]:
     with duckdb.connect() as con:
         rows = con.execute(
             "select run_id, path, trace_id, rank, iteration, min_profiler_step, "
-            "max_profiler_step, size_bytes, mtime_ns, content_hash "
+            "max_profiler_step, size_bytes, mtime_ns, content_hash, world_size "
             "from read_parquet(?, union_by_name = true, hive_partitioning = false)",
             [glob],
         ).fetchall()

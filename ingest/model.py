@@ -38,6 +38,12 @@ class ParsedTrace:
     iteration: int | None
     profiler_steps: tuple[int, ...]
     tables: dict[str, pa.Table] = field(default_factory=dict)
+    #: ``distributedInfo.world_size`` (None when the trace does not say).
+    world_size: int | None = None
+    #: Where the rank came from: ``distributedInfo``, ``file name``, or
+    #: ``single_process`` (no rank anywhere and no distributed world: rank 0
+    #: of a one-rank run, valid only while the trace is alone in its run).
+    rank_source: str = "distributedInfo"
 
 
 class TraceError(Exception):
