@@ -117,6 +117,8 @@ def _bad_files() -> dict[str, tuple[str, bytes]]:
             "invalid_utf8",
             _with_marker(102, _set_args_string, b'"bad \xc3\x28 arg"'),
         ),
+        # Issue 15: random bytes named .json.gz are not gzip (was "invalid JSON").
+        "random.json.gz": ("invalid_gzip", hashlib.sha512(b"not gzip").digest() * 64),
         "int64_ts.json": ("number_out_of_range", _with_marker(103, _set_ts, BEYOND_INT64)),
         "int64_correlation.json": (
             "number_out_of_range",
@@ -403,3 +405,15 @@ def test_rank_twice_across_profiler_steps_with_a_huge_step(tmp_path: Path) -> No
     assert proc.returncode == 1, proc.stderr
     (line,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
     assert line.startswith(f"error: {(folder / 'b_rank-0.json').resolve()}: rank 0 appears twice")
+
+
+def test_random_bytes_named_gz_are_reported_as_not_gzip(tmp_path: Path) -> None:
+    """Issue 15: the message says what is wrong (no gzip header), not "invalid JSON"."""
+    folder = tmp_path / "job"
+    folder.mkdir()
+    bad = folder / "rank-0.json.gz"
+    bad.write_bytes(hashlib.sha512(b"random").digest() * 100)
+    result = ingest_paths([folder], tmp_path / "wh", progress=False, stream=io.StringIO())
+    (failed,) = result.failed
+    assert failed.kind == "invalid_gzip" and "not gzip" in failed.message
+    assert "JSON" not in failed.message
