@@ -708,18 +708,32 @@ def _decode_distributed(raw: msgspec.Raw) -> DistributedInfo:
                          "as PyTorch writes them") from exc
 
 
+def _group_ids(category: np.ndarray, id_is_int: np.ndarray, flow_id: np.ndarray) -> np.ndarray:
+    """Dense ids of the (category, id kind, id) triples, in sorted order of the triples.
+
+    What ``np.unique(axis=0, return_inverse=True)`` returns, by one lexsort:
+    the row-wise unique sorts a structured view and costs ~4 ms per MB of JSON.
+    """
+    m = category.size
+    key = np.zeros(m, dtype=np.int64)
+    if m == 0:
+        return key
+    order = np.lexsort((flow_id, id_is_int, category))
+    c, k, f = category[order], id_is_int[order], flow_id[order]
+    new = np.empty(m, dtype=bool)
+    new[0] = False
+    new[1:] = (c[1:] != c[:-1]) | (k[1:] != k[:-1]) | (f[1:] != f[:-1])
+    key[order] = np.cumsum(new)
+    return key
+
+
 def _flows(columns: _Columns, track_arr, ts_ns, dur_ns, parent, run_id, rank, trace_id):
     """Pair ``s``/``f`` events by (category, id), k-th start with k-th finish in
     time order, and bind both ends to slices."""
     category = _concat(columns.flow_category, np.int64)
     flow_id = _concat(columns.flow_id, np.int64)
     id_is_int = _concat(columns.flow_id_is_int, bool)
-    if category.size:
-        _, key = np.unique(np.stack([category, id_is_int.astype(np.int64), flow_id], axis=1),
-                           axis=0, return_inverse=True)
-        key = key.reshape(-1).astype(np.int64)
-    else:
-        key = np.zeros(0, dtype=np.int64)
+    key = _group_ids(category, id_is_int, flow_id)
     category_names = list(columns.flow_categories)
     is_finish = _concat(columns.flow_finish, bool)
     ts = _concat(columns.flow_ts, np.int64)
