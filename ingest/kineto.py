@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+import os
 import re
 from collections import defaultdict
 from collections.abc import Sequence
@@ -373,7 +374,11 @@ def _typed_args(category: pa.Array, raws: Sequence[msgspec.Raw],
         subset = [raws[int(rows[0])]]
     else:
         subset = list(operator.itemgetter(*rows.tolist())(raws))
-    decoded = _decode_args_batch(subset)
+    return _typed_columns(n, rows, _decode_args_batch(subset))
+
+
+def _typed_columns(n: int, rows: np.ndarray, decoded: list[Args]) -> dict[str, pa.Array]:
+    """Typed args columns of ``n`` slices from the decoded args of slices ``rows``."""
     take = np.full(n, -1, dtype=np.int64)
     take[rows] = np.arange(len(rows), dtype=np.int64)
     indices = pa.array(take, mask=take < 0)
@@ -537,9 +542,23 @@ def _concat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
 
 
-def parse_kineto(data: bytes, source: TraceFile, *, trace_id: str, content_hash: str,
-                 uncompressed_bytes: int, file_format: str, ingested_at: object) -> ParsedTrace:
-    """Turn the bytes of one Kineto trace into rows of every per-trace lake table.
+def scanner_available() -> bool:
+    """Whether the compiled scanner (``_kineto_scan``, built by ``pip install``) loads.
+
+    ``TRACEHOUSE_DECODER=python`` turns it off (benchmarks, and checking the
+    fallback the way an install without a C compiler runs).
+    """
+    if os.environ.get("TRACEHOUSE_DECODER") == "python":
+        return False
+    try:
+        from . import _kineto_scan  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _decode_columns(data: bytes) -> tuple[LazyKinetoFile, _Columns, int]:
+    """The msgspec decoder: the fallback, and the source of every precise error.
 
     Events are decoded :data:`CHUNK_EVENTS` at a time from raw JSON slices of
     ``data``, and their columns appended to Arrow arrays, so peak memory is
@@ -549,15 +568,34 @@ def parse_kineto(data: bytes, source: TraceFile, *, trace_id: str, content_hash:
     raws = trace.traceEvents
     if not raws:
         raise TraceError("empty", "the trace has no events", "profile at least one step")
-
-    base_ns = trace.baseTimeNanoseconds or 0
     event_count = len(raws)
     # Events first: a file whose events are not objects is not a trace at all,
     # whatever its (missing) rank says.
-    columns = _Columns(base_ns)
+    columns = _Columns(trace.baseTimeNanoseconds or 0)
     for offset in range(0, event_count, CHUNK_EVENTS):
         columns.add(decode_events(raws[offset:offset + CHUNK_EVENTS], offset, array_form))
     trace.traceEvents = raws = []  # release the raw event views before nesting
+    return trace, columns, event_count
+
+
+def parse_kineto(data: bytes, source: TraceFile, *, trace_id: str, content_hash: str,
+                 uncompressed_bytes: int, file_format: str, ingested_at: object,
+                 decoder: str | None = None) -> ParsedTrace:
+    """Turn the bytes of one Kineto trace into rows of every per-trace lake table.
+
+    ``decoder``: ``"c"`` (the compiled scanner, :mod:`ingest.kineto_fast`),
+    ``"python"`` (msgspec), or ``None`` for the scanner when it is built.
+    Both give identical tables; the scanner hands anything unusual (every
+    malformed file included) to msgspec, which words the error.
+    """
+    decoded = None
+    if decoder != "python" and (decoder == "c" or scanner_available()):
+        from .kineto_fast import scan_columns
+
+        decoded = scan_columns(data)
+    if decoded is None:
+        decoded = _decode_columns(data)
+    trace, columns, event_count = decoded
 
     dist = _decode_distributed(trace.distributedInfo)
     rank, rank_source = resolve_rank(dist, source)
