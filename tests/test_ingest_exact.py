@@ -45,16 +45,21 @@ def _ns(text: Decimal) -> int:
     return int((text * 1000).to_integral_value(ROUND_HALF_EVEN))
 
 
-def _parse(data: bytes, name: str = "rank-0.json"):
+#: Both decoders must be exact: the compiled scanner (where built) and msgspec.
+DECODERS = ["python"] + (["c"] if kineto.scanner_available() else [])
+
+
+def _parse(data: bytes, name: str = "rank-0.json", decoder: str | None = None):
     source = TraceFile(path=Path("/nowhere") / name, run_id="r", layout="hta", rank_hint=0,
                        iteration_hint=None, size_bytes=len(data), mtime_ns=0)
     return kineto.parse_kineto(data, source, trace_id="t", content_hash="h",
                                uncompressed_bytes=len(data), file_format="kineto_json",
-                               ingested_at=dt.datetime.now(dt.timezone.utc))
+                               ingested_at=dt.datetime.now(dt.timezone.utc), decoder=decoder)
 
 
 @pytest.mark.skipif(not A100.is_file(), reason=f"shared trace {A100} not found")
-def test_epoch_microseconds_with_fractional_ns_match_the_relative_form() -> None:
+@pytest.mark.parametrize("decoder", DECODERS)
+def test_epoch_microseconds_with_fractional_ns_match_the_relative_form(decoder: str) -> None:
     """The real A100 trace, rewritten with absolute epoch µs (fractional ns) and no
     ``baseTimeNanoseconds``, gives the very same slices as the original: every ts,
     dur, parent and depth (a float64 reading moves hundreds of parents)."""
@@ -66,8 +71,8 @@ def test_epoch_microseconds_with_fractional_ns_match_the_relative_form() -> None
     absolute = _dumps(doc)
     assert re.search(rb'"ts": 17\d{14}\.\d{3}[,}]', absolute), "no epoch µs with ns digits"
 
-    original = _parse(gzip.decompress(A100.read_bytes())).tables["slices"]
-    rewritten = _parse(absolute).tables["slices"]
+    original = _parse(gzip.decompress(A100.read_bytes()), decoder=decoder).tables["slices"]
+    rewritten = _parse(absolute, decoder=decoder).tables["slices"]
     for column in ("ts", "dur", "parent_id", "depth", "is_partial_overlap", "track_id"):
         assert rewritten[column].equals(original[column]), column
     # and the times are the digits' own, not just self-consistent
@@ -151,7 +156,15 @@ def _reference_nesting(slices: list[tuple[int, int, int]]) -> tuple[list[int], l
 @given(traces())
 def test_every_number_form_lands_exact(trace: tuple[bytes, list[tuple[int, int, int]]]) -> None:
     data, expected = trace
-    slices = _parse(data).tables["slices"]
+    for decoder in DECODERS:
+        if decoder == "c":  # the scanner reads these itself, not via msgspec
+            from tracehouse.ingest.kineto_fast import scan_columns
+
+            assert scan_columns(data) is not None
+        _check_exact(_parse(data, decoder=decoder).tables["slices"], expected)
+
+
+def _check_exact(slices, expected: list[tuple[int, int, int]]) -> None:
     assert slices["ts"].to_pylist() == [ts for _, ts, _ in expected]
     assert slices["dur"].to_pylist() == [dur for _, _, dur in expected]
     tracks = slices["track_id"].to_pylist()
