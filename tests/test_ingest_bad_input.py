@@ -417,3 +417,15 @@ def test_random_bytes_named_gz_are_reported_as_not_gzip(tmp_path: Path) -> None:
     (failed,) = result.failed
     assert failed.kind == "invalid_gzip" and "not gzip" in failed.message
     assert "JSON" not in failed.message
+
+
+def test_multi_member_gzip_loads_whole(tmp_path: Path) -> None:
+    """A gzip file of several members (some writers flush in pieces) is read to the
+    end, not cut after the first member."""
+    from tracehouse.ingest.runner import read_trace_bytes
+
+    text = _encode(_doc(0))
+    half = len(text) // 2
+    path = tmp_path / "rank-0.json.gz"
+    path.write_bytes(gzip.compress(text[:half]) + gzip.compress(text[half:]))
+    assert read_trace_bytes(path)[1] == text
