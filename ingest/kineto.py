@@ -379,9 +379,7 @@ def _typed_args(category: pa.Array, raws: Sequence[msgspec.Raw],
 
 def _typed_columns(n: int, rows: np.ndarray, decoded: list[Args]) -> dict[str, pa.Array]:
     """Typed args columns of ``n`` slices from the decoded args of slices ``rows``."""
-    take = np.full(n, -1, dtype=np.int64)
-    take[rows] = np.arange(len(rows), dtype=np.int64)
-    indices = pa.array(take, mask=take < 0)
+    indices: pa.Array | None = None
     columns: dict[str, pa.Array] = {}
     transposed = _columns_of(decoded, [attr for attr, _, _ in _TYPED_COLUMNS])
     for (attr, column, type_), values in zip(_TYPED_COLUMNS, transposed):
@@ -389,8 +387,29 @@ def _typed_columns(n: int, rows: np.ndarray, decoded: list[Args]) -> dict[str, p
             values = [_parse_ranks(v) for v in values]
         elif attr == "pg_name":
             values = [_str_or_none(v) for v in values]
-        columns[column] = _column(values, type_, column).take(indices)
+        compact = _column(values, type_, column)
+        if compact.null_count == len(compact):
+            # Most typed keys are absent from most slices (CPU traces: all of them).
+            columns[column] = pa.nulls(n, type_)
+        elif pa.types.is_integer(type_):
+            columns[column] = _scatter_ints(compact, rows, n)
+        else:
+            if indices is None:
+                take = np.full(n, -1, dtype=np.int64)
+                take[rows] = np.arange(len(rows), dtype=np.int64)
+                indices = pa.array(take, mask=take < 0)
+            columns[column] = compact.take(indices)
     return columns
+
+
+def _scatter_ints(compact: pa.Array, rows: np.ndarray, n: int) -> pa.Array:
+    """An int64 column of ``n`` rows holding ``compact`` at ``rows``, NULL elsewhere
+    (numpy scatter: ~10x cheaper than an Arrow ``take`` with a nullable index)."""
+    values = np.zeros(n, dtype=np.int64)
+    values[rows] = compact.fill_null(0).to_numpy()
+    valid = np.zeros(n, dtype=bool)
+    valid[rows] = compact.is_valid().to_numpy(zero_copy_only=False)
+    return pa.array(values, mask=~valid)
 
 
 def _column(values: Sequence[object], type_: pa.DataType, column: str) -> pa.Array:
@@ -439,7 +458,8 @@ def _table(columns: dict[str, pa.Array | Sequence[object]], target: pa.Schema) -
 
 
 def _repeat(value: object, n: int, type_: pa.DataType) -> pa.Array:
-    return pa.array([value] * n, type=type_) if n else pa.array([], type=type_)
+    """``value`` ``n`` times (run_id, rank, trace_id on every row), built in C++."""
+    return pa.repeat(pa.scalar(value, type=type_), n)
 
 
 class _Columns:
