@@ -786,11 +786,6 @@ static PyObject *bytes_of(Buf *b) {
     return PyBytes_FromStringAndSize(b->p ? b->p : "", (Py_ssize_t)b->len);
 }
 
-static PyObject *strcol_tuple(StrCol *c) {
-    if (c->off.len == 0) { int32_t z = 0; if (buf_put(&c->off, &z, 4)) return PyErr_NoMemory(); }
-    return Py_BuildValue("(NNN)", bytes_of(&c->off), bytes_of(&c->data), bytes_of(&c->valid));
-}
-
 static PyObject *interned_list(Interner *t) {
     PyObject *list = PyList_New((Py_ssize_t)t->count);
     if (!list) return NULL;
@@ -817,6 +812,67 @@ static PyObject *track_keys(Out *o) {
         PyList_SET_ITEM(list, (Py_ssize_t)k, t);
     }
     return list;
+}
+
+/* Move a buffer into the result dict as bytes, freeing it at once: the copies
+ * and the scan's buffers never all coexist (that would double the peak). */
+static int put_bytes(PyObject *d, const char *key, Buf *b) {
+    PyObject *v = bytes_of(b);
+    buf_free(b);
+    if (!v) return -1;
+    int r = PyDict_SetItemString(d, key, v);
+    Py_DECREF(v);
+    return r;
+}
+
+static int put_strings(PyObject *d, const char *key, StrCol *c) {
+    if (c->off.len == 0) { int32_t z = 0; if (buf_put(&c->off, &z, 4)) return -1; }
+    PyObject *off = bytes_of(&c->off);
+    buf_free(&c->off);
+    PyObject *data = off ? bytes_of(&c->data) : NULL;
+    buf_free(&c->data);
+    PyObject *valid = data ? bytes_of(&c->valid) : NULL;
+    buf_free(&c->valid);
+    PyObject *t = valid ? PyTuple_Pack(3, off, data, valid) : NULL;
+    Py_XDECREF(off); Py_XDECREF(data); Py_XDECREF(valid);
+    if (!t) return -1;
+    int r = PyDict_SetItemString(d, key, t);
+    Py_DECREF(t);
+    return r;
+}
+
+static int put_object(PyObject *d, const char *key, PyObject *v) {
+    if (!v) return -1;
+    int r = PyDict_SetItemString(d, key, v);
+    Py_DECREF(v);
+    return r;
+}
+
+static PyObject *build_result(Out *o, int array_form) {
+    PyObject *d = PyDict_New();
+    if (!d) return NULL;
+    Py_INCREF(o->meta);
+    Py_INCREF(o->header);
+    if (PyDict_SetItemString(d, "array_form", array_form ? Py_True : Py_False) ||
+        put_object(d, "event_count", PyLong_FromLongLong(o->events)) ||
+        put_object(d, "tracks", track_keys(o)) ||
+        put_object(d, "flow_categories", interned_list(&o->flow_cats)) ||
+        put_object(d, "flow_other_ids", interned_list(&o->flow_ids)) ||
+        put_object(d, "meta", o->meta) || put_object(d, "header", o->header) ||
+        put_bytes(d, "ts", &o->ts) || put_bytes(d, "dur", &o->dur) ||
+        put_bytes(d, "track", &o->track) || put_bytes(d, "is_x", &o->is_x) ||
+        put_strings(d, "name", &o->name) || put_strings(d, "cat", &o->cat) ||
+        put_strings(d, "args", &o->args) || put_bytes(d, "typed_rows", &o->typed_rows) ||
+        (o->typed_json.len && buf_put(&o->typed_json, "]", 1)) ||
+        put_bytes(d, "typed_json", &o->typed_json) || put_bytes(d, "flow_cat", &o->f_cat) ||
+        put_bytes(d, "flow_id", &o->f_id) || put_bytes(d, "flow_id_is_int", &o->f_is_int) ||
+        put_bytes(d, "flow_finish", &o->f_finish) || put_bytes(d, "flow_ts", &o->f_ts) ||
+        put_bytes(d, "flow_track", &o->f_track) ||
+        put_bytes(d, "flow_enclosing", &o->f_enclosing)) {
+        Py_DECREF(d);
+        return NULL;
+    }
+    return d;
 }
 
 PyDoc_STRVAR(scan_doc,
@@ -848,19 +904,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         Py_INCREF(result);
         goto done;
     }
-    result = Py_BuildValue(
-        "{s:O,s:L,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,"
-        "s:N,s:O,s:O}",
-        "array_form", array_form ? Py_True : Py_False, "event_count", (long long)o.events,
-        "ts", bytes_of(&o.ts), "dur", bytes_of(&o.dur), "track", bytes_of(&o.track),
-        "is_x", bytes_of(&o.is_x), "name", strcol_tuple(&o.name), "cat", strcol_tuple(&o.cat),
-        "args", strcol_tuple(&o.args), "typed_rows", bytes_of(&o.typed_rows),
-        "typed_json", bytes_of(&o.typed_json), "flow_cat", bytes_of(&o.f_cat),
-        "flow_id", bytes_of(&o.f_id), "flow_id_is_int", bytes_of(&o.f_is_int),
-        "flow_finish", bytes_of(&o.f_finish), "flow_ts", bytes_of(&o.f_ts),
-        "flow_track", bytes_of(&o.f_track), "flow_enclosing", bytes_of(&o.f_enclosing),
-        "tracks", track_keys(&o), "flow_categories", interned_list(&o.flow_cats),
-        "flow_other_ids", interned_list(&o.flow_ids), "meta", o.meta, "header", o.header);
+    result = build_result(&o, array_form);
 done:
     out_free(&o);
     buf_free(&sc.arena);

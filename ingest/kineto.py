@@ -615,6 +615,7 @@ def parse_kineto(data: bytes, source: TraceFile, *, trace_id: str, content_hash:
         decoded = scan_columns(data)
     if decoded is None:
         decoded = _decode_columns(data)
+    del data  # the caller may have handed over its only reference: free the text now
     trace, columns, event_count = decoded
 
     dist = _decode_distributed(trace.distributedInfo)

@@ -163,7 +163,7 @@ def _typed_args(joined: bytes, args: pa.Array, rows: np.ndarray) -> list[Args]:
     if rows.size == 0:
         return []
     try:
-        return _ARGS_LIST_DECODER.decode(joined + b"]")
+        return _ARGS_LIST_DECODER.decode(joined)  # the scanner wrote "[...]"
     except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError):
         texts = args.take(pa.array(rows)).to_pylist()
         return [_decode_args(msgspec.Raw(text.encode())) for text in texts]

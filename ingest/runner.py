@@ -157,21 +157,29 @@ def read_trace_bytes(path: Path) -> tuple[bytes, bytes, str]:
 
 
 def gunzip(raw: bytes) -> bytes:
-    """Decompress a gzip file; 1.5-1.7x faster than ``gzip.decompress`` on our traces.
+    """Decompress a gzip file into one buffer of its final size.
 
-    One ``zlib`` stream object for the usual single-member file (measured
-    ~900 vs ~520 MB/s); anything else (several members, trailing bytes, a
-    damaged or truncated stream) goes to ``gzip.decompress``, which handles
-    multi-member files and raises the errors the caller words.
+    The gzip trailer holds the size (mod 2^32) and CRC-32 of the last member;
+    ``zlib.decompress`` with that size as its buffer writes the text into a
+    single allocation (``gzip.decompress`` grows a list of blocks and joins
+    them: twice the text at its peak, 53 MB more on a 53 MB trace) and is
+    ~1.5x faster. ``zlib`` stops after the first member, so the text is used
+    only when its size and CRC match the trailer (a single-member file, which
+    is what PyTorch writes; the CRC costs ~2 ms per 10 MB); anything else
+    (several members, trailing bytes, damage, truncation) goes to
+    ``gzip.decompress``, which reads every member and raises the errors the
+    caller words.
     """
-    stream = zlib.decompressobj(31)
-    try:
-        text = stream.decompress(raw)
-    except zlib.error:
-        return gzip.decompress(raw)
-    if not stream.eof or stream.unused_data:
-        return gzip.decompress(raw)
-    return text
+    if len(raw) >= 18:
+        size = int.from_bytes(raw[-4:], "little")
+        crc = int.from_bytes(raw[-8:-4], "little")
+        try:
+            text = zlib.decompress(raw, 31, max(size, 1))
+        except zlib.error:
+            text = None
+        if text is not None and len(text) % 2**32 == size and zlib.crc32(text) == crc:
+            return text
+    return gzip.decompress(raw)
 
 
 def trace_id_for(run_id: str, content_hash: str) -> str:
@@ -186,23 +194,29 @@ def _load_one(task: _Task) -> _Outcome:
     try:
         raw, text, file_format = read_trace_bytes(source.path)
         content_hash = hashlib.blake2b(raw, digest_size=16).hexdigest()
+        del raw  # the gzip bytes; the JSON text is all the parsers need
         if task.known_hash == content_hash:
             return _Outcome(source, "unchanged", content_hash=content_hash)
         trace_id = trace_id_for(source.run_id, content_hash)
         ingested_at = dt.datetime.now(dt.timezone.utc)
+        size = len(text)
         if task.engine == "perfetto":
             from .perfetto_engine import parse_with_trace_processor
 
+            del text  # the engine reads the file itself
             parsed = parse_with_trace_processor(
                 source, trace_id=trace_id, content_hash=content_hash,
-                uncompressed_bytes=len(text), file_format=file_format,
+                uncompressed_bytes=size, file_format=file_format,
                 ingested_at=ingested_at, bin_path=task.trace_processor_bin,
             )
         else:
-            parsed = parse_kineto(text, source, trace_id=trace_id, content_hash=content_hash,
-                                  uncompressed_bytes=len(text), file_format=file_format,
-                                  ingested_at=ingested_at)
-        del raw, text
+            # Hand the only reference to the parser, which drops the text as soon
+            # as it is decoded: it is the biggest object while the tables are built.
+            handed = [text]
+            del text
+            parsed = parse_kineto(handed.pop(), source, trace_id=trace_id,
+                                  content_hash=content_hash, uncompressed_bytes=size,
+                                  file_format=file_format, ingested_at=ingested_at)
         pending = lake.write_trace_tmp(Warehouse(Path(task.warehouse_root)), source.run_id,
                                        trace_id, parsed.tables, task.token)
         return _Outcome(
