@@ -51,8 +51,8 @@ class TraceError(Exception):
 
     ``kind`` is a short machine-readable tag (``truncated``, ``invalid_json``,
     ``not_kineto``, ``invalid_utf8``, ``number_out_of_range``, ``no_rank``,
-    ``duplicate_rank``, ``empty``, ``unreadable``...), ``message`` names the
-    problem, ``hint`` suggests the fix. The path is added by the caller.
+    ``duplicate_rank``, ``mixed_jobs``, ``invalid_gzip``, ``empty``, ``unreadable``...),
+    ``message`` names the problem, ``hint`` suggests the fix. The path is added by the caller.
     """
 
     def __init__(self, kind: str, message: str, hint: str = "") -> None:

@@ -170,8 +170,9 @@ def gunzip(raw: bytes) -> bytes:
     ``gzip.decompress``, which reads every member and raises the errors the
     caller words.
     """
-    if len(raw) >= 18:
-        size = int.from_bytes(raw[-4:], "little")
+    size = int.from_bytes(raw[-4:], "little") if len(raw) >= 18 else -1
+    # Deflate expands at most ~1032x: a damaged trailer must not size a 4 GiB buffer.
+    if 0 <= size <= len(raw) * 1032:
         crc = int.from_bytes(raw[-8:-4], "little")
         try:
             text = zlib.decompress(raw, 31, max(size, 1))

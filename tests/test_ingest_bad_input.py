@@ -434,3 +434,18 @@ def test_multi_member_gzip_loads_whole(tmp_path: Path) -> None:
     even = text[: len(text) // 2 * 2]
     path.write_bytes(gzip.compress(even[: len(even) // 2]) + gzip.compress(even[len(even) // 2:]))
     assert read_trace_bytes(path)[1] == even
+
+
+def test_gzip_trailer_claiming_a_huge_size_is_not_trusted(tmp_path: Path) -> None:
+    """The trailer sizes the output buffer only when deflate could reach that size:
+    a damaged trailer claiming ~4 GiB costs no 4 GiB allocation, and the file is
+    reported as damaged."""
+    from tracehouse.ingest.model import TraceError
+    from tracehouse.ingest.runner import read_trace_bytes
+
+    data = gzip.compress(_encode(_doc(0)))
+    path = tmp_path / "rank-0.json.gz"
+    path.write_bytes(data[:-4] + (2**32 - 1).to_bytes(4, "little"))
+    with pytest.raises(TraceError) as info:
+        read_trace_bytes(path)
+    assert info.value.kind == "invalid_gzip"
