@@ -15,7 +15,7 @@ rounding; exponent forms (``1.5e3``) are handled the same way.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
+from decimal import Decimal, InvalidOperation
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
@@ -37,6 +37,39 @@ def _round_frac(frac: bytes, whole: int, negative: bool) -> int:
     return -ns if negative else ns
 
 
+#: Beyond this many decimal digits a value cannot fit int64 ns: answer without
+#: building the integer (``1e999999999`` must not cost a billion-digit int).
+_MAX_DIGITS = 40
+
+
+def _exponent_form_to_ns(raw: bytes) -> int:
+    """``1.694128201545123456E+15`` → ns by integer arithmetic, half to even.
+
+    Not ``Decimal.scaleb``: that rounds to the context's 28 digits first.
+    """
+    try:
+        sign, digits, exponent = Decimal(raw.decode("ascii")).as_tuple()
+    except (InvalidOperation, ValueError) as exc:  # pragma: no cover - JSON-checked
+        raise NotANumber(raw.decode("ascii", "replace")) from exc
+    assert isinstance(exponent, int)
+    mantissa = int("".join(map(str, digits))) if digits else 0
+    shift = exponent + 3  # ns = mantissa * 10**shift
+    if mantissa == 0:
+        return 0
+    if shift >= 0:
+        if len(str(mantissa)) + shift > _MAX_DIGITS:
+            return -(2**64) if sign else 2**64  # out of int64: the caller reports it
+        ns = mantissa * 10**shift
+    elif -shift > len(digits) + 1:
+        ns = 0  # below half a nanosecond
+    else:
+        ns, rest = divmod(mantissa, 10**-shift)
+        half = 10**-shift
+        if 2 * rest > half or (2 * rest == half and ns % 2 == 1):
+            ns += 1
+    return -ns if sign else ns
+
+
 def json_number_to_ns(raw: bytes) -> int | None:
     """The ns of a JSON value holding µs; ``None`` for ``null``.
 
@@ -49,11 +82,7 @@ def json_number_to_ns(raw: bytes) -> int | None:
     if first not in b"-0123456789" or not first:
         raise NotANumber(raw[:20].decode("utf-8", "replace"))
     if b"e" in raw or b"E" in raw:
-        try:
-            value = Decimal(raw.decode("ascii")).scaleb(3)
-            return int(value.to_integral_value(ROUND_HALF_EVEN))
-        except (InvalidOperation, ValueError) as exc:  # pragma: no cover - JSON-checked
-            raise NotANumber(raw.decode("ascii", "replace")) from exc
+        return _exponent_form_to_ns(raw)
     negative = first == b"-"
     body = raw[1:] if negative else raw
     whole, dot, frac = body.partition(b".")

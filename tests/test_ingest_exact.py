@@ -15,7 +15,8 @@ import datetime as dt
 import gzip
 import json
 import re
-from decimal import ROUND_HALF_EVEN, Decimal
+import time
+from decimal import ROUND_HALF_EVEN, Decimal, localcontext
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ from hypothesis import strategies as st
 from conftest import SHARED_DATA
 from tracehouse.ingest import kineto
 from tracehouse.ingest.model import TraceFile
+from tracehouse.ingest.numbers import json_number_to_ns
 
 A100 = SHARED_DATA / "kineto" / "single_rank" / "a100_nccl_pg_args.json.gz"
 _NUMBER = re.compile(r'"@@N:([^"@]+)@@"')
@@ -172,3 +174,30 @@ def _check_exact(slices, expected: list[tuple[int, int, int]]) -> None:
     parent, depth = _reference_nesting(local)
     assert [p if p is not None else -1 for p in slices["parent_id"].to_pylist()] == parent
     assert slices["depth"].to_pylist() == depth
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(-(10**40), 10**40), st.integers(-45, 25))
+def test_number_text_rounds_half_to_even_at_any_precision(mantissa: int, exponent: int) -> None:
+    """The fallback's reading of any JSON number (up to 41 digits, any exponent) equals
+    exact decimal arithmetic; the compiled scanner reads the same numbers in a trace."""
+    text = f"{mantissa}e{exponent}"
+    with localcontext() as ctx:
+        ctx.prec = 200
+        exact = int((Decimal(text) * 1000).to_integral_value(ROUND_HALF_EVEN))
+    got = json_number_to_ns(text.encode())
+    if abs(exact) <= 2**63 - 1:
+        assert got == exact
+        data = (b'{"traceEvents": [{"ph": "i", "pid": 1, "tid": 1, "ts": %s}]}'
+                % text.encode())
+        for decoder in DECODERS:
+            assert _parse(data, decoder=decoder).tables["slices"]["ts"].to_pylist() == [exact]
+    else:
+        assert abs(got) > 2**63 - 1
+
+
+def test_huge_exponents_cost_nothing() -> None:
+    started = time.perf_counter()
+    assert abs(json_number_to_ns(b"1e999999999")) > 2**63
+    assert json_number_to_ns(b"-1e-999999999") == 0
+    assert time.perf_counter() - started < 0.1
