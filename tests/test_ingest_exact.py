@@ -176,7 +176,7 @@ def _check_exact(slices, expected: list[tuple[int, int, int]]) -> None:
     assert slices["depth"].to_pylist() == depth
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.integers(-(10**40), 10**40), st.integers(-45, 25))
 def test_number_text_rounds_half_to_even_at_any_precision(mantissa: int, exponent: int) -> None:
     """The fallback's reading of any JSON number (up to 41 digits, any exponent) equals
