@@ -41,11 +41,18 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 KINETO = REPO.parent / "shared" / "data" / "kineto"
-DEFAULT_PATHS = [
+#: Sets measured with --small-sets (the defaults before issue 14).
+SMALL_PATHS = [
     KINETO / "dlrm_8rank",
     KINETO / "single_rank" / "a100_nccl_pg_args.json.gz",
     KINETO / "megatron_cpu" / "tp2_pp2_dp2" / "iteration_3",
 ]
+#: The 16-file Megatron set of the default sets.
+MEGATRON_SET = KINETO / "megatron_cpu" / "tp2_pp2_dp2"
+#: How many of its files (in path order: the 8 ranks of iteration 3, then iteration 5)
+#: are merged into the ~53 MB file of the large sets (see make_merged_trace).
+MERGE_COUNT = 10
+MERGED_RANKS = 4  # the "4 ranks x 50 MB" set
 MB = 1e6  # throughput unit: 10^6 bytes of uncompressed trace JSON
 MIB = 1024 * 1024  # memory unit
 RESULT_MARK = "@@BENCH-RESULT@@ "
@@ -99,6 +106,10 @@ def _tracehouse_prepare(spec: dict):
         mod, _, fn = impl.partition(":")
         ingest_paths = getattr(importlib.import_module(mod), fn)
     else:
+        # As `tracehouse ingest` does: keep pandas out of an ingest-only process.
+        from tracehouse.ingest.lean import keep_pandas_out
+
+        keep_pandas_out()
         from tracehouse.ingest.runner import ingest_paths
 
     def load() -> dict:
@@ -292,6 +303,56 @@ def prepare_hta_view(ts: TraceSet, folder: Path) -> None:
     ts.hta_dir = folder
     if None in ranks or len(set(ranks)) != len(ranks):
         ts.hta_trace_files = {k: str(link) for k, link in enumerate(links)}
+
+
+def make_merged_trace(sources: list[Path], dst: Path, rank: int, world: int) -> Path:
+    """One large real trace: every event of ``sources`` (10 real Megatron rank traces,
+    ~53 MB of compact JSON) in one file, each source's pids offset by 10^6 x its
+    index so that their threads stay apart, claiming ``rank`` of ``world``.
+
+    Why: the largest shared trace is 9.8 MB, and a 50 MB-class file is what a real
+    GPU rank writes per profiled step; merging real files keeps real event mixes.
+    The sources share ``baseTimeNanoseconds``; a source that does not is refused.
+    """
+    head: dict | None = None
+    parts: list[str] = []
+    for index, src in enumerate(sources):
+        with _open(src) as handle:
+            doc = json.load(handle)
+        if head is None:
+            head = {k: v for k, v in doc.items() if k != "traceEvents"}
+        elif doc.get("baseTimeNanoseconds") != head.get("baseTimeNanoseconds"):
+            raise SystemExit(f"error: {src}: another baseTimeNanoseconds than {sources[0]}")
+        for event in doc["traceEvents"]:
+            if isinstance(event.get("pid"), int):
+                event["pid"] += 1_000_000 * index
+        parts.append(json.dumps(doc["traceEvents"])[1:-1])
+        del doc
+    assert head is not None
+    dist = head.setdefault("distributedInfo", {})
+    dist["rank"], dist["world_size"] = rank, world
+    dist.pop("pg_config", None)  # the sources' groups do not describe the merged "world"
+    text = json.dumps({**head, "traceEvents": []})
+    marker = '"traceEvents": []'
+    text = text.replace(marker, '"traceEvents": [' + ", ".join(parts) + "]", 1)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(dst, "wt", compresslevel=6) as out:
+        out.write(text)
+    return dst
+
+
+def default_sets(scratch: Path) -> list[TraceSet]:
+    """The three sets of issue 14: one 50 MB-class file, the 16-file Megatron set,
+    and 4 ranks x 50 MB (the merged file claiming ranks 0-3 of a 4-rank job)."""
+    sources = discover(MEGATRON_SET)[:MERGE_COUNT]
+    one = make_merged_trace(sources, scratch / "merged" / "rank-0.json.gz", 0, 1)
+    four = [make_merged_trace(sources, scratch / "merged4" / f"rank-{r}.json.gz", r,
+                              MERGED_RANKS) for r in range(MERGED_RANKS)]
+    return [
+        TraceSet(name=f"merged {MERGE_COUNT} ranks (1 file)", files=[one]),
+        TraceSet(name=set_name(MEGATRON_SET), files=discover(MEGATRON_SET)),
+        TraceSet(name=f"merged x {MERGED_RANKS} ranks", files=four),
+    ]
 
 
 def make_scaled_set(src: Path, k: int, folder: Path) -> TraceSet:
@@ -495,8 +556,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         type=Path,
         metavar="PATH",
         help="trace sets: a folder (its Kineto .json/.json.gz files, recursively) or one "
-        f"file; default: {', '.join(str(p.relative_to(KINETO)) for p in DEFAULT_PATHS)} "
-        f"under {KINETO}",
+        f"file; default: one ~53 MB file merged from {MERGE_COUNT} files of "
+        f"{MEGATRON_SET.relative_to(KINETO)}, that set itself (16 files) "
+        f"and {MERGED_RANKS} ranks of the merged file, under {KINETO}",
+    )
+    ap.add_argument(
+        "--small-sets",
+        action="store_true",
+        help="measure the shared files as they are instead: "
+        f"{', '.join(str(p.relative_to(KINETO)) for p in SMALL_PATHS)}",
     )
     ap.add_argument(
         "--jobs",
@@ -590,7 +658,7 @@ def main(argv: list[str]) -> int:
             )
             return 2
 
-    paths = args.paths or DEFAULT_PATHS
+    paths = args.paths or (SMALL_PATHS if args.small_sets else [])
     sets: list[TraceSet] = []
     for p in paths:
         p = p.resolve()
@@ -606,6 +674,9 @@ def main(argv: list[str]) -> int:
 
     scratch = Path(tempfile.mkdtemp(prefix="tracehouse-bench-", dir=args.tmp))
     try:
+        if not sets:
+            print("building the large sets from the shared traces…", flush=True)
+            sets = default_sets(scratch)
         sizes: dict[Path, int] = {}
         for ts in sets:
             for f in ts.files:

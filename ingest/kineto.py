@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+import os
 import re
 from collections import defaultdict
 from collections.abc import Sequence
@@ -36,6 +37,7 @@ import pyarrow.compute as pc
 from . import schema
 from .model import ParsedTrace, TraceError, TraceFile, display_path
 from .nesting import bind_flow_endpoints, nest_slices
+from .numbers import NotANumber, raws_to_ns
 
 INT64_MAX = 2**63 - 1
 _PROFILER_STEP = re.compile(r"ProfilerStep#(\d+)$")
@@ -49,8 +51,10 @@ class Event(msgspec.Struct, gc=False):
     cat: str | None = None
     pid: int | str | None = None
     tid: int | str | None = None
-    ts: float | None = None
-    dur: float | None = None
+    # Raw number text, converted exactly by ingest.numbers (a float64 is
+    # ~128 ns off at epoch microseconds); empty when absent.
+    ts: msgspec.Raw = msgspec.Raw()
+    dur: msgspec.Raw = msgspec.Raw()
     id: int | str | None = None
     bp: str | None = None
     args: msgspec.Raw = msgspec.Raw()  # empty when absent
@@ -207,22 +211,25 @@ def decode_events(raws: list[msgspec.Raw], offset: int, array_form: bool) -> lis
         raise _decode_error(exc) from exc
 
 
-def _to_ns(values: list[float | None], base_ns: int, what: str) -> np.ndarray:
-    """Microsecond floats → int64 nanoseconds, exact for epoch-sized values.
+def _to_ns(values: Sequence[msgspec.Raw], base_ns: int, what: str) -> np.ndarray:
+    """Raw JSON numbers in microseconds → exact int64 nanoseconds (plus ``base_ns``).
 
-    ``ts * 1000`` in float64 loses up to 256 ns at epoch microseconds
-    (1.7e15); splitting into whole and fractional microseconds keeps it exact.
+    The digits are read as text (:mod:`ingest.numbers`): float64 would be
+    up to ~128 ns off at epoch microseconds (1.7e15 µs needs 19 digits).
     """
-    arr = np.asarray(values, dtype=np.float64)
-    if arr.size and not np.all(np.isfinite(arr)):
+    try:
+        ns, has_null = raws_to_ns(values, base_ns)
+    except NotANumber as exc:
+        raise TraceError("invalid_event", f"a {what} value is not a number: {exc}",
+                         "every complete or instant event needs numeric ts and dur") from exc
+    if has_null:
         raise TraceError("invalid_event", f"a {what} value is missing or not a finite number",
                          "every complete or instant event needs numeric ts and dur")
-    whole = np.floor(arr)
-    if arr.size and (np.abs(whole).max() * 1000 + abs(base_ns)) >= INT64_MAX:
+    try:
+        return np.array(ns, dtype=np.int64) if ns else np.zeros(0, dtype=np.int64)
+    except OverflowError as exc:
         raise TraceError("number_out_of_range", f"a {what} value exceeds the int64 "
-                         "nanosecond range", "check the event times in the trace")
-    frac_ns = np.rint((arr - whole) * 1000.0).astype(np.int64)
-    return whole.astype(np.int64) * 1000 + frac_ns + base_ns
+                         "nanosecond range", "check the event times in the trace") from exc
 
 
 def _parse_ranks(value: str | list[int] | None) -> list[int] | None:
@@ -297,6 +304,7 @@ _ARGS_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
+_ZERO = msgspec.Raw(b"0")
 _SLICE_PHASES = frozenset({"X", "i", "I"})
 _GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation"})
 _GPU_CATEGORY_ARRAY = pa.array(sorted(_GPU_CATEGORIES))
@@ -366,10 +374,12 @@ def _typed_args(category: pa.Array, raws: Sequence[msgspec.Raw],
         subset = [raws[int(rows[0])]]
     else:
         subset = list(operator.itemgetter(*rows.tolist())(raws))
-    decoded = _decode_args_batch(subset)
-    take = np.full(n, -1, dtype=np.int64)
-    take[rows] = np.arange(len(rows), dtype=np.int64)
-    indices = pa.array(take, mask=take < 0)
+    return _typed_columns(n, rows, _decode_args_batch(subset))
+
+
+def _typed_columns(n: int, rows: np.ndarray, decoded: list[Args]) -> dict[str, pa.Array]:
+    """Typed args columns of ``n`` slices from the decoded args of slices ``rows``."""
+    indices: pa.Array | None = None
     columns: dict[str, pa.Array] = {}
     transposed = _columns_of(decoded, [attr for attr, _, _ in _TYPED_COLUMNS])
     for (attr, column, type_), values in zip(_TYPED_COLUMNS, transposed):
@@ -377,8 +387,29 @@ def _typed_args(category: pa.Array, raws: Sequence[msgspec.Raw],
             values = [_parse_ranks(v) for v in values]
         elif attr == "pg_name":
             values = [_str_or_none(v) for v in values]
-        columns[column] = _column(values, type_, column).take(indices)
+        compact = _column(values, type_, column)
+        if compact.null_count == len(compact):
+            # Most typed keys are absent from most slices (CPU traces: all of them).
+            columns[column] = pa.nulls(n, type_)
+        elif pa.types.is_integer(type_):
+            columns[column] = _scatter_ints(compact, rows, n)
+        else:
+            if indices is None:
+                take = np.full(n, -1, dtype=np.int64)
+                take[rows] = np.arange(len(rows), dtype=np.int64)
+                indices = pa.array(take, mask=take < 0)
+            columns[column] = compact.take(indices)
     return columns
+
+
+def _scatter_ints(compact: pa.Array, rows: np.ndarray, n: int) -> pa.Array:
+    """An int64 column of ``n`` rows holding ``compact`` at ``rows``, NULL elsewhere
+    (numpy scatter: ~10x cheaper than an Arrow ``take`` with a nullable index)."""
+    values = np.zeros(n, dtype=np.int64)
+    values[rows] = compact.fill_null(0).to_numpy()
+    valid = np.zeros(n, dtype=bool)
+    valid[rows] = compact.is_valid().to_numpy(zero_copy_only=False)
+    return pa.array(values, mask=~valid)
 
 
 def _column(values: Sequence[object], type_: pa.DataType, column: str) -> pa.Array:
@@ -427,7 +458,8 @@ def _table(columns: dict[str, pa.Array | Sequence[object]], target: pa.Schema) -
 
 
 def _repeat(value: object, n: int, type_: pa.DataType) -> pa.Array:
-    return pa.array([value] * n, type=type_) if n else pa.array([], type=type_)
+    """``value`` ``n`` times (run_id, rank, trace_id on every row), built in C++."""
+    return pa.repeat(pa.scalar(value, type=type_), n)
 
 
 class _Columns:
@@ -469,7 +501,7 @@ class _Columns:
         track = np.fromiter((track_of(key, len(tracks)) for key in zip(pids, tids)),
                             dtype=np.int64, count=len(slice_events))
         ts_ns = _to_ns(tss, self.base_ns, "ts")
-        dur_ns = _to_ns([d if p == "X" else 0.0 for p, d in zip(phs, durs)], 0, "dur")
+        dur_ns = _to_ns([d if p == "X" else _ZERO for p, d in zip(phs, durs)], 0, "dur")
         if dur_ns.size and dur_ns.min() < 0:
             raise TraceError("invalid_event", "a complete ('X') event has a negative dur",
                              "durations must be >= 0")
@@ -495,8 +527,10 @@ class _Columns:
         arrow["args"].append(_json_column(raw_args, "args", lengths))
 
     def _add_flows(self, flow_events: list[Event]) -> None:
-        usable = [ev for ev in flow_events if ev.ts is not None and ev.id is not None
-                  and ev.ph != "t"]  # step events carry no slice of their own
+        # Step ("t") events carry no slice of their own; a flow end without a
+        # time or id cannot be placed.
+        usable = [ev for ev in flow_events if ev.id is not None and ev.ph != "t"
+                  and len(ev.ts) and bytes(ev.ts) != b"null"]
         m = len(usable)
         phs, cats, ids, pids, tids, tss, bps = _columns_of(
             usable, ("ph", "cat", "id", "pid", "tid", "ts", "bp"))
@@ -528,9 +562,23 @@ def _concat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
 
 
-def parse_kineto(data: bytes, source: TraceFile, *, trace_id: str, content_hash: str,
-                 uncompressed_bytes: int, file_format: str, ingested_at: object) -> ParsedTrace:
-    """Turn the bytes of one Kineto trace into rows of every per-trace lake table.
+def scanner_available() -> bool:
+    """Whether the compiled scanner (``_kineto_scan``, built by ``pip install``) loads.
+
+    ``TRACEHOUSE_DECODER=python`` turns it off (benchmarks, and checking the
+    fallback the way an install without a C compiler runs).
+    """
+    if os.environ.get("TRACEHOUSE_DECODER") == "python":
+        return False
+    try:
+        from . import _kineto_scan  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _decode_columns(data: bytes) -> tuple[LazyKinetoFile, _Columns, int]:
+    """The msgspec decoder: the fallback, and the source of every precise error.
 
     Events are decoded :data:`CHUNK_EVENTS` at a time from raw JSON slices of
     ``data``, and their columns appended to Arrow arrays, so peak memory is
@@ -540,25 +588,38 @@ def parse_kineto(data: bytes, source: TraceFile, *, trace_id: str, content_hash:
     raws = trace.traceEvents
     if not raws:
         raise TraceError("empty", "the trace has no events", "profile at least one step")
-
-    base_ns = trace.baseTimeNanoseconds or 0
     event_count = len(raws)
     # Events first: a file whose events are not objects is not a trace at all,
     # whatever its (missing) rank says.
-    columns = _Columns(base_ns)
+    columns = _Columns(trace.baseTimeNanoseconds or 0)
     for offset in range(0, event_count, CHUNK_EVENTS):
         columns.add(decode_events(raws[offset:offset + CHUNK_EVENTS], offset, array_form))
     trace.traceEvents = raws = []  # release the raw event views before nesting
+    return trace, columns, event_count
+
+
+def parse_kineto(data: bytes, source: TraceFile, *, trace_id: str, content_hash: str,
+                 uncompressed_bytes: int, file_format: str, ingested_at: object,
+                 decoder: str | None = None) -> ParsedTrace:
+    """Turn the bytes of one Kineto trace into rows of every per-trace lake table.
+
+    ``decoder``: ``"c"`` (the compiled scanner, :mod:`ingest.kineto_fast`),
+    ``"python"`` (msgspec), or ``None`` for the scanner when it is built.
+    Both give identical tables; the scanner hands anything unusual (every
+    malformed file included) to msgspec, which words the error.
+    """
+    decoded = None
+    if decoder != "python" and (decoder == "c" or scanner_available()):
+        from .kineto_fast import scan_columns
+
+        decoded = scan_columns(data)
+    if decoded is None:
+        decoded = _decode_columns(data)
+    del data  # the caller may have handed over its only reference: free the text now
+    trace, columns, event_count = decoded
 
     dist = _decode_distributed(trace.distributedInfo)
-    rank = dist.rank if dist.rank is not None else source.rank_hint
-    if rank is None:
-        raise TraceError("no_rank", "no rank in distributedInfo.rank nor in the file name",
-                         "name the file rank-N.json or rank_XXXX_iter_N.pt.trace.json, "
-                         "or profile with torch.distributed initialised")
-    if not -INT64_MAX - 1 <= rank <= INT64_MAX:
-        raise TraceError("number_out_of_range", f"rank {rank} does not fit int64",
-                         "check distributedInfo.rank or the rank in the file name")
+    rank, rank_source = resolve_rank(dist, source)
     run_id = source.run_id
 
     n = columns.slice_count()
@@ -615,6 +676,8 @@ def parse_kineto(data: bytes, source: TraceFile, *, trace_id: str, content_hash:
         rank=rank,
         iteration=source.iteration_hint,
         profiler_steps=tuple(steps),
+        world_size=dist.world_size,
+        rank_source=rank_source,
         tables={
             "slices": slices,
             "flows": flows,
@@ -669,6 +732,30 @@ def traces_row(source: TraceFile, trace, dist: DistributedInfo, *, engine: str, 
         schema.TRACES,
     )
 
+def resolve_rank(dist: DistributedInfo, source: TraceFile) -> tuple[int, str]:
+    """The trace's rank and where it came from (both engines use this).
+
+    ``distributedInfo.rank``, else the file name; else, for a trace of a
+    job that was not distributed (no world size above 1: a single-GPU run,
+    HTA loads those), rank 0, marked ``single_process`` so that the runner
+    can refuse a run holding several such traces.
+    """
+    if dist.rank is not None:
+        rank, where = dist.rank, "distributedInfo"
+    elif source.rank_hint is not None:
+        rank, where = source.rank_hint, "file name"
+    elif dist.world_size is None or dist.world_size <= 1:
+        rank, where = 0, "single_process"
+    else:
+        raise TraceError("no_rank", f"no rank in distributedInfo.rank nor in the file name "
+                         f"(world size {dist.world_size})",
+                         "name the file rank-N.json or rank_XXXX_iter_N.pt.trace.json")
+    if not -INT64_MAX - 1 <= rank <= INT64_MAX:
+        raise TraceError("number_out_of_range", f"rank {rank} does not fit int64",
+                         "check distributedInfo.rank or the rank in the file name")
+    return rank, where
+
+
 def _decode_distributed(raw: msgspec.Raw) -> DistributedInfo:
     if _absent(raw):
         return DistributedInfo()
@@ -680,18 +767,32 @@ def _decode_distributed(raw: msgspec.Raw) -> DistributedInfo:
                          "as PyTorch writes them") from exc
 
 
+def _group_ids(category: np.ndarray, id_is_int: np.ndarray, flow_id: np.ndarray) -> np.ndarray:
+    """Dense ids of the (category, id kind, id) triples, in sorted order of the triples.
+
+    What ``np.unique(axis=0, return_inverse=True)`` returns, by one lexsort:
+    the row-wise unique sorts a structured view and costs ~4 ms per MB of JSON.
+    """
+    m = category.size
+    key = np.zeros(m, dtype=np.int64)
+    if m == 0:
+        return key
+    order = np.lexsort((flow_id, id_is_int, category))
+    c, k, f = category[order], id_is_int[order], flow_id[order]
+    new = np.empty(m, dtype=bool)
+    new[0] = False
+    new[1:] = (c[1:] != c[:-1]) | (k[1:] != k[:-1]) | (f[1:] != f[:-1])
+    key[order] = np.cumsum(new)
+    return key
+
+
 def _flows(columns: _Columns, track_arr, ts_ns, dur_ns, parent, run_id, rank, trace_id):
     """Pair ``s``/``f`` events by (category, id), k-th start with k-th finish in
     time order, and bind both ends to slices."""
     category = _concat(columns.flow_category, np.int64)
     flow_id = _concat(columns.flow_id, np.int64)
     id_is_int = _concat(columns.flow_id_is_int, bool)
-    if category.size:
-        _, key = np.unique(np.stack([category, id_is_int.astype(np.int64), flow_id], axis=1),
-                           axis=0, return_inverse=True)
-        key = key.reshape(-1).astype(np.int64)
-    else:
-        key = np.zeros(0, dtype=np.int64)
+    key = _group_ids(category, id_is_int, flow_id)
     category_names = list(columns.flow_categories)
     is_finish = _concat(columns.flow_finish, bool)
     ts = _concat(columns.flow_ts, np.int64)

@@ -27,7 +27,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -54,8 +53,26 @@ def write_parquet_tmp(table: pa.Table, final: Path, token: str) -> Path:
     """Write ``table`` to a hidden temporary beside ``final``; return its path."""
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.with_name(f".{final.name}.{token}{TMP_SUFFIX}")
-    pq.write_table(table, tmp, compression="zstd", row_group_size=256 * 1024)
+    pq.write_table(table, tmp, compression="zstd", row_group_size=256 * 1024,
+                   **_encoding_options(table.schema))
     return tmp
+
+
+def _encoding_options(table_schema: pa.Schema) -> dict[str, object]:
+    """Dictionary-encode the repetitive string columns only, and skip min/max statistics
+    on ``args`` (long JSON text no reader filters on).
+
+    Measured on the A100 trace's slices: 0.015 → 0.012 s to write, 663 → 452 kB
+    on disk; a dictionary over near-unique values (times, ids, args) is pure cost.
+    """
+    strings = [f.name for f in table_schema
+               if pa.types.is_string(f.type) and f.name not in _HIGH_CARDINALITY]
+    stats = [f.name for f in table_schema if f.name not in _HIGH_CARDINALITY]
+    return {"use_dictionary": strings, "write_statistics": stats}
+
+
+#: Columns whose values are (nearly) all different: no dictionary, no statistics.
+_HIGH_CARDINALITY = frozenset({"args", "distributed_info", "device_properties"})
 
 
 def trace_file(warehouse: Warehouse, table: str, run_id: str, trace_id: str) -> Path:
@@ -108,19 +125,29 @@ class ManifestEntry:
     size_bytes: int
     mtime_ns: int
     content_hash: str
+    world_size: int | None = None
+
+
+_MANIFEST_COLUMNS = ("run_id", "path", "trace_id", "rank", "iteration", "min_profiler_step",
+                     "max_profiler_step", "size_bytes", "mtime_ns", "content_hash", "world_size")
 
 
 def read_manifest(warehouse: Warehouse) -> list[ManifestEntry]:
-    """Every loaded trace, read from the ``traces`` dataset (the commit markers)."""
-    glob = str(warehouse.table_dir("traces") / "**" / "*.parquet")
-    with duckdb.connect() as con:
-        rows = con.execute(
-            "select run_id, path, trace_id, rank, iteration, min_profiler_step, "
-            "max_profiler_step, size_bytes, mtime_ns, content_hash "
-            "from read_parquet(?, union_by_name = true, hive_partitioning = false)",
-            [glob],
-        ).fetchall()
-    return [ManifestEntry(*row) for row in rows]
+    """Every loaded trace, read from the ``traces`` dataset (the commit markers).
+
+    Read with pyarrow, file by file, not DuckDB: ingest processes then never
+    import DuckDB (~40 MB of RSS and ~0.15 s each, shared by forked workers).
+    A column that an older lake lacks reads as NULL.
+    """
+    entries: list[ManifestEntry] = []
+    for marker in sorted(warehouse.table_dir("traces").glob("run=*/*.parquet")):
+        handle = pq.ParquetFile(marker)
+        present = [c for c in _MANIFEST_COLUMNS if c in handle.schema_arrow.names]
+        table = handle.read(columns=present)
+        columns = [table[c].to_pylist() if c in present else [None] * table.num_rows
+                   for c in _MANIFEST_COLUMNS]
+        entries.extend(ManifestEntry(*row) for row in zip(*columns))
+    return entries
 
 
 def recover(warehouse: Warehouse) -> list[Path]:

@@ -38,6 +38,12 @@ class ParsedTrace:
     iteration: int | None
     profiler_steps: tuple[int, ...]
     tables: dict[str, pa.Table] = field(default_factory=dict)
+    #: ``distributedInfo.world_size`` (None when the trace does not say).
+    world_size: int | None = None
+    #: Where the rank came from: ``distributedInfo``, ``file name``, or
+    #: ``single_process`` (no rank anywhere and no distributed world: rank 0
+    #: of a one-rank run, valid only while the trace is alone in its run).
+    rank_source: str = "distributedInfo"
 
 
 class TraceError(Exception):
@@ -45,8 +51,8 @@ class TraceError(Exception):
 
     ``kind`` is a short machine-readable tag (``truncated``, ``invalid_json``,
     ``not_kineto``, ``invalid_utf8``, ``number_out_of_range``, ``no_rank``,
-    ``duplicate_rank``, ``empty``, ``unreadable``...), ``message`` names the
-    problem, ``hint`` suggests the fix. The path is added by the caller.
+    ``duplicate_rank``, ``mixed_jobs``, ``invalid_gzip``, ``empty``, ``unreadable``...),
+    ``message`` names the problem, ``hint`` suggests the fix. The path is added by the caller.
     """
 
     def __init__(self, kind: str, message: str, hint: str = "") -> None:

@@ -112,6 +112,7 @@ from .kineto import (
     _to_ns,
     _typed_args,
     decode_kineto,
+    resolve_rank,
     traces_row,
 )
 from .model import ParsedTrace, TraceError, TraceFile
@@ -350,6 +351,11 @@ class _FileFacts:
     proc_sort: dict[object, int | None]
 
 
+def _has_value(raw: object) -> bool:
+    """A raw JSON field that is present and not ``null``."""
+    return len(raw) > 0 and bytes(raw) != b"null"
+
+
 def _file_facts(trace: KinetoFile) -> _FileFacts:
     keys: set[Key] = set()
     instants: dict[str, list[tuple[int, Key]]] = defaultdict(list)
@@ -364,11 +370,11 @@ def _file_facts(trace: KinetoFile) -> _FileFacts:
         key = (ev.pid, ev.tid)
         if ph in ("X", "i", "I"):
             keys.add(key)
-            if ph != "X" and ev.ts is not None and ev.name is not None:
+            if ph != "X" and _has_value(ev.ts) and ev.name is not None:
                 instants[ev.name].append((int(_to_ns([ev.ts], 0, "ts")[0]), key))
         elif ph in ("s", "f"):
             keys.add(key)
-            if ev.ts is None or ev.id is None:
+            if not _has_value(ev.ts) or ev.id is None:
                 continue
             flow_events += 1
             ts = int(_to_ns([ev.ts], 0, "flow ts")[0])
@@ -525,11 +531,7 @@ def parse_with_trace_processor(source: TraceFile, *, trace_id: str, content_hash
     if not trace.traceEvents:
         raise TraceError("empty", "the trace has no events", "profile at least one step")
     dist = _decode_distributed(trace.distributedInfo)
-    rank = dist.rank if dist.rank is not None else source.rank_hint
-    if rank is None:
-        raise TraceError("no_rank", "no rank in distributedInfo.rank nor in the file name",
-                         "name the file rank-N.json or rank_XXXX_iter_N.pt.trace.json, "
-                         "or profile with torch.distributed initialised")
+    rank, rank_source = resolve_rank(dist, source)
     facts = _file_facts(trace)
 
     with open_trace_processor(backend, source, raw) as tp:
@@ -547,10 +549,13 @@ def parse_with_trace_processor(source: TraceFile, *, trace_id: str, content_hash
                              f"('{DROP_STAT}', '{SPILL_STAT}') group by name")
         args_json = _args_by_set(tp)
 
-    return _assemble(source, trace, dist, rank, facts, slices_q, threads_q, flows_q, stats_q,
-                     args_json, trace_id=trace_id, content_hash=content_hash,
-                     uncompressed_bytes=uncompressed_bytes, file_format=file_format,
-                     ingested_at=ingested_at)
+    parsed = _assemble(source, trace, dist, rank, facts, slices_q, threads_q, flows_q,
+                       stats_q, args_json, trace_id=trace_id, content_hash=content_hash,
+                       uncompressed_bytes=uncompressed_bytes, file_format=file_format,
+                       ingested_at=ingested_at)
+    parsed.world_size = dist.world_size
+    parsed.rank_source = rank_source
+    return parsed
 
 
 def _assemble(source, trace, dist, rank, facts, slices_q, threads_q, flows_q, stats_q,

@@ -34,7 +34,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import pyarrow as pa
 
 from tracehouse.warehouse import Warehouse
@@ -175,6 +174,8 @@ class PPTimerManifestEntry:
 
 def read_pp_timer_manifest(warehouse: Warehouse) -> dict[tuple[str, str], PPTimerManifestEntry]:
     """Every loaded PP-timer file, keyed by (run, path), read back from the lake table."""
+    import duckdb  # only here: ingest workers never need it (see lake.read_manifest)
+
     glob = str(warehouse.table_dir("pp_timer_events") / "**" / "*.parquet")
     with duckdb.connect() as con:
         rows = con.execute(

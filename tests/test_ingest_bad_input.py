@@ -117,6 +117,8 @@ def _bad_files() -> dict[str, tuple[str, bytes]]:
             "invalid_utf8",
             _with_marker(102, _set_args_string, b'"bad \xc3\x28 arg"'),
         ),
+        # Issue 15: random bytes named .json.gz are not gzip (was "invalid JSON").
+        "random.json.gz": ("invalid_gzip", hashlib.sha512(b"not gzip").digest() * 64),
         "int64_ts.json": ("number_out_of_range", _with_marker(103, _set_ts, BEYOND_INT64)),
         "int64_correlation.json": (
             "number_out_of_range",
@@ -403,3 +405,47 @@ def test_rank_twice_across_profiler_steps_with_a_huge_step(tmp_path: Path) -> No
     assert proc.returncode == 1, proc.stderr
     (line,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
     assert line.startswith(f"error: {(folder / 'b_rank-0.json').resolve()}: rank 0 appears twice")
+
+
+def test_random_bytes_named_gz_are_reported_as_not_gzip(tmp_path: Path) -> None:
+    """Issue 15: the message says what is wrong (no gzip header), not "invalid JSON"."""
+    folder = tmp_path / "job"
+    folder.mkdir()
+    bad = folder / "rank-0.json.gz"
+    bad.write_bytes(hashlib.sha512(b"random").digest() * 100)
+    result = ingest_paths([folder], tmp_path / "wh", progress=False, stream=io.StringIO())
+    (failed,) = result.failed
+    assert failed.kind == "invalid_gzip" and "not gzip" in failed.message
+    assert "JSON" not in failed.message
+
+
+def test_multi_member_gzip_loads_whole(tmp_path: Path) -> None:
+    """A gzip file of several members (some writers flush in pieces) is read to the
+    end, not cut after the first member."""
+    from tracehouse.ingest.runner import read_trace_bytes
+
+    text = _encode(_doc(0))
+    half = len(text) // 2
+    path = tmp_path / "rank-0.json.gz"
+    path.write_bytes(gzip.compress(text[:half]) + gzip.compress(text[half:]))
+    assert read_trace_bytes(path)[1] == text
+    # Members of equal size (a writer flushing fixed-size pieces): the trailer's
+    # size matches the first member alone, its CRC does not.
+    even = text[: len(text) // 2 * 2]
+    path.write_bytes(gzip.compress(even[: len(even) // 2]) + gzip.compress(even[len(even) // 2:]))
+    assert read_trace_bytes(path)[1] == even
+
+
+def test_gzip_trailer_claiming_a_huge_size_is_not_trusted(tmp_path: Path) -> None:
+    """The trailer sizes the output buffer only when deflate could reach that size:
+    a damaged trailer claiming ~4 GiB costs no 4 GiB allocation, and the file is
+    reported as damaged."""
+    from tracehouse.ingest.model import TraceError
+    from tracehouse.ingest.runner import read_trace_bytes
+
+    data = gzip.compress(_encode(_doc(0)))
+    path = tmp_path / "rank-0.json.gz"
+    path.write_bytes(data[:-4] + (2**32 - 1).to_bytes(4, "little"))
+    with pytest.raises(TraceError) as info:
+        read_trace_bytes(path)
+    assert info.value.kind == "invalid_gzip"

@@ -41,11 +41,22 @@ def _lake(con: duckdb.DuckDBPyConnection, warehouse: Path) -> None:
                     "union_by_name = true, hive_partitioning = false)")
 
 
+#: Two ranks of a 128-rank job that sit in ``single_rank/`` beside a 2-rank job's trace.
+SAMPLED = sorted((KINETO / "single_rank").glob("sampled_128rank_job_rank-*.json.gz"))
+
+
 @pytest.fixture(scope="module")
 def loaded(tmp_path_factory: pytest.TempPathFactory):
-    """All shared Kineto traces ingested once (two workers) into one warehouse."""
+    """All shared Kineto traces ingested (two workers) into one warehouse: the whole
+    folder first, then the two traces of the 128-rank job, which the first ingest
+    refuses to merge into the 2-rank job's run, into a run of their own."""
     warehouse = tmp_path_factory.mktemp("kineto") / "wh"
     result = ingest_paths([KINETO], warehouse=warehouse, jobs=2, progress=False)
+    own_run = ingest_paths(SAMPLED, warehouse=warehouse, run="sampled_128rank", jobs=2,
+                           progress=False)
+    result.loaded += own_run.loaded
+    result.failed_first = result.failed  # type: ignore[attr-defined]
+    result.failed = own_run.failed
     con = duckdb.connect()
     _lake(con, warehouse)
     yield warehouse, result, con
@@ -60,6 +71,20 @@ def test_every_shared_trace_loads(loaded) -> None:
     assert con.execute("select count(*) from traces").fetchone()[0] == len(files)
     skipped = {Path(p).name for p, _ in result.skipped}
     assert skipped == {"topology.json"}
+
+
+def test_unrelated_jobs_in_one_folder_are_reported_not_merged(loaded) -> None:
+    """Issue 15: ``single_rank/`` holds a world-2 trace and two world-128 traces; one
+    run must not mix them (two rank-0 traces of different jobs). The first file in
+    path order lands; each trace of the other job is an error naming the one it
+    clashes with, both world sizes, and the ``--run`` fix."""
+    _warehouse, result, _con = loaded
+    failed = {Path(f.path).name: f for f in result.failed_first}
+    assert set(failed) == {p.name for p in SAMPLED}
+    for f in failed.values():
+        assert f.kind == "mixed_jobs"
+        assert "world size 128" in f.message and "world size 2" in f.message
+        assert "a100_nccl_pg_args.json.gz" in f.message and "--run" in f.hint
 
 
 def test_event_counts_match_each_file(loaded) -> None:
@@ -85,23 +110,24 @@ def test_event_counts_match_each_file(loaded) -> None:
 
 
 def test_timestamps_are_absolute_exact_nanoseconds(loaded) -> None:
-    """ts_ns = baseTimeNanoseconds + ts_us * 1000, exactly (no float rounding)."""
+    """Every slice of every shared trace: ts_ns = baseTimeNanoseconds + ts_us * 1000 and
+    dur_ns = dur_us * 1000, exactly (digits read with Decimal, not floats)."""
     _warehouse, _result, con = loaded
-    for path in (KINETO / "single_rank" / "a100_nccl_pg_args.json.gz",
-                 next((KINETO / "dlrm_8rank").glob("worker0_*"))):
+    for path in sorted(KINETO.rglob("*.json.gz")):
         doc, events = _events(str(path))
         base = int(doc.get("baseTimeNanoseconds", 0))
-        expected = sorted(
+        expected = [
             (base + int((Decimal(e["ts"]) * 1000).to_integral_value()),
-             int((Decimal(e["dur"]) * 1000).to_integral_value()), e["name"])
-            for e in events if e.get("ph") == "X"
-        )[:500]
+             int((Decimal(e.get("dur", 0) if e["ph"] == "X" else 0) * 1000)
+                 .to_integral_value()))
+            for e in events if e.get("ph") in ("X", "i", "I")
+        ]
         got = con.execute(
-            "select s.ts, s.dur, s.name from slices s join traces t using (trace_id) "
-            "where t.path = ? and s.phase = 'X' order by s.ts, s.dur, s.name limit 500",
+            "select s.ts, s.dur from slices s join traces t using (trace_id) "
+            "where t.path = ? order by s.slice_id",
             [str(path.resolve())],
         ).fetchall()
-        assert [tuple(r) for r in got] == expected
+        assert [tuple(r) for r in got] == expected, path
 
 
 def test_ac2g_flows_link_each_launch_to_its_kernel(loaded) -> None:
@@ -163,7 +189,8 @@ def test_runs_ranks_and_layouts(loaded) -> None:
         "tp1_pp4_dp2": [8, 8, 0, 7],
         "tp2_pp2_dp2": [16, 8, 0, 7],
         "tp2_pp2_dp1_vpp2": [4, 4, 0, 3],
-        "single_rank": [3, 2, 0, 1],
+        "single_rank": [1, 1, 0, 0],
+        "sampled_128rank": [2, 2, 0, 1],
     }
     layouts = dict(
         con.execute("select run_id, any_value(layout) from traces group by 1").fetchall()
@@ -224,8 +251,12 @@ def test_threads_processes_and_gpu_tracks(loaded) -> None:
 def test_rerun_loads_nothing_new(loaded) -> None:
     warehouse, first, _con = loaded
     again = ingest_paths([KINETO], warehouse=warehouse, jobs=1, progress=False)
-    assert again.loaded == [] and again.failed == []
-    assert len(again.skipped) == len(first.loaded) + len(first.skipped)
+    assert again.loaded == []
+    assert sorted(Path(f.path).name for f in again.failed) == [p.name for p in SAMPLED]
+    assert len(again.skipped) == len(first.loaded) - len(SAMPLED) + len(first.skipped)
+    own_run = ingest_paths(SAMPLED, warehouse=warehouse, run="sampled_128rank",
+                           progress=False)
+    assert own_run.loaded == [] and own_run.failed == [] and len(own_run.skipped) == 2
 
 
 def test_changed_file_is_reloaded_and_touched_file_is_not(tmp_path: Path) -> None:
@@ -258,12 +289,15 @@ def test_changed_file_is_reloaded_and_touched_file_is_not(tmp_path: Path) -> Non
 def test_force_reloads(tmp_path: Path) -> None:
     folder = KINETO / "single_rank"
     warehouse = tmp_path / "wh"
-    ingest_paths([folder], warehouse=warehouse, progress=False)
-    forced = ingest_paths([folder], warehouse=warehouse, force=True, progress=False)
-    assert len(forced.loaded) == 3
+    ingest_paths([folder], warehouse=warehouse, run="one", progress=False)
+    forced = ingest_paths([folder], warehouse=warehouse, run="one", force=True, progress=False)
+    # Re-loading replaces each path's own earlier version: the world-2 trace
+    # and the world-128 ones still clash with each other.
+    assert {Path(f.path).name for f in forced.failed} == {p.name for p in SAMPLED}
+    assert len(forced.loaded) == 1
     con = duckdb.connect()
     _lake(con, warehouse)
-    assert con.execute("select count(*), count(distinct trace_id) from traces").fetchone() == (3, 3)
+    assert con.execute("select count(*), count(distinct trace_id) from traces").fetchone() == (1, 1)
 
 
 def test_process_groups_from_comm_args_when_pg_config_is_missing(tmp_path: Path) -> None:

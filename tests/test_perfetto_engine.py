@@ -154,6 +154,24 @@ def test_missing_binary_fails_cleanly_via_cli(tmp_path: Path, monkeypatch: pytes
     assert loaded == 0
 
 
+def test_missing_binary_is_said_once_for_many_files(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 15: without a trace processor every file would fail the same way; the
+    first gets the error line and row, then ingest stops and says how many it left."""
+    folder = tmp_path / "job"
+    folder.mkdir()
+    traces = [small_trace(folder / f"rank-{r}.json.gz") for r in range(3)]
+    monkeypatch.setenv("TRACE_PROCESSOR_BIN", str(tmp_path / "nowhere" / "tp_shell"))
+    code = main(["ingest", str(folder), "--warehouse", str(tmp_path / "wh"),
+                 "--engine", "perfetto", "-q", "-j", "2"])
+    assert code == 1
+    err = capsys.readouterr().err
+    errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and str(traces[0]) in errors[0]
+    assert "2 other file(s) not tried" in err
+
+
 def _source(path: Path):
     return discover([path]).traces[0]
 

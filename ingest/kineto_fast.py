@@ -1,0 +1,169 @@
+"""Columns of a Kineto trace from the compiled scanner (``_kineto_scan.c``).
+
+Why a second decoder: building columns event by event in Python was most of
+ingest's time. The scanner walks the JSON once in C, converts ``ts``/``dur``
+to exact integer ns from their digits and interns tracks, flow categories
+and flow ids; this module wraps its flat buffers as the same
+:class:`ingest.kineto._Columns` the msgspec decoder fills, so everything
+after decoding (nesting, flows, tables) is shared code.
+
+The contract: for an input the scanner accepts, the lake tables are
+identical to the msgspec decoder's (tests compare both on every shared
+trace and on Hypothesis' inputs). Anything the scanner does not fully
+understand, every malformed file included, makes :func:`scan_columns`
+return ``None``: the caller then runs the msgspec decoder, which also
+words the error.
+"""
+
+from __future__ import annotations
+
+import msgspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from . import _kineto_scan
+from .kineto import (
+    _ARGS_LIST_DECODER,
+    _GPU_CATEGORY_ARRAY,
+    CHUNK_EVENTS,
+    INT64_MAX,
+    Args,
+    _Columns,
+    _decode_args,
+    _profiler_steps,
+    _typed_columns,
+)
+from .model import TraceError
+
+INT64_MIN = -INT64_MAX - 1
+
+
+class KinetoHeader(msgspec.Struct):
+    """The top-level keys besides ``traceEvents``, typed as :class:`ingest.kineto.KinetoFile`."""
+
+    schemaVersion: int | None = None  # noqa: N815 (Kineto's key)
+    distributedInfo: msgspec.Raw = msgspec.Raw()  # noqa: N815 (empty when absent)
+    deviceProperties: msgspec.Raw = msgspec.Raw()  # noqa: N815
+    baseTimeNanoseconds: int | None = None  # noqa: N815
+    trace_id: str | None = None
+    host_name: str | None = None
+
+
+_HEADER_DECODER = msgspec.json.Decoder(KinetoHeader)
+
+
+def _strings(parts: tuple[bytes, bytes, bytes]) -> pa.Array:
+    """An Arrow string array from the scanner's (int32 offsets, UTF-8 data, validity bytes).
+
+    The scanner has checked the UTF-8, so the buffers are used as they are.
+    """
+    offsets, data, valid = parts
+    n = len(valid)
+    present = np.frombuffer(valid, dtype=np.bool_)
+    nulls = n - int(present.sum())
+    bitmap = pa.array(present).buffers()[1] if nulls else None
+    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(data), bitmap,
+                                       nulls)
+
+
+def _i64(buffer: bytes) -> np.ndarray:
+    return np.frombuffer(buffer, dtype=np.int64)
+
+
+def _flags(buffer: bytes) -> np.ndarray:
+    return np.frombuffer(buffer, dtype=np.bool_)
+
+
+def _header(data: bytes, spans: list[tuple[str, int, int]]) -> KinetoHeader | None:
+    if not spans:
+        return KinetoHeader()
+    text = b"{" + b",".join(b'"%s":%s' % (key.encode(), data[start:end])
+                            for key, start, end in spans) + b"}"
+    try:
+        return _HEADER_DECODER.decode(text)
+    except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError):
+        return None
+
+
+def scan_columns(data: bytes) -> tuple[KinetoHeader, _Columns, int] | None:
+    """(header, columns, event count) of a trace, or ``None`` for the msgspec decoder."""
+    out = _kineto_scan.scan(data, CHUNK_EVENTS)
+    if out is None or out["event_count"] == 0:
+        return None
+    header = _header(data, out["header"])
+    if header is None:
+        return None
+    try:
+        columns = _columns(out, header.baseTimeNanoseconds or 0)
+    except TraceError:
+        return None  # e.g. unusable args of a metadata event: msgspec words it
+    if columns is None:
+        return None
+    return header, columns, out["event_count"]
+
+
+def _shift(values: np.ndarray, base_ns: int) -> np.ndarray | None:
+    """``values + base_ns``, or None where a sum leaves int64 (msgspec reports it)."""
+    if not base_ns or values.size == 0:
+        return values
+    if not INT64_MIN - base_ns <= int(values.min()) <= int(values.max()) <= INT64_MAX - base_ns:
+        return None
+    return values + np.int64(base_ns)
+
+
+def _columns(out: dict, base_ns: int) -> _Columns | None:
+    columns = _Columns(base_ns)
+    ts = _shift(_i64(out["ts"]), base_ns)
+    flow_ts = _shift(_i64(out["flow_ts"]), base_ns)
+    if ts is None or flow_ts is None:
+        return None
+    dur = _i64(out["dur"])
+    if dur.size and bool(np.any(ts > INT64_MAX - dur)):
+        return None  # an end beyond int64: msgspec's path raises the error
+    track = _i64(out["track"])
+    n = ts.size
+
+    columns.tracks = {key: i for i, key in enumerate(out["tracks"])}
+    columns.ts.append(ts)
+    columns.dur.append(dur)
+    columns.track.append(track)
+    category = _strings(out["cat"])
+    name = _strings(out["name"])
+    columns.steps.update(_profiler_steps(name))
+    gpu = pc.fill_null(pc.is_in(category, _GPU_CATEGORY_ARRAY), False)
+    columns.gpu_tracks.update(np.unique(track[gpu.to_numpy(zero_copy_only=False)]).tolist())
+    arrow = columns.arrow
+    arrow["phase"].append(pc.if_else(pa.array(_flags(out["is_x"])), "X", "i"))
+    arrow["category"].append(category)
+    arrow["name"].append(name)
+    args = _strings(out["args"])
+    rows = _i64(out["typed_rows"])
+    for column, values in _typed_columns(n, rows, _typed_args(out["typed_json"], args,
+                                                              rows)).items():
+        arrow[column].append(values)
+    arrow["args"].append(args)
+
+    columns.meta = [(name_, pid, tid, _decode_args(raw)) for name_, pid, tid, raw in out["meta"]]
+    columns.flow_categories = {c: i for i, c in enumerate(out["flow_categories"])}
+    columns.flow_other_ids = {v: i for i, v in enumerate(out["flow_other_ids"])}
+    columns.flow_category.append(_i64(out["flow_cat"]))
+    columns.flow_id.append(_i64(out["flow_id"]))
+    columns.flow_id_is_int.append(_flags(out["flow_id_is_int"]))
+    columns.flow_finish.append(_flags(out["flow_finish"]))
+    columns.flow_ts.append(flow_ts)
+    columns.flow_track.append(_i64(out["flow_track"]))
+    columns.flow_enclosing.append(_flags(out["flow_enclosing"]))
+    return columns
+
+
+def _typed_args(joined: bytes, args: pa.Array, rows: np.ndarray) -> list[Args]:
+    """Decode the typed keys of every args object in one msgspec call; one by one
+    (keeping events whose typed keys have odd types) when that fails."""
+    if rows.size == 0:
+        return []
+    try:
+        return _ARGS_LIST_DECODER.decode(joined)  # the scanner wrote "[...]"
+    except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError):
+        texts = args.take(pa.array(rows)).to_pylist()
+        return [_decode_args(msgspec.Raw(text.encode())) for text in texts]
