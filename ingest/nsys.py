@@ -258,7 +258,8 @@ def _base_time_ns(tables: dict[str, pa.Table]) -> int:
     session = tables.get("session")
     if session is None or session.num_rows == 0:
         return 0
-    utc, system = session.column("utcEpochNs")[0].as_py(), session.column("systemClockNs")[0].as_py()
+    utc = session.column("utcEpochNs")[0].as_py()
+    system = session.column("systemClockNs")[0].as_py()
     return int(utc) - int(system) if utc is not None and system is not None else 0
 
 

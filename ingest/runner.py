@@ -39,8 +39,8 @@ from . import lake
 from .discover import discover
 from .kineto import parse_kineto
 from .lean import keep_pandas_out
-from .nsys_load import load_nsys_file
 from .model import TraceError, TraceFile, display_path
+from .nsys_load import load_nsys_file
 from .pp_timer import load_pp_timer_file, read_pp_timer_manifest
 from .progress import Progress
 from .topology import load_topology_file
