@@ -166,7 +166,7 @@ class NsysDatabase:
         try:
             with self._conn.cursor() as cursor:
                 cursor.execute(sql)
-                return cursor.fetch_arrow_table()
+                return repair_utf8(cursor.fetch_arrow_table())
         except TraceError:
             raise
         except Exception as exc:  # noqa: BLE001
@@ -180,6 +180,30 @@ class NsysDatabase:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def repair_utf8(table: pa.Table) -> pa.Table:
+    """Replace invalid UTF-8 in string columns with U+FFFD.
+
+    SQLite stores TEXT bytes as given, and the ADBC driver copies them into
+    Arrow strings unchecked; a process name or NVTX text that is not UTF-8
+    would make invalid Arrow data that fails later, far from its cause.
+    Valid columns (all of them, normally) are checked once and kept as they are.
+    """
+    for index, field in enumerate(table.schema):
+        if not pa.types.is_string(field.type) and not pa.types.is_large_string(field.type):
+            continue
+        column = table.column(index)
+        try:
+            column.validate(full=True)
+            continue
+        except pa.ArrowInvalid:
+            pass
+        raw = column.cast(pa.binary() if pa.types.is_string(field.type) else pa.large_binary())
+        fixed = pa.array([None if b is None else b.decode("utf-8", "replace")
+                          for b in raw.to_pylist()], field.type)
+        table = table.set_column(index, field, fixed)
+    return table
 
 
 def _database_error(exc: Exception) -> TraceError:

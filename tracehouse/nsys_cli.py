@@ -88,16 +88,25 @@ def nsys_view(view: str, file: Path, *, warehouse: str | Path | None = None,
     if view not in VIEWS:
         raise ValueError(f"view must be one of {VIEWS}")
     with _warehouse_for(warehouse, trim is not None) as root:
-        run_id, trace_ids = _ingest(file, root)
-        _build(root, trim)
-        con = duckdb.connect(str(root / "tracehouse.duckdb"), read_only=True)
-        try:
-            return _QUERIES[view](con, trace_ids, gpu)
-        finally:
-            con.close()
+        trace_ids = ingest_file(file, root)
+        build_marts(root, trim)
+        return query_view(root, view, trace_ids, gpu)
 
 
-def _ingest(file: Path, root: Path) -> tuple[str, list[str]]:
+def query_view(root: Path, view: str, trace_ids: list[str], gpu: int | None = None) -> Any:
+    """One view of the built nsys marts of ``root``, for the GPUs (traces) given."""
+    con = duckdb.connect(str(root / "tracehouse.duckdb"), read_only=True)
+    try:
+        return _QUERIES[view](con, trace_ids, gpu)
+    finally:
+        con.close()
+
+
+def ingest_file(file: Path, root: Path) -> list[str]:
+    """Load ``file`` into run ``nsys-<stem>`` of warehouse ``root``; its trace ids by rank.
+
+    Incremental: a file already loaded and unchanged is not read again.
+    """
     from tracehouse.ingest.discover import sanitize_run_name
     from tracehouse.ingest.model import display_path
     from tracehouse.ingest.runner import ingest_paths
@@ -117,10 +126,12 @@ def _ingest(file: Path, root: Path) -> tuple[str, list[str]]:
             "where run_id = ? and path = ? order by rank", [glob, run_id, path]).fetchall()
     if not rows:
         raise NsysViewError(f"{file}: nothing was loaded from it")
-    return run_id, [row[0] for row in rows]
+    return [row[0] for row in rows]
 
 
-def _build(root: Path, trim: tuple[float, float] | None) -> None:
+def build_marts(root: Path, trim: tuple[float, float] | None = None) -> None:
+    """Build the nsys marts and what they read (models only, no tests: a view, not a CI
+    run), for the capture window ``trim`` in seconds when given."""
     from tracehouse.dbt import run_dbt
 
     variables: dict[str, int] = {}
