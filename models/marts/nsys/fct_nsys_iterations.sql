@@ -149,14 +149,12 @@ marker_ranges as (
     )
 ),
 
-marker_iterations as (
+marker_totals as (
     select
         marker_ranges.run_id,
         marker_ranges.rank,
-        row_number() over (
-            partition by marker_ranges.run_id, marker_ranges.rank
-            order by marker_ranges.ts_ns
-        ) - 1 as iteration,
+        marker_ranges.trace_id,
+        marker_ranges.slice_id as marker_slice_id,
         marker_ranges.name as marker_name,
         false as is_heuristic,
         marker_ranges.ts_ns as cpu_start_ns,
@@ -177,24 +175,35 @@ marker_iterations as (
     left join primary_kernels
         on
             marker_ranges.trace_id = primary_kernels.trace_id
-            and primary_kernels.launch_ts_ns >= marker_ranges.ts_ns
-            and primary_kernels.launch_end_ns <= marker_ranges.end_ns
-    group by
-        marker_ranges.run_id,
-        marker_ranges.rank,
-        marker_ranges.trace_id,
-        marker_ranges.slice_id,
-        marker_ranges.name,
-        marker_ranges.ts_ns,
-        marker_ranges.end_ns
+            and marker_ranges.ts_ns <= primary_kernels.launch_ts_ns
+            and marker_ranges.end_ns >= primary_kernels.launch_end_ns
+    group by 1, 2, 3, 4, 5, 6, 7, 8
+),
+
+marker_iterations as (
+    select
+        run_id,
+        rank,
+        row_number() over (partition by run_id, rank order by cpu_start_ns) - 1 as iteration,
+        marker_name,
+        is_heuristic,
+        cpu_start_ns,
+        cpu_end_ns,
+        gpu_start_ns,
+        gpu_end_ns,
+        kernel_count,
+        compute_ns,
+        communication_ns,
+        communication_kernel_count
+    from marker_totals
 ),
 
 gaps as (
     select
         primary_kernels.*,
-        max(end_ns) over (
-            partition by run_id, rank
-            order by ts_ns, slice_id
+        max(primary_kernels.end_ns) over (
+            partition by primary_kernels.run_id, primary_kernels.rank
+            order by primary_kernels.ts_ns, primary_kernels.slice_id
             rows between unbounded preceding and 1 preceding
         ) as previous_end_ns
     from primary_kernels
@@ -212,7 +221,8 @@ numbered as (
         *,
         sum(
             case
-                when previous_end_ns is not null
+                when
+                    previous_end_ns is not null
                     and ts_ns - previous_end_ns > {{ var('nsys_iteration_gap_ns') }}
                     then 1
                 else 0

@@ -57,6 +57,15 @@ nccl_ops as (
     from {{ ref('nsys_nccl_ops') }}
 ),
 
+{%- set window_start = var('nsys_window_start_ns') %}
+{%- set window_end = var('nsys_window_end_ns') %}
+
+capture_window as (
+    select
+        {{ window_start | int if window_start is not none else 'null' }}::bigint as start_ns,
+        {{ window_end | int if window_end is not none else 'null' }}::bigint as end_ns
+),
+
 windowed as (
     select
         kernels.*,
@@ -76,13 +85,16 @@ windowed as (
         on
             kernels.trace_id = slices.trace_id
             and kernels.slice_id = slices.slice_id
+    cross join capture_window
     where
-        {% if var('nsys_window_start_ns') is not none -%}
-            kernels.ts_ns - traces.base_time_ns >= {{ var('nsys_window_start_ns') | int }}
-        {%- else -%} true {%- endif %}
-        and {% if var('nsys_window_end_ns') is not none -%}
-            kernels.end_ns - traces.base_time_ns <= {{ var('nsys_window_end_ns') | int }}
-        {%- else -%} true {%- endif %}
+        (
+            capture_window.start_ns is null
+            or kernels.ts_ns - traces.base_time_ns >= capture_window.start_ns
+        )
+        and (
+            capture_window.end_ns is null
+            or kernels.end_ns - traces.base_time_ns <= capture_window.end_ns
+        )
 ),
 
 op_matches as (
