@@ -19,6 +19,7 @@ import duckdb
 import pytest
 
 from conftest import NASTY_NAME, SHARED_DATA
+from nsys_export import write_export
 from tracehouse.ingest.discover import discover
 from tracehouse.ingest.runner import ingest_paths
 
@@ -145,44 +146,11 @@ def test_discovery_finds_exports_by_suffix_and_magic(tmp_path: Path) -> None:
                        "capture.db": "nsys", "report.nsys-rep": "nsys"}
 
 
-def _export(path: Path, *, kernel_name: str, nvtx_text: bytes | str,
-            correlation: int = 7) -> Path:
-    """A minimal Nsight-shaped export: one GPU, one launch, one NVTX range around it.
-
-    Columns an old nsys lacks (grid, graph ids, payloads, TARGET_INFO_*) are left
-    out on purpose: the reader must fill them with NULL, not fail.
-    """
-    with sqlite3.connect(path) as con:
-        con.executescript("""
-            create table StringIds (id integer primary key, value text not null);
-            create table CUPTI_ACTIVITY_KIND_KERNEL (start integer, "end" integer,
-                deviceId integer, streamId integer, correlationId integer, globalPid integer,
-                demangledName integer, shortName integer);
-            create table CUPTI_ACTIVITY_KIND_RUNTIME (start integer, "end" integer,
-                globalTid integer, correlationId integer, nameId integer);
-            create table NVTX_EVENTS (start integer, "end" integer, eventType integer,
-                text text, globalTid integer, textId integer, domainId integer);
-        """)
-        pid, tid = 42, 43
-        global_tid = (pid << 24) | tid
-        con.execute("insert into StringIds values (1, ?), (2, 'short'), "
-                    "(3, 'cudaLaunchKernel_v7000')", [kernel_name])
-        con.execute("insert into CUPTI_ACTIVITY_KIND_KERNEL values "
-                    "(2000, 3000, 0, 7, ?, ?, 1, 2)", [correlation, pid << 24])
-        con.execute("insert into CUPTI_ACTIVITY_KIND_RUNTIME values (1100, 1200, ?, ?, 3)",
-                    [global_tid, correlation])
-        text = nvtx_text if isinstance(nvtx_text, str) else None
-        con.execute("insert into NVTX_EVENTS values (1000, 1500, 59, ?, ?, null, 0)",
-                    [text, global_tid])
-        if isinstance(nvtx_text, bytes):  # invalid UTF-8 stored as TEXT
-            con.execute("update NVTX_EVENTS set text = cast(? as text)", [nvtx_text])
-    return path
-
-
 def test_hostile_strings_and_huge_ids_survive(tmp_path: Path) -> None:
     big = 2**63 - 1
-    _export(tmp_path / "rank-3.sqlite", kernel_name=NASTY_NAME,
-            nvtx_text=b"step \xff\xfe <script>", correlation=big)
+    write_export(tmp_path / "rank-3.sqlite",
+                 kernels=[(2000, 3000, 7, NASTY_NAME, big)], launches=[(1100, 1200, big)],
+                 ranges=[(1000, 1500, b"step \xff\xfe <script>")])
     result = ingest_paths([tmp_path / "rank-3.sqlite"], warehouse=tmp_path / "wh",
                           run="hostile", progress=False)
     assert not result.failed, result.failed

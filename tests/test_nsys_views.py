@@ -20,8 +20,10 @@ from typing import Any
 import pytest
 
 from conftest import SHARED_DATA
+from nsys_export import write_two_step_export
 from tracehouse.cli import main
-from tracehouse.nsys_cli import build_marts, ingest_file, query_view
+from tracehouse.dbt import build_warehouse
+from tracehouse.nsys_cli import ingest_file, query_view
 
 NSYS = SHARED_DATA / "nsys"
 FILES = ("mfu_2gpu_before", "h100_2gpu_1s")
@@ -32,10 +34,14 @@ pytestmark = pytest.mark.skipif(not NSYS.is_dir(), reason=f"shared data missing:
 
 @pytest.fixture(scope="session")
 def nsys_warehouse(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, list[str]]]:
-    """Both exports ingested into one warehouse, nsys marts built (once)."""
+    """Both exports and a hand-made one in one warehouse, built once."""
     root = tmp_path_factory.mktemp("nsys_wh")
     trace_ids = {name: ingest_file(NSYS / f"{name}.sqlite", root) for name in FILES}
-    build_marts(root)
+    synthetic = write_two_step_export(tmp_path_factory.mktemp("nsys_synthetic") / "steps.sqlite")
+    trace_ids["steps"] = ingest_file(synthetic, root)
+    # The whole project with its data tests (grain, parts adding up) on Nsight data;
+    # `tracehouse nsys` itself builds only the nsys marts and what they read.
+    build_warehouse(root)
     return root, trace_ids
 
 
@@ -236,3 +242,44 @@ def test_cli_table_and_bad_arguments(nsys_warehouse, capsys: pytest.CaptureFixtu
     assert "sendrecv" in out and "total_ms" in out
     assert main(["nsys", "overlap", target, "--trim", "2", "1"]) == 2
     assert main(["nsys", "overlap", str(NSYS / "missing.sqlite")]) == 2
+
+
+def test_hand_worked_overlap_and_nccl(nsys_warehouse) -> None:
+    """The two-step export of tests/nsys_export.py, figures worked out by hand."""
+    root, trace_ids = nsys_warehouse
+    (overlap,) = query_view(root, "overlap", trace_ids["steps"])
+    assert {key: overlap[key] for key in ("span_ms", "compute_only_ms", "nccl_only_ms",
+                                          "overlap_ms", "idle_ms", "overlap_pct")} == {
+        "span_ms": 1.15, "compute_only_ms": 0.1, "nccl_only_ms": 0.1, "overlap_ms": 0.1,
+        "idle_ms": 0.85, "overlap_pct": 50.0}
+    (summary,) = query_view(root, "summary", trace_ids["steps"])
+    assert (summary["kernels"], summary["compute_ms"], summary["idle_ms"]) == (4, 0.4, 0.85)
+    (nccl,) = query_view(root, "nccl", trace_ids["steps"])
+    assert (nccl["op"], nccl["stream"], nccl["count"], nccl["total_ms"]) == (
+        "allreduce", 9, 2, 0.2)
+
+
+def test_iterations_from_nvtx_markers(nsys_warehouse) -> None:
+    root, trace_ids = nsys_warehouse
+    iters = query_view(root, "iters", trace_ids["steps"])
+    assert [(i["iteration"], i["text"], i["heuristic"], i["kernel_count"], i["duration_ms"],
+             i["compute_ms"], i["nccl_ms"]) for i in iters] == [
+        (0, "ProfilerStep#1", False, 2, 0.15, 0.1, 0.1),
+        (1, "ProfilerStep#2", False, 2, 0.15, 0.1, 0.1)]
+
+
+def test_nvtx_tree_and_rank_iterations_of_an_export(nsys_warehouse) -> None:
+    import duckdb
+
+    root, trace_ids = nsys_warehouse
+    tree = query_view(root, "tree", trace_ids["steps"])
+    assert [(n["path"], n["depth"], n["kernels"], n["gpu_ms"]) for n in tree] == [
+        ("ProfilerStep#1", 0, 2, 0.15), ("ProfilerStep#1 > forward", 1, 2, 0.15),
+        ("ProfilerStep#2", 0, 2, 0.15), ("ProfilerStep#2 > forward", 1, 2, 0.15)]
+    # The core marts see the NVTX step ranges as profiler steps (iterations 1, 2).
+    with duckdb.connect(str(root / "tracehouse.duckdb"), read_only=True) as con:
+        rows = con.execute("""
+            select iteration, span_ns, compute_ns, communication_ns, overlap_ns
+            from fct_rank_iterations where run_id = 'nsys-steps' order by iteration
+        """).fetchall()
+    assert rows == [(1, 150_000, 100_000, 100_000, 50_000), (2, 150_000, 100_000, 100_000, 50_000)]
