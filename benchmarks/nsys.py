@@ -17,8 +17,12 @@ peak RSS is that measurement's own ``ru_maxrss``), this times
   lock file beside the profile.
 
 MB/s is the export's size on disk (10^6 bytes) over the median wall time.
+The shared exports are small (2-3 MB), so fixed costs dominate; ``--scale K``
+also measures a copy of each made K times longer (every kernel, copy, fill,
+CUDA call and NVTX event repeated K times, shifted by the capture's length,
+correlation ids kept apart), written once to a temporary folder.
 
-    python benchmarks/nsys.py [FILE ...] [--repeat R] [--json OUT]
+    python benchmarks/nsys.py [FILE ...] [--repeat R] [--scale K] [--json OUT]
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import argparse
 import json
 import resource
 import shutil
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -39,6 +44,34 @@ NSYS = REPO.parent / "shared" / "data" / "nsys"
 DEFAULT_FILES = [NSYS / "mfu_2gpu_before.sqlite", NSYS / "h100_2gpu_1s.sqlite"]
 SIDES = ("tracehouse-ingest", "tracehouse-views", "nsys-ai")
 MARK = "@@NSYS-BENCH@@ "
+
+
+_SCALED_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
+                  "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS")
+
+
+def scaled_copy(file: Path, factor: int, folder: Path) -> Path:
+    """A copy of ``file`` with its activity repeated ``factor`` times back to back."""
+    out = folder / f"{file.stem}_x{factor}.sqlite"
+    shutil.copyfile(file, out)
+    out.chmod(0o644)
+    with sqlite3.connect(out) as con:
+        (first, last), = con.execute(
+            'select min(start), max("end") from CUPTI_ACTIVITY_KIND_KERNEL').fetchall()
+        (top,), = con.execute(
+            "select max(correlationId) from CUPTI_ACTIVITY_KIND_RUNTIME").fetchall()
+        shift, corr_shift = last - first + 1_000_000, (top or 0) + 1
+        for table in _SCALED_TABLES:
+            columns = [row[1] for row in con.execute(f"pragma table_info('{table}')")]
+            (rows,), = con.execute(f"select count(*) from {table}").fetchall()
+            for k in range(1, factor):
+                select = ", ".join(
+                    f'"{c}" + {k * shift}' if c in ("start", "end")
+                    else f'"{c}" + {k * corr_shift}' if c == "correlationId"
+                    else f'"{c}"' for c in columns)
+                con.execute(f"insert into {table} select {select} from {table} "
+                            f"where rowid <= {rows}")
+    return out
 
 
 def _child(side: str, file: Path, tmp: Path) -> dict[str, float]:
@@ -99,11 +132,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="*", type=Path, default=DEFAULT_FILES)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--scale", type=int, default=0, metavar="K",
+                        help="also measure each export made K times longer")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
+    scratch = tempfile.TemporaryDirectory(prefix="nsys-bench-scaled-")
+    files = list(args.files)
+    if args.scale > 1:
+        files += [scaled_copy(file, args.scale, Path(scratch.name)) for file in args.files]
     rows = []
-    print(f"{'file':<26} {'side':<18} {'MB':>6} {'median s':>9} {'MB/s':>7} {'peak RSS MiB':>13}")
-    for file in args.files:
+    print(f"{'file':<30} {'side':<18} {'MB':>6} {'median s':>9} {'MB/s':>7} {'peak RSS MiB':>13}")
+    for file in files:
         size_mb = file.stat().st_size / 1e6
         for side in SIDES:
             runs = [measure(side, file) for _ in range(args.repeat)]
@@ -112,10 +151,11 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({"file": file.name, "side": side, "size_mb": size_mb,
                          "median_seconds": seconds, "mb_per_s": size_mb / seconds,
                          "peak_rss_mib": peak, "runs": runs})
-            print(f"{file.name:<26} {side:<18} {size_mb:>6.2f} {seconds:>9.3f} "
+            print(f"{file.name:<30} {side:<18} {size_mb:>6.2f} {seconds:>9.3f} "
                   f"{size_mb / seconds:>7.2f} {peak:>13.0f}", flush=True)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
+    scratch.cleanup()
     return 0
 
 
