@@ -360,39 +360,31 @@ def _one_gpu(con: duckdb.DuckDBPyConnection, source: TraceFile, device: int, ran
              content_hash: str, ingested_at: object,
              device_properties: str | None) -> ParsedTrace:
     """The lake rows of one GPU: its device work and its processes' CPU rows."""
+    # The GPU's device work (side 0) then its processes' CPU rows (side 1); one
+    # track per stream, per thread, and per process and domain for start/end ranges.
+    con.execute("""
+        create or replace temp table picked as
+        select 0 as side, category, 'X' as phase, start, "end", correlation, device, stream,
+            name, args, 'gpu' as track_kind, stream as track_key, device as pid
+        from gpu where device = $device
+        union all
+        select 1, category, phase, start, "end", correlation, null, null, name, args,
+            track_kind, track_key, pid
+        from cpu_device where device = $device""", {"device": device})
+    con.execute("""
+        create or replace temp table tracks as
+        select track_kind, track_key, any_value(pid) as pid,
+            row_number() over (order by min(side), track_kind, track_key) - 1 as track_id,
+            count(*) as slice_count
+        from picked group by 1, 2""")
     rows = con.sql("""
-        with picked as (
-            select 0 as side, category, 'X' as phase, start, "end", correlation, device,
-                stream, name, args, 'gpu' as track_kind, stream as track_key, device as pid
-            from gpu where device = $device
-            union all
-            select 1, category, phase, start, "end", correlation, null, null, name, args,
-                track_kind, track_key, pid
-            from cpu_device where device = $device
-        ),
-        tracks as (
-            select track_kind, track_key, any_value(pid) as pid,
-                row_number() over (order by min(side), track_kind, track_key) - 1 as track_id,
-                count(*) as slice_count
-            from picked group by 1, 2
-        )
         select picked.side, picked.category, picked.phase, picked.start + $base as ts,
             greatest(picked."end" - picked.start, 0) as dur, picked.correlation,
             picked.device, picked.stream, picked.name, picked.args, tracks.track_id
         from picked inner join tracks using (track_kind, track_key)
         order by picked.side, picked.start, tracks.track_id, picked."end" desc
-        """, params={"device": device, "base": base_ns}).to_arrow_table()
-    track_rows = con.execute("""
-        select track_kind, track_key, any_value(pid) as pid,
-            row_number() over (order by min(side), track_kind, track_key) - 1 as track_id,
-            count(*) as slice_count
-        from (
-            select 0 as side, 'gpu' as track_kind, stream as track_key, device as pid
-            from gpu where device = $device
-            union all
-            select 1, track_kind, track_key, pid from cpu_device where device = $device
-        ) group by 1, 2 order by track_id
-        """, {"device": device}).fetchall()
+        """, params={"base": base_ns}).to_arrow_table()
+    track_rows = con.execute("select * from tracks order by track_id").fetchall()
 
     n = rows.num_rows
     run_id = source.run_id

@@ -218,3 +218,34 @@ def test_reload_replaces_every_gpu_of_the_file(tmp_path: Path) -> None:
     assert [item.rank for item in changed.loaded] == [0]
     assert _lake(root, "select rank from traces") == [(0,)]
     assert _lake(root, "select count(distinct trace_id) from slices") == [(1,)]
+
+
+def _fake_nsys(folder: Path, body: str) -> None:
+    """An `nsys` on PATH that runs ``body`` with $out set to the --output argument."""
+    folder.mkdir(exist_ok=True)
+    script = folder / "nsys"
+    script.write_text("#!/bin/sh\nwhile [ $# -gt 0 ]; do\n"
+                      '  if [ "$1" = "--output" ]; then out="$2"; fi; shift\ndone\n' + body)
+    script.chmod(0o755)
+
+
+def test_nsys_rep_is_exported_with_nsys_on_path(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    bin_dir = tmp_path / "bin"
+    _fake_nsys(bin_dir, f'cp "{NSYS / "h100_2gpu_1s.sqlite"}" "$out"\n')
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    report = tmp_path / "capture.nsys-rep"
+    report.write_bytes(b"QdstrmFile not really")
+    result = ingest_paths([report], warehouse=tmp_path / "wh", run="rep", progress=False)
+    assert not result.failed, result.failed
+    assert sorted(item.rank for item in result.loaded) == [0, 1]
+    (path, fmt), = set(_lake(tmp_path / "wh", "select path, file_format from traces"))
+    assert (Path(path).name, fmt) == ("capture.nsys-rep", "nsys_sqlite")
+
+    _fake_nsys(bin_dir, 'echo "cannot open report: unsupported version" >&2\nexit 3\n')
+    broken = tmp_path / "broken.nsys-rep"
+    broken.write_bytes(b"junk")
+    result = ingest_paths([broken], warehouse=tmp_path / "wh", run="rep", progress=False)
+    (failure,) = result.failed
+    assert failure.kind == "nsys_export_failed"
+    assert "exited 3" in failure.message and "unsupported version" in failure.message

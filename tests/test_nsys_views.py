@@ -240,6 +240,8 @@ def test_cli_table_and_bad_arguments(nsys_warehouse, capsys: pytest.CaptureFixtu
     assert main(["nsys", "nccl", target, "--warehouse", str(root)]) == 0
     out = capsys.readouterr().out
     assert "sendrecv" in out and "total_ms" in out
+    assert main(["nsys", "--help"]) == 0
+    assert "--warehouse" in capsys.readouterr().out
     assert main(["nsys", "overlap", target, "--trim", "2", "1"]) == 2
     assert main(["nsys", "overlap", str(NSYS / "missing.sqlite")]) == 2
 
