@@ -10,6 +10,7 @@ one error each while good ones land, and nothing partial is written.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sqlite3
@@ -19,7 +20,7 @@ import duckdb
 import pytest
 
 from conftest import NASTY_NAME, SHARED_DATA
-from nsys_export import write_export
+from nsys_export import GLOBAL_TID, write_export
 from tracehouse.ingest.discover import discover
 from tracehouse.ingest.runner import ingest_paths
 
@@ -249,3 +250,44 @@ def test_nsys_rep_is_exported_with_nsys_on_path(tmp_path: Path,
     (failure,) = result.failed
     assert failure.kind == "nsys_export_failed"
     assert "exited 3" in failure.message and "unsupported version" in failure.message
+
+
+def test_graph_launch_domains_start_end_ranges_and_gpu_info(tmp_path: Path) -> None:
+    """What the shared exports lack: a CUDA graph launch (one call, two kernels with its
+    correlation id), a named NVTX domain, a start/end range, TARGET_INFO_GPU."""
+    path = write_export(tmp_path / "features.sqlite",
+                        kernels=[(2000, 3000, 7, "graph_node_a", 5),
+                                 (3000, 4000, 7, "graph_node_b", 5)],
+                        launches=[(1100, 1200, 5)], ranges=[(1000, 1500, "step")])
+    with sqlite3.connect(path) as con:
+        con.execute("update StringIds set value = 'cudaGraphLaunch_v10000' where id = 1")
+        con.execute("insert into NVTX_EVENTS values (900, null, 75, 'NCCL', ?, null, 1)",
+                    [GLOBAL_TID])
+        con.execute("insert into NVTX_EVENTS values (1000, 1600, 60, 'async', ?, null, 1)",
+                    [GLOBAL_TID])
+        con.executescript("""
+            create table TARGET_INFO_GPU (id integer, name text, busLocation text,
+                smCount integer, totalMemory integer, chipName text, memoryBandwidth integer);
+            insert into TARGET_INFO_GPU values (9, 'NVIDIA H100 80GB HBM3', '0000:1b:00.0',
+                132, 85520809984, 'GH100', 3352320000000);
+            create table TARGET_INFO_CUDA_DEVICE (gpuId integer, cudaId integer);
+            insert into TARGET_INFO_CUDA_DEVICE values (9, 0);
+        """)
+    result = ingest_paths([path], warehouse=tmp_path / "wh", run="f", progress=False)
+    assert not result.failed, result.failed
+    root = tmp_path / "wh"
+    flows = _lake(root, """
+        select cpu.name, gpu.name from flows
+        inner join slices as cpu on flows.slice_out = cpu.slice_id
+        inner join slices as gpu on flows.slice_in = gpu.slice_id order by 2""")
+    assert flows == [("cudaGraphLaunch", "graph_node_a"), ("cudaGraphLaunch", "graph_node_b")]
+    ranges = _lake(root, """
+        select slices.name, threads.thread_name, threads.tid,
+            json_extract_string(slices.args, '$.domain')
+        from slices inner join threads using (trace_id, track_id)
+        where slices.category = 'nvtx' order by 1""")
+    assert ranges == [("async", "NVTX start/end ranges (domain 1)", "nvtx domain 1", "NCCL"),
+                      ("step", None, "43", None)]
+    (props,), = _lake(root, "select device_properties from traces")
+    assert json.loads(props)[0]["name"] == "NVIDIA H100 80GB HBM3"
+    assert json.loads(props)[0]["numSms"] == 132
