@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -288,20 +288,33 @@ def _device_properties(tables: dict[str, pa.Table], device: int) -> str | None:
 
 
 def parse_nsys_export(db: NsysDatabase, source: TraceFile, *, content_hash: str,
-                      id_for: Callable[[int], str], ingested_at: object) -> list[ParsedTrace]:
+                      id_for: Callable[[int], str],
+                      ingested_at: object) -> Iterator[ParsedTrace]:
     """Turn one open export into one :class:`ParsedTrace` per GPU, in rank order.
 
-    ``id_for(device_index)`` gives each GPU's ``trace_id``. Raises
+    A generator, so that the caller writes each GPU's rows before the next
+    is built: memory holds the export's rows once (in DuckDB) plus one GPU's
+    output. ``id_for(device_index)`` gives each GPU's ``trace_id``. Raises
     :class:`TraceError` for an export without GPU activity.
     """
     tables = read_export(db)
     con = duckdb.connect()
     try:
         _register(con, tables)
-        con.execute(f"create temp table gpu as {_gpu_slices_sql(tables)}")
-        con.execute(f"create temp table cpu as {_cpu_slices_sql(tables)}")
+        # Views over the Arrow tables: the JSON args and joined names of a row are
+        # built only when that GPU's rows are taken, never held for the whole file.
+        con.execute(f"create temp view gpu as {_gpu_slices_sql(tables)}")
+        con.execute(f"create temp view cpu as {_cpu_slices_sql(tables)}")
+        names = _thread_and_process_names(con, tables)
+        base_ns = _base_time_ns(tables)
+        con.execute(f"""
+            create temp table gpu_work as
+            select deviceId as device, {_PID.format(col='globalPid')} as pid from kernel
+            union all select deviceId, {_PID.format(col='globalPid')} from memcpy
+            union all select deviceId, {_PID.format(col='globalPid')} from memset""")
         devices = [row[0] for row in con.execute(
-            "select distinct device from gpu where device is not null order by 1").fetchall()]
+            "select distinct device from gpu_work where device is not null order by 1"
+        ).fetchall()]
         if not devices:
             raise TraceError("empty", "the export has no CUDA kernels, copies or fills",
                              "profile with `nsys profile --trace=cuda,nvtx` and export again")
@@ -310,24 +323,20 @@ def parse_nsys_export(db: NsysDatabase, source: TraceFile, *, content_hash: str,
             create temp table process_device as
             select pid, arg_max(device, n) as device from (
                 select pid, device, count(*) * 1000000 - device as n
-                from gpu where pid is not null group by 1, 2
+                from gpu_work where pid is not null group by 1, 2
             ) group by 1""")
-        con.execute("""
-            create temp table cpu_device as
-            select cpu.*, coalesce(process_device.device, ?) as device
-            from cpu left join process_device on cpu.pid = process_device.pid""",
-                    [devices[0]])
-        base_ns = _base_time_ns(tables)
+        # Views take no bind parameters; the device ids are ints we read, never text.
+        con.execute(f"""
+            create temp view cpu_device as
+            select cpu.*, coalesce(process_device.device, {int(devices[0])}) as device
+            from cpu left join process_device on cpu.pid = process_device.pid""")
         first_rank = source.rank_hint if source.rank_hint is not None else 0
         world = len(devices) if source.rank_hint is None else None
-        names = _thread_and_process_names(con, tables)
-        return [
-            _one_gpu(con, source, device, first_rank + index, world, base_ns, names,
-                     trace_id=id_for(index), content_hash=content_hash,
-                     ingested_at=ingested_at, device_properties=_device_properties(tables,
-                                                                                   device))
-            for index, device in enumerate(devices)
-        ]
+        for index, device in enumerate(devices):
+            yield _one_gpu(con, source, device, first_rank + index, world, base_ns, names,
+                           trace_id=id_for(index), content_hash=content_hash,
+                           ingested_at=ingested_at,
+                           device_properties=_device_properties(tables, device))
     finally:
         con.close()
 
@@ -362,15 +371,16 @@ def _one_gpu(con: duckdb.DuckDBPyConnection, source: TraceFile, device: int, ran
     """The lake rows of one GPU: its device work and its processes' CPU rows."""
     # The GPU's device work (side 0) then its processes' CPU rows (side 1); one
     # track per stream, per thread, and per process and domain for start/end ranges.
-    con.execute("""
-        create or replace temp table picked as
+    device = int(device)  # inlined below: a view takes no bind parameters
+    con.execute(f"""
+        create or replace temp view picked as
         select 0 as side, category, 'X' as phase, start, "end", correlation, device, stream,
             name, args, 'gpu' as track_kind, stream as track_key, device as pid
-        from gpu where device = $device
+        from gpu where device = {device}
         union all
         select 1, category, phase, start, "end", correlation, null, null, name, args,
             track_kind, track_key, pid
-        from cpu_device where device = $device""", {"device": device})
+        from cpu_device where device = {device}""")
     con.execute("""
         create or replace temp table tracks as
         select track_kind, track_key, any_value(pid) as pid,
@@ -454,8 +464,11 @@ def _one_gpu(con: duckdb.DuckDBPyConnection, source: TraceFile, device: int, ran
 
 
 def _cpu_names(rows: pa.Table) -> list[str]:
-    names = rows.filter(pc.equal(rows.column("category"), "nvtx")).column("name")
-    return [name for name in names.to_pylist() if name and name.startswith("ProfilerStep#")]
+    """Names of NVTX ranges that may be profiler steps (filtered in Arrow, not Python)."""
+    names = rows.column("name")
+    keep = pc.and_(pc.equal(rows.column("category"), "nvtx"),
+                   pc.starts_with(names, "ProfilerStep#"))
+    return rows.filter(pc.fill_null(keep, False)).column("name").to_pylist()
 
 
 def _launch_flows(rows: pa.Table, ts: np.ndarray, run_id: str, rank: int,
@@ -534,8 +547,8 @@ def _tracks(track_rows: list[tuple], device: int, names: _Names, run_id: str, ra
 
 
 def parse_nsys(path: Path, source: TraceFile, *, content_hash: str,
-               id_for: Callable[[int], str], ingested_at: object) -> list[ParsedTrace]:
-    """Open the export at ``path`` (a temporary export for ``.nsys-rep``) and map it."""
+               id_for: Callable[[int], str], ingested_at: object) -> Iterator[ParsedTrace]:
+    """Open the SQLite export at ``path`` and map it, one GPU at a time."""
     with NsysDatabase(path) as db:
-        return parse_nsys_export(db, source, content_hash=content_hash, id_for=id_for,
-                                 ingested_at=ingested_at)
+        yield from parse_nsys_export(db, source, content_hash=content_hash, id_for=id_for,
+                                     ingested_at=ingested_at)

@@ -223,6 +223,7 @@ def _load_nsys(task: _Task, started: float) -> _Outcome:
                     slices=part.tables["slices"].num_rows, flows=part.tables["flows"].num_rows,
                     uncompressed_bytes=source.size_bytes if index == 0 else 0,
                     seconds=time.perf_counter() - started))
+                del part  # written: free this GPU's rows before the next one is built
         except BaseException:
             for outcome in outcomes:
                 lake.discard(outcome.pending)
