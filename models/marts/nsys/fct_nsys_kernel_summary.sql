@@ -1,8 +1,7 @@
 {#
     One row per GPU and kernel short name of an Nsight Systems trace
     (run_id, rank, short_name): nsys-ai's top kernels (it groups by the
-    short name) and, with stream = NULL rows left to fct_nsys_streams, the
-    per-name totals. share_ratio = total / all kernel time of the GPU.
+    short name). share_ratio = total / all kernel time of the GPU.
 #}
 
 with
