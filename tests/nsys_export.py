@@ -78,3 +78,20 @@ def write_two_step_export(path: Path) -> Path:
                     (base + 350_000, base + 450_000, 9,
                      "ncclDevKernel_AllReduce_Sum_f32_RING_LL", 10 * step + 1)]
     return write_export(path, kernels=kernels, launches=launches, ranges=ranges)
+
+
+SCHEDULE = "megatron.core.pipeline_parallel.schedules.forward_backward_pipelining_with_interleaving"
+
+
+def write_megatron_phases_export(path: Path) -> Path:
+    """One profiler step as emit_nvtx names it, holding megatron-core's interleaved
+    schedule ranges: warmup with a `chunk0 forward` (one 10 us kernel), steady
+    with a `chunk0 backward` (one 20 us kernel)."""
+    ranges = [(0, 100_000, "ProfilerStep#7, op_id = 3"),
+              (1_000, 40_000, f"{SCHEDULE}.warmup"),
+              (2_000, 10_000, "chunk0 forward"),
+              (50_000, 90_000, f"{SCHEDULE}.steady"),
+              (51_000, 60_000, "chunk0 backward")]
+    launches = [(3_000, 3_500, 1), (52_000, 52_500, 2)]
+    kernels = [(20_000, 30_000, 7, "fwd_gemm", 1), (70_000, 90_000, 7, "bwd_gemm", 2)]
+    return write_export(path, kernels=kernels, launches=launches, ranges=ranges)

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from conftest import SHARED_DATA
-from nsys_export import write_two_step_export
+from nsys_export import write_megatron_phases_export, write_two_step_export
 from tracehouse.cli import main
 from tracehouse.dbt import build_warehouse
 from tracehouse.nsys_cli import ingest_file, query_view
@@ -39,6 +39,8 @@ def nsys_warehouse(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict
     trace_ids = {name: ingest_file(NSYS / f"{name}.sqlite", root) for name in FILES}
     synthetic = write_two_step_export(tmp_path_factory.mktemp("nsys_synthetic") / "steps.sqlite")
     trace_ids["steps"] = ingest_file(synthetic, root)
+    phases = write_megatron_phases_export(synthetic.with_name("phases.sqlite"))
+    trace_ids["phases"] = ingest_file(phases, root)
     # The whole project with its data tests (grain, parts adding up) on Nsight data;
     # `tracehouse nsys` itself builds only the nsys marts and what they read.
     build_warehouse(root)
@@ -285,3 +287,22 @@ def test_nvtx_tree_and_rank_iterations_of_an_export(nsys_warehouse) -> None:
             from fct_rank_iterations where run_id = 'nsys-steps' order by iteration
         """).fetchall()
     assert rows == [(1, 150_000, 100_000, 100_000, 50_000), (2, 150_000, 100_000, 100_000, 50_000)]
+
+
+def test_megatron_schedule_phases_and_emit_nvtx_steps(nsys_warehouse) -> None:
+    import duckdb
+
+    root, trace_ids = nsys_warehouse
+    with duckdb.connect(str(root / "tracehouse.duckdb"), read_only=True) as con:
+        phases = con.execute("""
+            select phase, nvtx_depth, kernel_count, gpu_start_ns - base.base_ns, gpu_span_ns
+            from fct_nsys_schedule_phases
+            cross join (select min(ts_ns) - 20000 as base_ns from fct_nsys_kernels
+                        where trace_id = ?) as base
+            where trace_id = ? order by cpu_start_ns""",
+                             [trace_ids["phases"][0], trace_ids["phases"][0]]).fetchall()
+    assert phases == [("warmup", 1, 1, 20_000, 10_000), ("forward", 2, 1, 20_000, 10_000),
+                      ("steady", 1, 1, 70_000, 20_000), ("backward", 2, 1, 70_000, 20_000)]
+    (step,) = query_view(root, "iters", trace_ids["phases"])
+    assert (step["text"], step["heuristic"], step["kernel_count"]) == (
+        "ProfilerStep#7, op_id = 3", False, 2)
