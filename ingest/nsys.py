@@ -293,8 +293,8 @@ def parse_nsys_export(db: NsysDatabase, source: TraceFile, *, content_hash: str,
     """Turn one open export into one :class:`ParsedTrace` per GPU, in rank order.
 
     A generator, so that the caller writes each GPU's rows before the next
-    is built: memory holds the export's rows once (in DuckDB) plus one GPU's
-    output. ``id_for(device_index)`` gives each GPU's ``trace_id``. Raises
+    is built: memory holds the export's Arrow tables once (DuckDB reads them
+    in place) plus one GPU's output. ``id_for(device_index)`` gives each GPU's ``trace_id``. Raises
     :class:`TraceError` for an export without GPU activity.
     """
     tables = read_export(db)
