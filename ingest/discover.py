@@ -7,6 +7,9 @@ Layouts recognised (first match wins):
   (the rank is read from a worker name such as ``rank3`` or ``worker3_step_12``)
 * HTA-style: ``rank-N.json[.gz]`` (also ``<prefix>_rank-N.json[.gz]``)
 * anything else ending in ``.json`` or ``.json.gz``: a generic Kineto file
+* Nsight Systems: ``*.sqlite`` exports and ``*.nsys-rep`` reports, and any
+  other file that starts with SQLite's magic bytes (layout ``nsys``; the
+  rank hint is the first rank of the file, one rank per GPU)
 
 Sidecars that sit beside traces (topology dumps, PP-timer logs, Genstack
 comm logs) are not traces; discovery reports them as skipped instead of
@@ -30,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .model import TraceFile
+from .nsys_read import NSYS_SUFFIXES, has_sqlite_magic
 from .pp_timer import is_pp_timer_name
 from .topology import TRACEVIZ_TXT_NAME, is_topology_name
 
@@ -75,6 +79,12 @@ class Discovery:
 
 def is_trace_name(name: str) -> bool:
     return name.endswith(".json") or name.endswith(".json.gz")
+
+
+def is_nsys_file(path: Path) -> bool:
+    """An Nsight Systems export or report: by suffix, or by SQLite's magic bytes."""
+    return path.name.lower().endswith(NSYS_SUFFIXES) or (
+        not is_trace_name(path.name) and has_sqlite_magic(path))
 
 
 def valid_run_name(name: str) -> bool:
@@ -157,7 +167,8 @@ def discover(paths: list[Path], run: str | None = None) -> Discovery:
             candidates = [
                 (p, False)
                 for p in sorted(given.rglob("*"))
-                if p.is_file() and (is_trace_name(p.name) or TRACEVIZ_TXT_NAME.match(p.name))
+                if p.is_file() and (is_trace_name(p.name) or TRACEVIZ_TXT_NAME.match(p.name)
+                                    or is_nsys_file(p))
             ]
         for path, explicit in candidates:
             resolved = path.resolve()
@@ -181,6 +192,8 @@ def discover(paths: list[Path], run: str | None = None) -> Discovery:
                     found.skipped.append((resolved, reason))
                     continue
             layout, rank_hint, iteration_hint = classify(path)
+            if is_nsys_file(path):
+                layout = "nsys"
             stat = resolved.stat()
             found.traces.append(
                 TraceFile(

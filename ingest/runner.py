@@ -40,6 +40,7 @@ from .discover import discover
 from .kineto import parse_kineto, scanner_available
 from .lean import keep_pandas_out
 from .model import TraceError, TraceFile, display_path
+from .nsys_load import load_nsys_file
 from .pp_timer import load_pp_timer_file, read_pp_timer_manifest
 from .progress import Progress
 from .topology import load_topology_file
@@ -129,6 +130,8 @@ class _Outcome:
     error: tuple[str, str, str] | None = None  # kind, message, hint
     world_size: int | None = None
     rank_source: str = "distributedInfo"
+    #: The other GPUs of one Nsight export (one trace each); they land or fail together.
+    siblings: list[_Outcome] = field(default_factory=list)
 
 
 def read_trace_bytes(path: Path) -> tuple[bytes, bytes, str]:
@@ -192,6 +195,8 @@ def _load_one(task: _Task) -> _Outcome:
     """Worker body: never raises, every failure becomes an outcome."""
     started = time.perf_counter()
     source = task.source
+    if source.layout == "nsys":
+        return _load_nsys(task, started)
     try:
         raw, text, file_format = read_trace_bytes(source.path)
         content_hash = hashlib.blake2b(raw, digest_size=16).hexdigest()
@@ -233,6 +238,44 @@ def _load_one(task: _Task) -> _Outcome:
     except MemoryError:
         return _Outcome(source, "failed", error=("out_of_memory", "ran out of memory parsing "
                         "this file", "use fewer workers (-j) for very large traces"))
+    except Exception as exc:  # noqa: BLE001 - one bad file must not stop the run
+        detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        return _Outcome(source, "failed", error=("internal", f"unexpected error: {detail}",
+                        "please report this with the file"))
+
+
+def _load_nsys(task: _Task, started: float) -> _Outcome:
+    """Worker body for an Nsight export: one outcome per GPU, the first holding the rest."""
+    source = task.source
+    try:
+        content_hash, parsed = load_nsys_file(source, task.known_hash, trace_id_for)
+        if parsed is None:
+            return _Outcome(source, "unchanged", content_hash=content_hash)
+        wh = Warehouse(Path(task.warehouse_root))
+        outcomes: list[_Outcome] = []
+        try:
+            for index, part in enumerate(parsed):
+                pending = lake.write_trace_tmp(wh, source.run_id, part.trace_id, part.tables,
+                                               task.token)
+                outcomes.append(_Outcome(
+                    source, "parsed", trace_id=part.trace_id, rank=part.rank,
+                    iteration=part.iteration, steps=part.profiler_steps,
+                    content_hash=content_hash, pending=pending,
+                    slices=part.tables["slices"].num_rows, flows=part.tables["flows"].num_rows,
+                    uncompressed_bytes=source.size_bytes if index == 0 else 0,
+                    seconds=time.perf_counter() - started))
+                del part  # written: free this GPU's rows before the next one is built
+        except BaseException:
+            for outcome in outcomes:
+                lake.discard(outcome.pending)
+            raise
+        outcomes[0].siblings = outcomes[1:]
+        return outcomes[0]
+    except TraceError as exc:
+        return _Outcome(source, "failed", error=(exc.kind, exc.message, exc.hint))
+    except MemoryError:
+        return _Outcome(source, "failed", error=("out_of_memory", "ran out of memory parsing "
+                        "this file", "use fewer workers (-j) for very large exports"))
     except Exception as exc:  # noqa: BLE001 - one bad file must not stop the run
         detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         return _Outcome(source, "failed", error=("internal", f"unexpected error: {detail}",
@@ -312,17 +355,20 @@ class _Committer:
                                   "remove the stray copy")
         return None
 
-    def land(self, outcome: _Outcome) -> None:
+    def land(self, outcome: _Outcome, keep: frozenset[str] = frozenset()) -> None:
+        """Commit one trace; ``keep``: trace ids of the same file landing with it
+        (the GPUs of one Nsight export), never unloaded as older versions."""
         source = outcome.source
         path = display_path(source.path)
-        previous = self.by_path.get((source.run_id, path))
-        if previous is not None and previous.trace_id != outcome.trace_id:
+        keep = keep | {outcome.trace_id}
+        for previous in [e for e in self.by_run.get(source.run_id, [])
+                         if e.path == path and e.trace_id not in keep]:
             # Unload the old version before committing the new one: a crash in
             # between leaves the path unloaded (the next run loads it), never
             # loaded twice (which no later run would notice).
             lake.remove_trace(self.warehouse, source.run_id, previous.trace_id)
             self.by_run[source.run_id].remove(previous)
-            del self.by_path[(source.run_id, path)]
+            self.by_path.pop((source.run_id, path), None)
         lake.commit(outcome.pending)
         lake.clear_error(self.warehouse, source.run_id, path)
         steps = outcome.steps
@@ -531,23 +577,29 @@ def _settle(outcome: _Outcome, committer: _Committer, result: IngestResult,
         assert outcome.error is not None
         error = TraceError(*outcome.error)
     else:
-        error = committer.conflict(outcome)
+        parts = [outcome, *outcome.siblings]
+        error = next((e for e in map(committer.conflict, parts) if e is not None), None)
         if error is not None:
-            lake.discard(outcome.pending)
+            for part in parts:
+                lake.discard(part.pending)
     if error is not None:
         failed = committer.reject(source, error)
         result.failed.append(failed)
         bar.advance(source.size_bytes, error=failed.line())
         return
-    committer.land(outcome)
-    result.loaded.append(Loaded(path, source.run_id, outcome.trace_id, outcome.rank,
-                                outcome.slices, outcome.flows, outcome.seconds))
+    together = frozenset(part.trace_id for part in parts)
+    for part in parts:
+        committer.land(part, keep=together)
+        result.loaded.append(Loaded(path, source.run_id, part.trace_id, part.rank,
+                                    part.slices, part.flows, part.seconds))
     result.bytes_read += source.size_bytes
     result.uncompressed_bytes += outcome.uncompressed_bytes
-    rank = (f"rank {outcome.rank} (single-process trace: no distributed rank)"
-            if outcome.rank_source == "single_process" else f"rank {outcome.rank}")
+    ranks = ", ".join(str(part.rank) for part in parts)
+    rank = (f"rank {ranks} (single-process trace: no distributed rank)"
+            if outcome.rank_source == "single_process" else f"rank {ranks}")
     bar.advance(source.size_bytes, f"loaded {path} (run {source.run_id}, {rank}, "
-                f"{outcome.slices} slices, {outcome.flows} flows, {outcome.seconds:.2f} s)")
+                f"{sum(p.slices for p in parts)} slices, {sum(p.flows for p in parts)} flows, "
+                f"{outcome.seconds:.2f} s)")
 
 
 def _load_topologies(files: list[tuple[Path, str]], committer: _Committer,

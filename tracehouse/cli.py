@@ -254,6 +254,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="folder for the simulated run (default ./demo_runs/"
                            "megatron_tp2_pp4_dp2_vpp2)")
     demo.set_defaults(handler=_cmd_demo)
+    from tracehouse.nsys_cli import add_parser as add_nsys_parser
+
+    add_nsys_parser(sub, common)
     return parser
 
 

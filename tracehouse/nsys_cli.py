@@ -1,0 +1,347 @@
+"""``tracehouse nsys info|summary|overlap|nccl|iters|tree FILE``: nsys-ai's views, from marts.
+
+The figures are not computed here: the file is ingested (into
+``--warehouse``, else a temporary warehouse), the marts of
+``models/marts/nsys`` are built, and each view is one query on them
+(filtered by bind parameters, never by SQL built from data). ``--trim S E``
+selects kernels wholly inside [S, E] seconds of the capture clock (as nsys
+and nsys-ai show it) through the dbt vars ``nsys_window_start_ns`` /
+``nsys_window_end_ns``; since that rebuilds the marts for the window, it
+always works in a temporary warehouse, never in ``--warehouse``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+VIEWS = ("info", "summary", "overlap", "nccl", "iters", "tree")
+#: Top kernels and tree nodes shown per GPU in the table format (JSON has all).
+TOP_KERNELS = 10
+
+
+class NsysViewError(Exception):
+    """The file could not be loaded or the marts not built; the message says why."""
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Register ``tracehouse nsys`` on the main parser's subcommands."""
+    parser = sub.add_parser(
+        "nsys", parents=[common],
+        help="Nsight Systems views (as nsys-ai shows them), answered by the marts",
+        description="Ingest an Nsight Systems export (.sqlite, or .nsys-rep with nsys on PATH) "
+                    "into --warehouse (else a temporary warehouse), build the nsys marts and "
+                    "print one view of them.")
+    parser.add_argument("view", choices=VIEWS)
+    parser.add_argument("file", type=Path, metavar="FILE")
+    parser.add_argument("--gpu", type=int, metavar="N", help="CUDA device id (default: all)")
+    parser.add_argument("--trim", type=float, nargs=2, metavar=("START", "END"),
+                        help="capture-clock seconds; only kernels wholly inside count "
+                             "(uses a temporary warehouse)")
+    parser.add_argument("--format", choices=("table", "json"), default="table")
+    parser.set_defaults(handler=_cmd_nsys)
+
+
+def _cmd_nsys(args: argparse.Namespace) -> int:
+    if args.trim is not None and not args.trim[0] < args.trim[1]:
+        print("error: --trim START END needs START < END (seconds)", file=sys.stderr)
+        return 2
+    if not args.file.is_file():
+        print(f"error: {args.file}: no such file", file=sys.stderr)
+        return 2
+    try:
+        result = nsys_view(args.view, args.file, warehouse=args.warehouse, gpu=args.gpu,
+                           trim=tuple(args.trim) if args.trim else None)
+    except NsysViewError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if args.format == "json":
+        print(json.dumps(result, indent=2, ensure_ascii=False))
+    else:
+        print(format_table(args.view, result))
+    return 0
+
+
+@contextlib.contextmanager
+def _warehouse_for(warehouse: str | Path | None, trim: bool) -> Iterator[Path]:
+    if warehouse is not None and not trim:
+        yield Path(warehouse).resolve()
+        return
+    with tempfile.TemporaryDirectory(prefix="tracehouse-nsys-") as tmp:
+        yield Path(tmp)
+
+
+def nsys_view(view: str, file: Path, *, warehouse: str | Path | None = None,
+              gpu: int | None = None, trim: tuple[float, float] | None = None) -> Any:
+    """Ingest ``file``, build the nsys marts and return one view as JSON-ready data.
+
+    Raises :class:`NsysViewError` when the file fails to load or the build fails.
+    """
+    if view not in VIEWS:
+        raise ValueError(f"view must be one of {VIEWS}")
+    with _warehouse_for(warehouse, trim is not None) as root:
+        trace_ids = ingest_file(file, root)
+        build_marts(root, trim)
+        return query_view(root, view, trace_ids, gpu)
+
+
+def query_view(root: Path, view: str, trace_ids: list[str], gpu: int | None = None) -> Any:
+    """One view of the built nsys marts of ``root``, for the GPUs (traces) given."""
+    con = duckdb.connect(str(root / "tracehouse.duckdb"), read_only=True)
+    try:
+        return _QUERIES[view](con, trace_ids, gpu)
+    finally:
+        con.close()
+
+
+def ingest_file(file: Path, root: Path) -> list[str]:
+    """Load ``file`` into run ``nsys-<stem>`` of warehouse ``root``; its trace ids by rank.
+
+    Incremental: a file already loaded and unchanged is not read again.
+    """
+    from tracehouse.ingest.discover import sanitize_run_name
+    from tracehouse.ingest.model import display_path
+    from tracehouse.ingest.runner import ingest_paths
+
+    run_id = sanitize_run_name(f"nsys-{file.stem}")
+    result = ingest_paths([file], warehouse=root, run=run_id, jobs=1, progress=False,
+                          stream=sys.stderr)
+    if result.failed:
+        raise NsysViewError("; ".join(f"{f.path}: {f.message}"
+                                      + (f" (hint: {f.hint})" if f.hint else "")
+                                      for f in result.failed))
+    path = display_path(file.resolve())
+    glob = str(root / "lake" / "traces" / "**" / "*.parquet")
+    with duckdb.connect() as con:
+        rows = con.execute(
+            "select trace_id from read_parquet(?, union_by_name = true) "
+            "where run_id = ? and path = ? order by rank", [glob, run_id, path]).fetchall()
+    if not rows:
+        raise NsysViewError(f"{file}: nothing was loaded from it")
+    return [row[0] for row in rows]
+
+
+def build_marts(root: Path, trim: tuple[float, float] | None = None) -> None:
+    """Build the nsys marts and what they read (models only, no tests: a view, not a CI
+    run), for the capture window ``trim`` in seconds when given."""
+    from tracehouse.dbt import run_dbt
+
+    variables: dict[str, int] = {}
+    if trim is not None:
+        variables = {"nsys_window_start_ns": round(trim[0] * 1e9),
+                     "nsys_window_end_ns": round(trim[1] * 1e9)}
+    args = ["build", "--quiet", "--select", "+path:models/marts/nsys",
+            "--exclude-resource-type", "test", "--exclude-resource-type", "unit_test"]
+    if variables:
+        args += ["--vars", json.dumps(variables)]
+    with contextlib.redirect_stdout(sys.stderr):
+        code = run_dbt(args, root)
+    if code != 0:
+        raise NsysViewError(f"building the nsys marts in {root} failed (dbt exit {code})")
+
+
+# ---- the views: one query each on the marts ---------------------------------------------
+
+def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> list[dict[str, Any]]:
+    cursor = con.execute(sql, params)
+    names = [d[0] for d in cursor.description]
+    return [dict(zip(names, row)) for row in cursor.fetchall()]
+
+
+def _ms(ns: Any) -> float | None:
+    return None if ns is None else round(float(ns) / 1e6, 3)
+
+
+_GPU_FILTER = "trace_id in (select unnest(?::varchar[])) and (? is null or device = ?)"
+
+
+def _summary(con: duckdb.DuckDBPyConnection, trace_ids: list[str], gpu: int | None) -> list:
+    gpus = _rows(con, f"""
+        select run_id, rank, device, kernel_count, stream_count, span_ns, compute_ns, idle_ns,
+            utilization_ratio
+        from fct_nsys_gpu_summary where {_GPU_FILTER} order by device""",
+                 [trace_ids, gpu, gpu])
+    out = []
+    for row in gpus:
+        key = [row["run_id"], row["rank"]]
+        top = _rows(con, """
+            select short_name, kernel_count, total_dur_ns, share_ratio from fct_nsys_kernel_summary
+            where run_id = ? and rank = ? order by total_dur_ns desc, short_name limit ?""",
+                    [*key, TOP_KERNELS])
+        streams = _rows(con, """
+            select stream, kernel_count, communication_kernel_count, total_dur_ns
+            from fct_nsys_streams where run_id = ? and rank = ? order by stream""", key)
+        util = row["utilization_ratio"]
+        out.append({
+            "gpu": row["device"], "rank": row["rank"], "kernels": row["kernel_count"],
+            "span_ms": _ms(row["span_ns"]), "compute_ms": _ms(row["compute_ns"]),
+            "idle_ms": _ms(row["idle_ns"]),
+            "util_pct": None if util is None else round(100 * util, 1),
+            "top_kernels": [{"name": t["short_name"], "count": t["kernel_count"],
+                             "total_ms": _ms(t["total_dur_ns"]),
+                             "pct": round(100 * t["share_ratio"], 1)} for t in top],
+            "streams": [{"stream": s["stream"], "kernels": s["kernel_count"],
+                         "nccl_kernels": s["communication_kernel_count"],
+                         "total_ms": _ms(s["total_dur_ns"])} for s in streams],
+        })
+    return out
+
+
+def _overlap(con: duckdb.DuckDBPyConnection, trace_ids: list[str], gpu: int | None) -> list:
+    rows = _rows(con, """
+        select summary.device, overlap.*
+        from fct_nsys_overlap as overlap
+        inner join fct_nsys_gpu_summary as summary using (run_id, rank)
+        where summary.trace_id in (select unnest(?::varchar[]))
+            and (? is null or summary.device = ?)
+        order by summary.device""", [trace_ids, gpu, gpu])
+    return [{
+        "gpu": r["device"], "rank": r["rank"], "span_ms": _ms(r["span_ns"]),
+        "compute_only_ms": _ms(r["compute_only_ns"]),
+        "nccl_only_ms": _ms(r["communication_only_ns"]), "overlap_ms": _ms(r["overlap_ns"]),
+        "idle_ms": _ms(r["idle_ns"]),
+        "overlap_pct": None if r["overlap_ratio"] is None else round(100 * r["overlap_ratio"], 1),
+        "compute_kernels": r["compute_kernel_count"],
+        "nccl_kernels": r["communication_kernel_count"],
+    } for r in rows]
+
+
+def _nccl(con: duckdb.DuckDBPyConnection, trace_ids: list[str], gpu: int | None) -> list:
+    rows = _rows(con, """
+        select summary.device, nccl.*
+        from fct_nsys_nccl as nccl
+        inner join fct_nsys_gpu_summary as summary using (run_id, rank)
+        where summary.trace_id in (select unnest(?::varchar[]))
+            and (? is null or summary.device = ?)
+        order by summary.device, nccl.stream, nccl.total_dur_ns desc""", [trace_ids, gpu, gpu])
+    return [{
+        "gpu": r["device"], "rank": r["rank"], "stream": r["stream"], "op": r["op"],
+        "count": r["kernel_count"], "total_ms": _ms(r["total_dur_ns"]),
+        "mean_ms": _ms(r["mean_dur_ns"]), "min_ms": _ms(r["min_dur_ns"]),
+        "max_ms": _ms(r["max_dur_ns"]), "pct": round(100 * r["share_ratio"], 1),
+    } for r in rows]
+
+
+def _gpu_of(con: duckdb.DuckDBPyConnection, trace_ids: list[str], gpu: int | None) -> list:
+    """(run_id, rank, device, base_time_ns) of each GPU asked for, in device order."""
+    return con.execute("""
+        select traces.run_id, traces.rank,
+            (traces.distributed_info::json ->> 'nsys_device')::bigint as device,
+            traces.base_time_ns
+        from stg_lake__traces as traces
+        where traces.trace_id in (select unnest(?::varchar[]))
+            and (? is null or (traces.distributed_info::json ->> 'nsys_device')::bigint = ?)
+        order by device""", [trace_ids, gpu, gpu]).fetchall()
+
+
+def _info(con: duckdb.DuckDBPyConnection, trace_ids: list[str], gpu: int | None) -> list:
+    out = []
+    for run_id, rank, device, base in _gpu_of(con, trace_ids, gpu):
+        (kernels, streams, first, last), = con.execute("""
+            select count(*), count(distinct stream), min(ts_ns), max(end_ns)
+            from fct_nsys_kernels where run_id = ? and rank = ?""", [run_id, rank]).fetchall()
+        (ranges,), = con.execute(
+            "select count(*) from fct_nsys_nvtx_ranges where run_id = ? and rank = ?",
+            [run_id, rank]).fetchall()
+        (props,), = con.execute(
+            "select device_properties from stg_lake__traces where run_id = ? and rank = ?",
+            [run_id, rank]).fetchall()
+        out.append({
+            "gpu": device, "rank": rank, "run": run_id, "kernels": kernels, "streams": streams,
+            "nvtx_ranges": ranges,
+            "start_s": None if first is None else round((first - base) / 1e9, 6),
+            "end_s": None if last is None else round((last - base) / 1e9, 6),
+            "device": json.loads(props)[0] if props else None,
+        })
+    return out
+
+
+def _iters(con: duckdb.DuckDBPyConnection, trace_ids: list[str], gpu: int | None) -> list:
+    out = []
+    for run_id, rank, device, base in _gpu_of(con, trace_ids, gpu):
+        for r in _rows(con, """
+                select * from fct_nsys_iterations where run_id = ? and rank = ?
+                order by iteration""", [run_id, rank]):
+            out.append({
+                "gpu": device, "rank": rank, "iteration": r["iteration"],
+                "text": r["marker_name"], "heuristic": r["is_heuristic"],
+                "gpu_start_s": round((r["gpu_start_ns"] - base) / 1e9, 6)
+                if r["gpu_start_ns"] is not None else None,
+                "duration_ms": _ms(r["gpu_span_ns"]), "compute_ms": _ms(r["compute_ns"]),
+                "nccl_ms": _ms(r["communication_ns"]), "kernel_count": r["kernel_count"],
+                "nccl_count": r["communication_kernel_count"],
+            })
+    return out
+
+
+def _tree(con: duckdb.DuckDBPyConnection, trace_ids: list[str], gpu: int | None) -> list:
+    out = []
+    for run_id, rank, device, base in _gpu_of(con, trace_ids, gpu):
+        for r in _rows(con, """
+                select slice_id, parent_range_id, name, nvtx_depth, nvtx_path, kernel_count,
+                    own_kernel_count, gpu_start_ns, gpu_end_ns, gpu_span_ns, ts_ns
+                from fct_nsys_nvtx_ranges
+                where run_id = ? and rank = ? and kernel_count > 0
+                order by gpu_start_ns, nvtx_depth, ts_ns""", [run_id, rank]):
+            out.append({
+                "gpu": device, "rank": rank, "id": r["slice_id"],
+                "parent_id": r["parent_range_id"], "name": r["name"], "depth": r["nvtx_depth"],
+                "path": r["nvtx_path"], "kernels": r["kernel_count"],
+                "own_kernels": r["own_kernel_count"],
+                "gpu_start_s": round((r["gpu_start_ns"] - base) / 1e9, 6),
+                "gpu_ms": _ms(r["gpu_span_ns"]),
+            })
+    return out
+
+
+_QUERIES = {"info": _info, "summary": _summary, "overlap": _overlap, "nccl": _nccl,
+            "iters": _iters, "tree": _tree}
+
+
+# ---- table format ---------------------------------------------------------------------
+
+def format_table(view: str, result: list[dict[str, Any]]) -> str:
+    """The view as aligned text (trace strings shown as they are, one line each)."""
+    from tracehouse.sql import write_table
+
+    if view == "summary":
+        parts = []
+        for gpu in result:
+            parts.append(
+                f"GPU {gpu['gpu']} (rank {gpu['rank']}): span {gpu['span_ms']} ms | compute "
+                f"{gpu['compute_ms']} ms | idle {gpu['idle_ms']} ms | util {gpu['util_pct']}% | "
+                f"{gpu['kernels']} kernels")
+            parts.append(_table(["pct", "total_ms", "count", "name"],
+                                [[k["pct"], k["total_ms"], k["count"], k["name"]]
+                                 for k in gpu["top_kernels"]], write_table))
+            parts.append(_table(["stream", "kernels", "nccl_kernels", "total_ms"],
+                                [list(s.values()) for s in gpu["streams"]], write_table))
+        return "\n".join(parts)
+    rows = result
+    if view == "tree":
+        rows = [{"gpu": r["gpu"], "node": "  " * (r["depth"] or 0) + r["name"],
+                 "kernels": r["kernels"], "gpu_ms": r["gpu_ms"],
+                 "gpu_start_s": r["gpu_start_s"]} for r in result]
+    if view == "info":
+        rows = [{k: v for k, v in r.items() if k != "device"}
+                | {"device": (r["device"] or {}).get("name")} for r in result]
+    if not rows:
+        return "(no rows)"
+    columns = list(rows[0])
+    return _table(columns, [[r.get(c) for c in columns] for r in rows], write_table)
+
+
+def _table(columns: list[str], rows: list[list[Any]], write_table: Any) -> str:
+    import io
+
+    buffer = io.StringIO()
+    write_table(columns, [[tuple(row) for row in rows]], buffer)
+    return buffer.getvalue().rstrip("\n")
