@@ -29,11 +29,23 @@ def _warehouse_parent() -> argparse.ArgumentParser:
     return parent
 
 
+def _version() -> str:
+    """The installed distribution's version (pyproject.toml), else ``unknown``."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tracehouse")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tracehouse",
         description="SQL-centric analytics warehouse for distributed LLM-training traces.",
     )
+    parser.add_argument("--version", action="version",
+                        version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     common = _warehouse_parent()
@@ -79,10 +91,21 @@ def build_parser() -> argparse.ArgumentParser:
         "sql",
         parents=[common],
         help="run ad-hoc SQL on the warehouse",
-        description="Run one SQL query on the warehouse (read-only) and print the result.",
+        description=(
+            "Run one SQL query on the warehouse (read-only) and print the result. The raw "
+            "lake tables (slices, traces, ingest_errors, ...) keep their names and columns "
+            "before and after `tracehouse build`; the marts (fct_*, dim_*) appear with the "
+            "build. The query reads only the warehouse unless --allow-files."
+        ),
     )
-    sql.add_argument("query", metavar="QUERY")
+    sql.add_argument("query", metavar="QUERY",
+                     help="SQL (DuckDB dialect); - reads it from standard input")
     sql.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    sql.add_argument("--wide", action="store_true",
+                     help="table format: never cut long values (default: cut in the middle)")
+    sql.add_argument("--allow-files", action="store_true",
+                     help="let the query read and write any file (read_csv, copy ... to, "
+                          "attach); by default it reads only the warehouse")
     sql.set_defaults(handler=_cmd_sql)
 
     simulate = sub.add_parser(
@@ -305,7 +328,16 @@ def _cmd_sql(args: argparse.Namespace) -> int:
     from tracehouse.sql import run_sql
     from tracehouse.warehouse import resolve_warehouse
 
-    return run_sql(args.query, resolve_warehouse(args.warehouse), fmt=args.format)
+    query = args.query
+    if query == "-":
+        try:
+            query = sys.stdin.buffer.read().decode("utf-8")
+        except UnicodeDecodeError as exc:
+            print(f"error: standard input: the query is not UTF-8 ({exc.reason} at byte "
+                  f"{exc.start})", file=sys.stderr)
+            return EXIT_USAGE
+    return run_sql(query, resolve_warehouse(args.warehouse), fmt=args.format, wide=args.wide,
+                   allow_files=args.allow_files)
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
