@@ -8,9 +8,11 @@ is the one piece of SQL text that comes from the caller: it is looked up in
 ``information_schema`` first and only the name found there is quoted into the
 statement; the run filter and the output path are bound parameters.
 
-Before the first ``tracehouse build`` there is no database; the raw lake
-tables can still be exported, through the same in-memory views as
-``tracehouse sql`` (:func:`tracehouse.sql.connect`).
+The raw lake tables (``slices``, ``traces``, …) are exported under those
+names with the lake's columns, before and after the first ``tracehouse
+build``, through the same views as ``tracehouse sql``
+(:func:`tracehouse.sql.connect`). A run filter naming a run the table does
+not hold is an error listing the runs it does hold, never an empty file.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 
 import duckdb
 
-from tracehouse.sql import connect
+from tracehouse.sql import connect, table_names
 from tracehouse.warehouse import Warehouse
 
 #: Formats and the file suffixes that imply them.
@@ -79,6 +81,7 @@ def export_table(
             if "run_id" not in _columns(con, name):
                 raise ExportError(f"table {name!r} has no run_id column: export it "
                                        "without a run filter")
+            _check_run(con, name, run_id)
             query += " where run_id = ?"
             params.append(run_id)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -114,9 +117,7 @@ def _format(out: Path, fmt: str | None) -> str:
 
 def _resolve_table(con: duckdb.DuckDBPyConnection, table: str, place: Warehouse) -> str:
     """The table's name as the catalog spells it, or an error listing what exists."""
-    names = [row[0] for row in con.execute(
-        "select table_name from information_schema.tables where table_schema = 'main'"
-        " order by table_name").fetchall()]
+    names = table_names(con)
     if table in names:
         return table
     folded = [name for name in names if name.lower() == table.lower()]
@@ -128,6 +129,18 @@ def _resolve_table(con: duckdb.DuckDBPyConnection, table: str, place: Warehouse)
     else:
         shown = "tables: " + (", ".join(names) or "none (run `tracehouse build`)")
     raise ExportError(f"no table {table!r} in {place.root}; {shown}")
+
+
+def _check_run(con: duckdb.DuckDBPyConnection, name: str, run_id: str) -> None:
+    """Raise unless ``name`` holds rows of ``run_id``; the error lists the runs it holds."""
+    quoted = '"' + name.replace('"', '""') + '"'
+    runs = [row[0] for row in con.execute(
+        f"select distinct run_id from {quoted} where run_id is not null"  # noqa: S608
+        " order by run_id").fetchall()]
+    if run_id in runs:
+        return
+    shown = ", ".join(runs) if runs else "none (the table is empty)"
+    raise ExportError(f"no run {run_id!r} in {name}; runs: {shown}")
 
 
 def _columns(con: duckdb.DuckDBPyConnection, table: str) -> set[str]:
