@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from tracehouse.reports.files import publish_mode
 from tracehouse.reports.kernels import unique_labels
 
 if TYPE_CHECKING:
@@ -532,7 +533,7 @@ def write_index(path: Path, page: Page, sections: Sequence[FamilySection], gener
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
-        os.chmod(tmp, 0o644)
+        publish_mode(tmp)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

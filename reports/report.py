@@ -44,6 +44,7 @@ from typing import Any, TextIO
 import duckdb
 
 from tracehouse.reports.base import ChartContext, ChartFamily, RenderedChart
+from tracehouse.reports.files import publish_mode
 from tracehouse.reports.registry import FAMILY_MODULES
 from tracehouse.warehouse import Warehouse
 
@@ -497,6 +498,7 @@ def _link_or_copy(source: Path, target: Path) -> None:
         os.link(source, target)
     except OSError:
         shutil.copy2(source, target)
+    publish_mode(target)  # a report written before modes followed the umask was 0600
 
 
 _AT_FDCWD = -100
@@ -518,7 +520,7 @@ def _exchange(a: Path, b: Path) -> bool:
 
 def _swap_in(tmp: Path, out: Path) -> None:
     """Put the freshly rendered ``tmp`` at ``out``, replacing any previous report whole."""
-    tmp.chmod(0o755)  # mkdtemp makes it 0700; a report is meant to be read
+    publish_mode(tmp, directory=True)  # mkdtemp makes it 0700; a report is meant to be read
     if not out.exists():
         os.rename(tmp, out)
         return

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import duckdb
 
+from tracehouse.reports.files import publish_mode
 from tracehouse.sql import connect, table_names
 from tracehouse.warehouse import Warehouse
 
@@ -90,9 +91,7 @@ def export_table(
         try:
             row = con.execute(f"copy ({query}) to ? {_COPY_OPTIONS[chosen]}",
                               [*params, tmp]).fetchone()
-            umask = os.umask(0)
-            os.umask(umask)
-            Path(tmp).chmod(0o666 & ~umask)  # mkstemp made it 0600
+            publish_mode(tmp)  # mkstemp made it 0600
             os.replace(tmp, out)
         except duckdb.Error as exc:
             raise ExportError(f"exporting {name!r} to {out} failed: {exc}") from exc

@@ -12,8 +12,10 @@ reported while the others still render.
 from __future__ import annotations
 
 import io
+import os
 import re
 import shutil
+import stat
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -166,6 +168,21 @@ def test_page_is_self_contained(wh: ReportWarehouse, tmp_path: Path) -> None:
     assert "http://" not in source and "https://" not in source
     assert "<link rel=\"stylesheet\"" not in source and "@import" not in source
     assert "<style>" in source
+
+
+def test_report_files_follow_the_umask(wh: ReportWarehouse, tmp_path: Path) -> None:
+    """PNG and SVG used to be 0600 (mkstemp) beside a 0644 index.html: broken images for others."""
+    mask = 0o027  # not the usual 0o022, so a hard-coded 0644 would fail too
+    previous = os.umask(mask)
+    try:
+        result = _render(wh, tmp_path / "report", "hostile")
+    finally:
+        os.umask(previous)
+    out = result.index_html.parent
+    assert stat.S_IMODE(out.stat().st_mode) == 0o777 & ~mask
+    modes = {path.name: stat.S_IMODE(path.stat().st_mode) for path in out.iterdir()}
+    assert {".png", ".svg", ".html", ".json"} <= {Path(name).suffix for name in modes}
+    assert {name: mode for name, mode in modes.items() if mode != 0o666 & ~mask} == {}
 
 
 # --------------------------------------------------------------------------- re-runs
