@@ -19,10 +19,33 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 
 
+def _path(text: str) -> Path:
+    """argparse type for a path: an empty string is a mistake, not the current folder."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path (give a file or folder name)")
+    return Path(text)
+
+
+def _warehouse_dir(text: str) -> str:
+    """argparse type for ``--warehouse``: not empty, and not a file that exists."""
+    path = _path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a file, not a warehouse folder")
+    return text
+
+
+def _name(text: str) -> str:
+    """argparse type for a name (run, table, program): not empty or blank."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty name")
+    return text
+
+
 def _warehouse_parent() -> argparse.ArgumentParser:
     parent = argparse.ArgumentParser(add_help=False)
     parent.add_argument(
         "--warehouse",
+        type=_warehouse_dir,
         metavar="DIR",
         help=f"warehouse folder (default: ${ENV_VAR}, else ./warehouse)",
     )
@@ -60,8 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
             "and recorded in ingest_errors while the good ones still land."
         ),
     )
-    ingest.add_argument("paths", nargs="+", type=Path, metavar="PATH")
-    ingest.add_argument("--run", metavar="NAME",
+    ingest.add_argument("paths", nargs="+", type=_path, metavar="PATH")
+    ingest.add_argument("--run", type=_name, metavar="NAME",
                         help="run name for every file (default: each trace's job folder)")
     ingest.add_argument("-j", "--jobs", type=int, default=None, metavar="N",
                         help="worker processes (default: number of CPUs, at most 8)")
@@ -69,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="reload files even if they are already loaded and unchanged")
     ingest.add_argument("--engine", choices=("native", "perfetto"), default="native",
                         help="parser: tracehouse's own (default) or Perfetto trace processor")
-    ingest.add_argument("--trace-processor-bin", metavar="FILE",
+    ingest.add_argument("--trace-processor-bin", type=_name, metavar="FILE",
                         help="trace_processor_shell for --engine perfetto "
                              "(default: $TRACE_PROCESSOR_BIN)")
     ingest.add_argument("-q", "--quiet", action="store_true",
@@ -157,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
                           help="number of the first traced iteration (default 1)")
     simulate.add_argument("-j", "--jobs", type=int, default=None, metavar="N",
                           help="worker processes writing traces (default: CPUs, at most 8)")
-    simulate.add_argument("--out", type=Path, required=True, metavar="DIR",
+    simulate.add_argument("--out", type=_path, required=True, metavar="DIR",
                           help="folder for the run (created)")
     simulate.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     simulate.set_defaults(handler=_cmd_simulate)
@@ -192,7 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
     topology.add_argument("--format", choices=("json", "traceviz"), default="json",
                           help="topology JSON (default) or Megatron-TraceViz's "
                                "unique_parallel_groups text")
-    topology.add_argument("--out", type=Path, default=None, metavar="FILE",
+    topology.add_argument("--out", type=_path, default=None, metavar="FILE",
                           help="write to FILE instead of standard output")
     topology.set_defaults(handler=_cmd_topology)
 
@@ -207,11 +230,11 @@ def build_parser() -> argparse.ArgumentParser:
             "Exit 1 when a chart family failed (the others are still rendered)."
         ),
     )
-    report.add_argument("--run", metavar="NAME",
+    report.add_argument("--run", type=_name, metavar="NAME",
                         help="run to report (default: the only run, else the newest)")
-    report.add_argument("--compare", metavar="NAME",
+    report.add_argument("--compare", type=_name, metavar="NAME",
                         help="a second run to compare with, side by side")
-    report.add_argument("--out", type=Path, default=None, metavar="DIR",
+    report.add_argument("--out", type=_path, default=None, metavar="DIR",
                         help="report folder (default: <warehouse>/reports/<run>)")
     report.add_argument("--force", action="store_true",
                         help="re-render even when the marts have not changed")
@@ -238,7 +261,8 @@ def build_parser() -> argparse.ArgumentParser:
             "--pp-group or --replica (default: every rank)."
         ),
     )
-    perfetto.add_argument("--run", required=True, metavar="NAME", help="run to export")
+    perfetto.add_argument("--run", type=_name, required=True, metavar="NAME",
+                          help="run to export")
     select = perfetto.add_mutually_exclusive_group()
     select.add_argument("--ranks", type=_rank_list, default=None, metavar="LIST",
                         help="ranks, e.g. 0,1,4-7")
@@ -248,7 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the ranks of model replica N (dim_ranks.model_replica)")
     perfetto.add_argument("--format", choices=("proto", "json"), default="proto",
                           help="Perfetto protobuf (default) or Chrome trace JSON")
-    perfetto.add_argument("--out", type=Path, required=True, metavar="FILE")
+    perfetto.add_argument("--out", type=_path, required=True, metavar="FILE")
     perfetto.set_defaults(handler=_cmd_export_perfetto)
     table = export_sub.add_parser(
         "table",
@@ -257,10 +281,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Write one table of the warehouse (e.g. fct_rank_iterations) to FILE; "
                     "the format comes from --format, else FILE's suffix.",
     )
-    table.add_argument("table", metavar="TABLE")
-    table.add_argument("--run", metavar="NAME", help="only this run's rows")
+    table.add_argument("table", type=_name, metavar="TABLE")
+    table.add_argument("--run", type=_name, metavar="NAME", help="only this run's rows")
     table.add_argument("--format", choices=("csv", "parquet"), default=None)
-    table.add_argument("--out", type=Path, required=True, metavar="FILE")
+    table.add_argument("--out", type=_path, required=True, metavar="FILE")
     table.set_defaults(handler=_cmd_export_table)
 
     demo = sub.add_parser(
@@ -273,7 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
             "the warehouse is."
         ),
     )
-    demo.add_argument("--out", type=Path, default=None, metavar="DIR",
+    demo.add_argument("--out", type=_path, default=None, metavar="DIR",
                       help="folder for the simulated run (default ./demo_runs/"
                            "megatron_tp2_pp4_dp2_vpp2)")
     demo.set_defaults(handler=_cmd_demo)
@@ -498,6 +522,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exc.code or 0)
     try:
         return int(args.handler(args))
+    except OSError as exc:  # a path the user gave cannot be read or written
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return EXIT_FAILED
     except KeyboardInterrupt:
         print("interrupted; nothing partial was written", file=sys.stderr)
         return 130
