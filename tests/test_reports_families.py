@@ -74,6 +74,26 @@ def test_heatmaps_on_a_simulated_run_name_the_straggler(
     assert "compute: worst rank 1 " in charts[0].caption
 
 
+def test_heatmap_panels_share_one_scale_from_zero(
+        con: duckdb.DuckDBPyConnection, wh: ReportWarehouse, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """1.0 ms and 1.1 ms are neighbouring tones, not the two ends of a panel's own scale."""
+    low, high = heatmaps.color_range(np.array([1.0, 1.1, np.nan]))
+    assert (low, high) == (0.0, 1.1)
+    limits = []
+    draw = heatmaps.sns.heatmap
+
+    def spy(*args: object, **kwargs: object) -> object:
+        limits.append((kwargs["vmin"], kwargs["vmax"]))
+        return draw(*args, **kwargs)
+
+    monkeypatch.setattr(heatmaps.sns, "heatmap", spy)
+    charts = _render(heatmaps.FAMILY, con, wh.need("sim_a"), tmp_path)
+    assert len(limits) == len(heatmaps.GPU_METRICS) and len(set(limits)) == 1
+    assert limits[0][0] == 0.0
+    assert "shares one colour scale" in charts[0].caption
+
+
 @pytest.mark.parametrize("run", ["dlrm_8rank", "tp1_pp4_dp2"])
 def test_heatmaps_on_real_runs(con: duckdb.DuckDBPyConnection, wh: ReportWarehouse,
                                tmp_path: Path, run: str) -> None:
