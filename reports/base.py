@@ -62,6 +62,20 @@ class ChartContext:
         return bool(row and row[0])
 
 
+class NothingToShow(Exception):  # noqa: N818 - a verdict, not a failure
+    """A family has nothing truthful to draw for this run, and says why.
+
+    Raised from ``render`` instead of returning ``[]`` when the reason is
+    worth telling the reader (e.g. no trace carries process-group args, so
+    every communication kernel's group is unknown): the report shows the
+    reason where the charts would be, and the family is not a failure.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 @dataclass(frozen=True)
 class RenderedChart:
     """One saved figure: what the HTML report shows and links.

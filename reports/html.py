@@ -502,7 +502,7 @@ def render_html(page: Page, sections: Sequence[FamilySection], generated_at: str
         if section.error is not None:
             w(f"<p class=\"fail\">This family failed: <code>{_e(section.error)}</code></p>")
         elif not section.charts:
-            w(f"<p class=\"empty\">{_e(_why_empty(section.name, page))}</p>")
+            w(f"<p class=\"empty\">{_e(section.note or _why_empty(section.name, page))}</p>")
         for chart in section.charts:
             w(f"<figure id=\"chart-{_e(chart.slug)}\"><h3>{_e(chart.title)}</h3>")
             w(f"<a href=\"{_src(chart.svg)}\"><img src=\"{_src(chart.png)}\" "

@@ -185,6 +185,21 @@ def test_report_files_follow_the_umask(wh: ReportWarehouse, tmp_path: Path) -> N
     assert {name: mode for name, mode in modes.items() if mode != 0o666 & ~mask} == {}
 
 
+def test_a_family_with_nothing_truthful_to_draw_says_why(wh: ReportWarehouse,
+                                                         tmp_path: Path) -> None:
+    """DLRM's communication has no known group: the page explains, no 'unknown' bar."""
+    result = _render(wh, tmp_path / "report", "dlrm_8rank")
+    section = next(s for s in result.sections if s.name == "comm_groups")
+    assert section.charts == [] and section.error is None
+    assert "no process-group args" in (section.note or "")
+    shown = Page(result.index_html.read_text()).shown
+    assert "no process-group args" in shown
+    assert not list((tmp_path / "report").glob("comm-groups*"))
+    assert "comm_groups: nothing to show for this run (" in result.log
+    again = _render(wh, tmp_path / "report", "dlrm_8rank")  # the note survives a skipped re-run
+    assert next(s for s in again.sections if s.name == "comm_groups").note == section.note
+
+
 # --------------------------------------------------------------------------- re-runs
 
 

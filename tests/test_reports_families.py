@@ -22,7 +22,7 @@ import pytest
 
 from report_warehouse import HOSTILE_KERNEL, ReportWarehouse, report_warehouse
 from tracehouse.reports import comm_groups, compare, heatmaps, kernels
-from tracehouse.reports.base import ChartContext, RenderedChart
+from tracehouse.reports.base import ChartContext, NothingToShow, RenderedChart
 from tracehouse.reports.kernels import plain_text, short_kernel_name, unique_labels
 from tracehouse.warehouse import Warehouse
 
@@ -170,12 +170,18 @@ def test_comm_groups_on_a_simulated_run(con: duckdb.DuckDBPyConnection, wh: Repo
         assert f"{kind} " in charts[0].caption
 
 
-def test_comm_groups_on_dlrm(con: duckdb.DuckDBPyConnection, wh: ReportWarehouse,
-                             tmp_path: Path) -> None:
-    charts = _render(comm_groups.FAMILY, con, wh.need("dlrm_8rank"), tmp_path)
-    assert len(charts) == 2
-    for chart in charts:
-        assert_real_picture(chart)
+def test_comm_groups_on_dlrm_say_why_instead_of_one_unknown_bar(
+        con: duckdb.DuckDBPyConnection, wh: ReportWarehouse, tmp_path: Path) -> None:
+    """DLRM's collectives carry no process-group args: every group is unknown."""
+    run = wh.need("dlrm_8rank")
+    [(kinds,)] = con.execute("select list(distinct coalesce(comm_group_kind, 'unknown')) "
+                             "from fct_kernels where run_id = ? and kind = 'communication'",
+                             [run]).fetchall()
+    assert kinds == ["unknown"]
+    with pytest.raises(NothingToShow, match="no process-group args") as verdict:
+        _render(comm_groups.FAMILY, con, run, tmp_path)
+    assert "topology" in verdict.value.reason
+    assert list(tmp_path.iterdir()) == []  # no figure was saved
 
 
 # --------------------------------------------------------------------------- compare

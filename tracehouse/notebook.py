@@ -135,7 +135,13 @@ class Notebook:
         target.mkdir(parents=True, exist_ok=True)
         ctx = ChartContext(con=self.con, run_id=run, out_dir=target,
                            compare_run_id=compare_run_id)
-        rendered = family.render(ctx)
+        from tracehouse.reports.base import NothingToShow
+
+        try:
+            rendered = family.render(ctx)
+        except NothingToShow as verdict:
+            print(f"{family.name}: nothing to show: {verdict.reason}")
+            return []
         _display(rendered)
         return rendered
 
