@@ -163,6 +163,30 @@ def test_hostile_names_render_as_text(wh: ReportWarehouse, tmp_path: Path) -> No
         assert "<script" not in svg.read_text()
 
 
+def test_every_page_field_is_escaped_by_the_template(tmp_path: Path) -> None:
+    """The page is a Jinja2 template with autoescape on: no field can slip out raw."""
+    hostile = '<script>alert("x")</script>'
+    png, svg = tmp_path / f"{hostile}.png", tmp_path / f"{hostile}.svg"
+    page = html.Page(run_id=hostile, compare_run_id=hostile, layout=hostile, notes=[hostile],
+                     headline=[html.Figure(hostile, hostile, hostile)],
+                     offenders=[html.Offender(hostile, hostile, hostile, hostile, hostile)],
+                     top_kernels=[{"name": hostile, "kind": hostile, "total_ns": 1.0,
+                                   "share": 1.0, "calls": 1, "ranks": 1}])
+    sections = [
+        report.FamilySection(name=hostile, title=hostile, error=hostile),
+        report.FamilySection(name="empty", title=hostile, note=hostile),
+        report.FamilySection(name="drawn", title=hostile, charts=[
+            report.RenderedChart(slug=hostile, title=hostile, caption=hostile, png=png,
+                                 svg=svg)]),
+    ]
+    source = html.render_html(page, sections, generated_at=hostile, fingerprint=hostile)
+    shown = Page(source)
+    assert shown.scripts == 0 and "<script" not in source
+    assert shown.shown.count(hostile) >= 14
+    assert 'href="#family-&lt;script&gt;alert(&quot;x&quot;)' in source  # attributes too
+    assert html._environment().autoescape is True
+
+
 def test_page_is_self_contained(wh: ReportWarehouse, tmp_path: Path) -> None:
     source = _render(wh, tmp_path / "report", "sim_a").index_html.read_text()
     assert "http://" not in source and "https://" not in source
