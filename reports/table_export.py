@@ -24,7 +24,7 @@ from pathlib import Path
 import duckdb
 
 from tracehouse.reports.files import publish_mode
-from tracehouse.sql import connect, table_names
+from tracehouse.sql import connect, lake_tables, table_names
 from tracehouse.warehouse import Warehouse
 
 #: Formats and the file suffixes that imply them.
@@ -70,7 +70,8 @@ def export_table(
     chosen = _format(out, fmt)
     place = Warehouse(Path(warehouse_root).resolve())
     try:
-        con = connect(place)
+        # Only the view asked for: each lake view reads every file footer of its table.
+        con = connect(place, lake_views=[table.lower()])
     except duckdb.Error as exc:
         raise ExportError(f"cannot open {place.database}: {exc}") from exc
     try:
@@ -123,10 +124,12 @@ def _resolve_table(con: duckdb.DuckDBPyConnection, table: str, place: Warehouse)
     if len(folded) == 1:
         return folded[0]
     marts = [name for name in names if name.startswith(("fct_", "dim_"))]
+    raw = lake_tables(place)
     if marts:
-        shown = "marts: " + ", ".join(marts)
+        shown = "marts: " + ", ".join(marts) + ("; raw tables: " + ", ".join(raw) if raw else "")
     else:
-        shown = "tables: " + (", ".join(names) or "none (run `tracehouse build`)")
+        shown = "tables: " + (", ".join(sorted(set(names) | set(raw)))
+                              or "none (run `tracehouse build`)")
     raise ExportError(f"no table {table!r} in {place.root}; {shown}")
 
 

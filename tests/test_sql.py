@@ -317,3 +317,22 @@ def test_long_names_that_differ_stay_different(built_warehouse: Lake) -> None:
     out = io.StringIO()
     assert run_sql(query, built_warehouse.warehouse, out=out, wide=True) == 0
     assert [line.strip() for line in out.getvalue().splitlines()[2:-1]] == ELEMENTWISE
+
+
+def test_only_the_raw_tables_a_query_names_are_read(built_warehouse: Lake, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Each raw view reads every file footer of its table: made only when the query names it."""
+    import shutil
+
+    from tracehouse.sql import referenced_lake_tables
+
+    assert referenced_lake_tables('select * from "Slices" join fct_kernels using (rank)') == {
+        "slices"}
+    copy = tmp_path / "warehouse"
+    shutil.copytree(built_warehouse.warehouse, copy, symlinks=True)
+    # A broken file in one table: a query on the marts never touches it.
+    (Warehouse(copy).partition_dir("flows", "run_a") / "broken.parquet").write_bytes(b"junk")
+    code, text = _run("select count(*) as n from fct_kernels", copy, "csv")
+    assert code == 0 and text.startswith("n\n")
+    code, _ = _run("select count(*) from flows", copy)
+    assert code == 1 and "broken.parquet" in capsys.readouterr().err

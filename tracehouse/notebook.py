@@ -36,7 +36,13 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 
-from tracehouse.sql import connect, table_names
+from tracehouse.sql import (
+    add_lake_views,
+    connect,
+    lake_tables,
+    referenced_lake_tables,
+    table_names,
+)
 from tracehouse.warehouse import Warehouse
 
 if TYPE_CHECKING:
@@ -62,14 +68,15 @@ class Notebook:
 
     def __init__(self, warehouse: Warehouse) -> None:
         self.warehouse = warehouse
-        self.con: duckdb.DuckDBPyConnection = connect(warehouse)
+        # Lake views are made when first named (each reads every footer of its table).
+        self.con: duckdb.DuckDBPyConnection = connect(warehouse, lake_views=())
         self._chart_dir: Path | None = None
 
     # ----------------------------------------------------------------- tables
 
     def tables(self) -> list[str]:
         """Every table and view (marts, models, staging views, seeds, raw lake tables)."""
-        return table_names(self.con)
+        return sorted(set(table_names(self.con)) | set(lake_tables(self.warehouse)))
 
     def marts(self) -> list[str]:
         """Names of the marts (``fct_*`` and ``dim_*``), sorted.
@@ -82,6 +89,7 @@ class Notebook:
 
     def table(self, name: str, run_id: str | None = None) -> duckdb.DuckDBPyRelation:
         """The table ``name`` as a lazy DuckDB relation, optionally only ``run_id``'s rows."""
+        add_lake_views(self.con, self.warehouse, [name])
         if name not in self.tables():
             raise NotebookError(f"no table {name!r} in {self.warehouse.root}; marts: "
                                 f"{', '.join(self.marts()) or 'none (run `tracehouse build`)'}")
@@ -106,6 +114,7 @@ class Notebook:
 
     def sql(self, query: str, params: Sequence[Any] | None = None) -> duckdb.DuckDBPyRelation:
         """Run ``query`` with bound ``params``; a relation (``.df()``, ``.fetchall()``, ...)."""
+        add_lake_views(self.con, self.warehouse, referenced_lake_tables(query))
         return self.con.sql(query, params=list(params) if params is not None else None)
 
     def runs(self) -> list[str]:

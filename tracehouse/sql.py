@@ -30,6 +30,7 @@ import datetime as dt
 import decimal
 import json
 import math
+import re
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -102,7 +103,8 @@ def run_sql(
 
     place = Warehouse(Path(warehouse).resolve())
     try:
-        con = connect(place, restrict_files=not allow_files)
+        con = connect(place, restrict_files=not allow_files,
+                      lake_views=referenced_lake_tables(query))
     except duckdb.Error as exc:
         print(f"error: cannot open {place.database}: {exc}", file=sys.stderr)
         if "lock" in str(exc).lower():
@@ -173,20 +175,29 @@ def check_query(con: duckdb.DuckDBPyConnection, query: str, *, allow_files: bool
                 "--allow-files")
 
 
-def connect(place: Warehouse, *, restrict_files: bool = False) -> duckdb.DuckDBPyConnection:
+def connect(
+    place: Warehouse,
+    *,
+    restrict_files: bool = False,
+    lake_views: Iterable[str] | None = None,
+) -> duckdb.DuckDBPyConnection:
     """Open the warehouse database read-only (in memory if it is not built yet), with raw views.
 
-    Every lake table present on disk becomes a temporary view of the same
-    name and columns (``slices``, ``traces``, ``ingest_errors``, …, see
-    :func:`add_lake_views`), so the same names work before and after a
-    build. With ``restrict_files`` the connection can then read only the
+    The lake tables named in ``lake_views`` (default: every one on disk)
+    become temporary views of the same name and columns (``slices``,
+    ``traces``, ``ingest_errors``, …, see :func:`add_lake_views`), so the
+    same names work before and after a build; callers that know which tables
+    a query names pass only those (:func:`referenced_lake_tables`), because
+    each view reads the footer of every Parquet file of its table when it is
+    made. With ``restrict_files`` the connection can then read only the
     warehouse's lake (see :func:`restrict_file_access`). Before the build, a
     note on stderr says that only the raw tables are there.
     """
     built = place.database.is_file()
     con = duckdb.connect(str(place.database), read_only=True) if built else duckdb.connect()
+    present = lake_tables(place)
     try:
-        present = add_lake_views(con, place)
+        add_lake_views(con, place, present if lake_views is None else lake_views)
         if restrict_files:
             restrict_file_access(con, place)
     except BaseException:
@@ -207,27 +218,50 @@ def connect(place: Warehouse, *, restrict_files: bool = False) -> duckdb.DuckDBP
     return con
 
 
-def add_lake_views(con: duckdb.DuckDBPyConnection, place: Warehouse) -> list[str]:
-    """Create a temporary view per lake table present on disk; return their names.
+def lake_tables(place: Warehouse) -> list[str]:
+    """The raw lake tables present on disk, in :data:`LAKE_TABLES` order."""
+    return [table for table in LAKE_TABLES if place.table_dir(table).is_dir()]
+
+
+def referenced_lake_tables(query: str) -> set[str]:
+    """Lake table names that appear as words in ``query`` (a cheap superset of those it reads).
+
+    A name inside a string literal or a column alias counts too; that only
+    makes one view more than needed, never one fewer.
+    """
+    return {table for table in LAKE_TABLES
+            if re.search(rf"\b{table}\b", query, flags=re.IGNORECASE)}
+
+
+def add_lake_views(
+    con: duckdb.DuckDBPyConnection, place: Warehouse, tables: Iterable[str]
+) -> list[str]:
+    """Create a temporary view for each of ``tables`` present in the lake; return their names.
 
     Each view reads ``lake/<table>/**/*.parquet`` by column name, exactly the
     lake's columns; per-trace tables keep only traces committed in
-    ``traces`` (a trace interrupted mid-commit is invisible, as in staging).
-    The glob is a SQL string literal built by sqlglot (a warehouse path may
-    hold quotes).
+    ``traces`` (a trace interrupted mid-commit is invisible, as in staging),
+    so asking for one of them makes the ``traces`` view too. Views that
+    exist already are kept. The glob is a SQL string literal built by
+    sqlglot (a warehouse path may hold quotes).
     """
-    present = [table for table in LAKE_TABLES if place.table_dir(table).is_dir()]
+    present = lake_tables(place)
+    wanted = {table for table in tables if table in present}
+    if wanted & set(TRACE_TABLES) and "traces" in present:
+        wanted.add("traces")
+    existing = {row[0] for row in con.execute(
+        "select view_name from duckdb_views() where database_name = 'temp'").fetchall()}
     # ``traces`` first: the other per-trace views filter on it.
-    for table in sorted(present, key=lambda name: name != "traces"):
+    for table in sorted(wanted - existing, key=lambda name: (name != "traces", name)):
         glob = exp.Literal.string(str(place.table_dir(table) / "**" / "*.parquet"))
         query = (
             f"select * from read_parquet({glob.sql(dialect='duckdb')},"
             " union_by_name = true, hive_partitioning = false)"
         )
-        if table in TRACE_TABLES and table != "traces" and "traces" in present:
+        if table in TRACE_TABLES and table != "traces" and "traces" in wanted:
             query += " where trace_id in (select trace_id from temp.main.traces)"
-        con.execute(f'create or replace temp view "{table}" as {query}')  # noqa: S608
-    return present
+        con.execute(f'create temp view "{table}" as {query}')  # noqa: S608
+    return sorted(wanted)
 
 
 def restrict_file_access(con: duckdb.DuckDBPyConnection, place: Warehouse) -> None:
