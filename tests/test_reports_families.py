@@ -325,7 +325,8 @@ def test_many_ranks_without_stages_and_many_iterations(wh: ReportWarehouse,
     mem.execute("""
         insert into fct_kernels (run_id, rank, trace_id, slice_id, name, kind, phase,
                                  comm_group_kind, dur_ns)
-        select 'flat', r, 't' || r, 0, 'nccl', 'communication', 'other', null, 1e6
+        select 'flat', r, 't' || r, 0, 'nccl', 'communication', 'other',
+               case when r % 2 = 0 then 'dp' end, 1e6
         from range(100) as t(r)
     """)
     charts = _render(heatmaps.FAMILY, mem, "flat", tmp_path)
