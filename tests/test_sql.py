@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -264,7 +265,10 @@ def test_files_outside_the_warehouse_are_out_of_reach(
         code, _ = _run(query, wh)
         assert code == 2, query
         assert "--allow-files" in capsys.readouterr().err
+    slices_dir = Warehouse(wh).table_dir("slices")
+    escape = f"{slices_dir}/{os.path.relpath(secret, slices_dir)}"  # out of the lake by ../
     for query in (f"select * from read_csv('{secret}')", "select * from read_text('/etc/passwd')",
+                  f"select * from read_csv('{escape}')",
                   f"attach '{tmp_path / 'other.duckdb'}' as other",
                   "set enable_external_access = true", "install httpfs"):
         code, text = _run(query, wh)
