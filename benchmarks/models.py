@@ -7,13 +7,21 @@ One command, prints figures (benchmarks/README.md says what each means):
    2 iterations, plus one more iteration kept aside) with ``tracehouse
    simulate``'s library call;
 2. ingest the first iterations into a fresh warehouse (``-j 2``);
-3. ``dbt build`` (all models and tests, via ``tracehouse.dbt.run_dbt``) in a
-   child process pinned to ``--cores`` CPUs: wall time, peak RSS (the child's
-   ``ru_maxrss`` from ``wait4``, exact, DuckDB included since it runs in
-   process), rows in ``fct_kernels``, and rows per second through the interval
-   models from dbt's ``run_results.json``;
-4. move the kept iteration into the run folder, ingest it (the others are
-   skipped as unchanged) and time the incremental ``dbt build``.
+3. ``tracehouse build`` (``tracehouse.dbt.run_dbt(["build"])``: every model
+   and data test) in a child process pinned to ``--cores`` CPUs: wall time,
+   peak RSS (the child's ``ru_maxrss`` from ``wait4``, exact, DuckDB included
+   since it runs in process), rows in ``fct_kernels``, and rows per second
+   through the interval models from dbt's ``run_results.json``;
+4. the same build again with nothing changed;
+5. move the kept iteration into the run folder, ingest it (the others are
+   skipped as unchanged) and time the incremental build, then a
+   ``--full-refresh`` build of the same data: the ratios to quote are
+   no-change / full and +1 iteration / full refresh of all iterations.
+
+``--baseline-project DIR`` times the same three builds with another checkout
+of the dbt project (e.g. ``git worktree add /tmp/base <commit>``) on the same
+lake, in the same run, with plain ``dbt build`` (the way that checkout built),
+so old and new are compared on one machine under one load.
 
 ``--scale`` then repeats the measurement on bigger runs (512 and 1024 ranks,
 then more iterations) until one step fails or runs past ``--timeout``, and
@@ -22,6 +30,7 @@ says which step broke and why.
     python benchmarks/models.py [--tp 4 --pp 8 --dp 8] [--microbatches 16]
                                 [--iterations 2] [--jobs 2] [--cores 2]
                                 [--memory-limit 8GB] [--scale] [--timeout S]
+                                [--baseline-project DIR]
                                 [--json OUT] [--tmp DIR] [--keep]
 
 Why a child process per build: ``ru_maxrss`` is a high-water mark per
@@ -35,7 +44,6 @@ import argparse
 import json
 import os
 import platform
-import re
 import shutil
 import subprocess
 import sys
@@ -50,11 +58,11 @@ MIB = 1024 * 1024
 #: The interval models whose throughput is quoted, and the model feeding each
 #: (its row count is the model's input).
 INTERVAL_MODELS = {
-    "int_kernel_intervals_merged": "int_kernels_launched",
+    "int_kernel_intervals_merged": "int_kernels_classified",
     "int_rank_iterations_swept": "int_kernel_intervals_merged",
 }
-#: What macros/incremental_traces.sql logs when a model recomputes every trace.
-REBUILD_MARK = "incremental_traces: rebuilding "
+#: Where the intermediate models live (macros/generate_schema_name.sql).
+INTERMEDIATE_SCHEMA = "intermediate"
 #: Bigger runs tried by ``--scale`` after the base run: (tp, pp, dp, iterations).
 SCALE_LADDER = [(4, 8, 16, 2), (4, 8, 32, 2), (4, 8, 8, 4), (4, 8, 8, 8)]
 
@@ -73,9 +81,9 @@ class BuildFigures:
     error: str = ""
     model_seconds: dict[str, float] = field(default_factory=dict)
     slowest: list[tuple[str, float]] = field(default_factory=list)
-    #: Incremental models that recomputed every trace (macros/incremental_traces.sql
-    #: logs why); after adding one iteration this should be empty.
-    rebuilt: list[str] = field(default_factory=list)
+    #: The build said the project changed and refreshed every incremental
+    #: table; after adding one iteration this must stay False.
+    refreshed_everything: bool = False
 
 
 @dataclass
@@ -98,6 +106,8 @@ class RunFigures:
     ingest_seconds: float = 0.0
     ingest_files: int = 0
     build: BuildFigures | None = None
+    #: The same build again, nothing changed.
+    unchanged_build: BuildFigures | None = None
     rows: dict[str, int] = field(default_factory=dict)
     rows_per_second: dict[str, float] = field(default_factory=dict)
     database_mib: float = 0.0
@@ -107,6 +117,10 @@ class RunFigures:
     #: `dbt build --full-refresh` of the same warehouse after the incremental
     #: build: what the incremental build saves.
     full_refresh_build: BuildFigures | None = None
+    #: --baseline-project: the other checkout's full, unchanged and +1 builds.
+    baseline_build: BuildFigures | None = None
+    baseline_unchanged_build: BuildFigures | None = None
+    baseline_incremental_build: BuildFigures | None = None
     broke_at: str = ""
 
 
@@ -114,38 +128,31 @@ class RunFigures:
 
 
 def _child_build(warehouse: str, cores: int, memory_limit: str, dbt_args: list[str]) -> int:
-    """Body of the build child: pin to ``cores`` CPUs, then run ``dbt build``."""
+    """Body of the build child: pin to ``cores`` CPUs, then run ``tracehouse build``.
+
+    ``dbt_args`` starting with ``--project=DIR`` run plain ``dbt`` on that
+    checkout of the project instead (``--baseline-project``).
+    """
     if hasattr(os, "sched_setaffinity"):
         available = sorted(os.sched_getaffinity(0))
         os.sched_setaffinity(0, available[:cores])
     if memory_limit:
-        _limit_duckdb_memory(memory_limit)
+        os.environ["TRACEHOUSE_MEMORY_LIMIT"] = memory_limit  # read by profiles.yml
+    if dbt_args[:1] and dbt_args[0].startswith("--project="):
+        project = dbt_args[0].split("=", 1)[1]
+        os.environ["TRACEHOUSE_WAREHOUSE"] = warehouse
+        from dbt.cli.main import dbtRunner
+
+        artifacts = Path(warehouse) / "dbt"
+        result = dbtRunner().invoke([
+            "build", "--project-dir", project, "--profiles-dir", project,
+            "--target-path", str(artifacts / "target"), "--log-path", str(artifacts / "logs"),
+            *dbt_args[1:],
+        ])  # fmt: skip
+        return 0 if result.success else 1
     from tracehouse.dbt import run_dbt
 
-    return run_dbt(["build", *dbt_args], Path(warehouse))
-
-
-def _limit_duckdb_memory(memory_limit: str) -> None:
-    """Apply DuckDB's ``memory_limit`` to every cursor dbt-duckdb opens in this process.
-
-    Benchmark-only: the project's profile has no such setting, and a SET in an
-    on-run-start hook does not last (with ``keep_open: false`` dbt-duckdb
-    closes the database whenever no node holds it, and reopens it with
-    default settings). dbt-duckdb applies its profile ``settings`` per cursor
-    in ``Environment.initialize_cursor``; this wraps that method.
-    """
-    if not re.fullmatch(r"[0-9]+(\.[0-9]+)? ?[KMGT]i?B", memory_limit):
-        raise SystemExit(f"--memory-limit must look like 8GB, not {memory_limit!r}")
-    from dbt.adapters.duckdb.environments import Environment
-
-    original = Environment.initialize_cursor.__func__
-
-    def initialize_cursor(cls: type, creds: Any, cursor: Any, *args: Any, **kwargs: Any) -> Any:
-        cursor = original(cls, creds, cursor, *args, **kwargs)
-        cursor.execute(f"set memory_limit = '{memory_limit}'")  # checked just above
-        return cursor
-
-    Environment.initialize_cursor = classmethod(initialize_cursor)
+    return run_dbt(["build", *dbt_args] if dbt_args else ["build"], Path(warehouse))
 
 
 # --------------------------------------------------------------------------- parent side
@@ -198,10 +205,8 @@ def run_build(
     elif code != 0:
         figures.error = f"exit code {code}: {_last_error(log)}"
     _read_run_results(warehouse, figures)
-    figures.rebuilt = sorted(
-        line.split(REBUILD_MARK, 1)[1].split()[0]
-        for line in log.read_text(errors="replace").splitlines()
-        if REBUILD_MARK in line
+    figures.refreshed_everything = "rebuilding every incremental table" in log.read_text(
+        errors="replace"
     )
     return figures
 
@@ -302,13 +307,38 @@ def measure(
     if not figures.build.ok:
         figures.broke_at = f"dbt build: {figures.build.error}"
         return figures
-    tables = ["fct_kernels", *INTERVAL_MODELS, *INTERVAL_MODELS.values(), "fct_rank_iterations"]
-    figures.rows = count_rows(warehouse, sorted(set(tables)))
+    interval_tables = (*INTERVAL_MODELS, *INTERVAL_MODELS.values())
+    intermediate = [f"{INTERMEDIATE_SCHEMA}.{m}" for m in interval_tables]
+    figures.rows = count_rows(warehouse, ["fct_kernels", *sorted(set(intermediate)),
+                                          "fct_rank_iterations"])
     for model, source in INTERVAL_MODELS.items():
         seconds = figures.build.model_seconds.get(model)
         if seconds:
-            figures.rows_per_second[model] = figures.rows[source] / seconds
+            figures.rows_per_second[model] = (
+                figures.rows[f"{INTERMEDIATE_SCHEMA}.{source}"] / seconds
+            )
     figures.database_mib = (warehouse / "tracehouse.duckdb").stat().st_size / MIB
+
+    figures.unchanged_build = run_build(
+        warehouse, args.cores, args.timeout, args.memory_limit, scratch / name / "unchanged.log"
+    )
+    _say(f"  same build, nothing changed: {figures.unchanged_build.seconds:.1f} s "
+         f"({figures.unchanged_build.seconds / figures.build.seconds:.0%} of the full build)")
+    baseline = None
+    if args.baseline_project:
+        baseline = scratch / name / "baseline"
+        baseline.mkdir()
+        (baseline / "lake").symlink_to(warehouse / "lake")
+        project = f"--project={args.baseline_project.resolve()}"
+        figures.baseline_build = run_build(
+            baseline, args.cores, args.timeout, args.memory_limit,
+            scratch / name / "baseline_build.log", (project,))  # fmt: skip
+        figures.baseline_unchanged_build = run_build(
+            baseline, args.cores, args.timeout, args.memory_limit,
+            scratch / name / "baseline_unchanged.log", (project,))  # fmt: skip
+        _say(f"  baseline {args.baseline_project}: full {figures.baseline_build.seconds:.1f} s, "
+             f"peak RSS {figures.baseline_build.peak_rss_mib:.0f} MiB; nothing changed "
+             f"{figures.baseline_unchanged_build.seconds:.1f} s")
 
     shutil.move(parked, sim_dir / f"iteration_{last}")
     began = time.perf_counter()
@@ -331,6 +361,12 @@ def measure(
     if not figures.incremental_build.ok:
         figures.broke_at = f"incremental dbt build: {figures.incremental_build.error}"
         return figures
+    if baseline is not None:
+        figures.baseline_incremental_build = run_build(
+            baseline, args.cores, args.timeout, args.memory_limit,
+            scratch / name / "baseline_incremental.log",
+            (f"--project={args.baseline_project.resolve()}",))  # fmt: skip
+        _say(f"  baseline + iteration {last}: {figures.baseline_incremental_build.seconds:.1f} s")
     figures.incremental_rows = count_rows(warehouse, ["fct_kernels", "fct_rank_iterations"])
     figures.full_refresh_build = run_build(
         warehouse,
@@ -344,7 +380,8 @@ def measure(
         f"  same {iterations + 1} iterations, dbt build --full-refresh: "
         f"{figures.full_refresh_build.seconds:.1f} s "
         f"({figures.full_refresh_build.cpu_seconds:.1f} CPU s), peak RSS "
-        f"{figures.full_refresh_build.peak_rss_mib:.0f} MiB"
+        f"{figures.full_refresh_build.peak_rss_mib:.0f} MiB; the +1 build took "
+        f"{figures.incremental_build.seconds / figures.full_refresh_build.seconds:.0%} of it"
     )
     if not figures.full_refresh_build.ok:
         figures.broke_at = f"dbt build --full-refresh: {figures.full_refresh_build.error}"
@@ -379,6 +416,29 @@ def report(all_figures: list[RunFigures]) -> str:
         lines.append(f"\ntp{f.tp}_pp{f.pp}_dp{f.dp} x {f.iterations} iterations:")
         if f.broke_at:
             lines.append(f"  BROKE at {f.broke_at}")
+        if f.build and f.unchanged_build:
+            lines.append(
+                f"  nothing changed: {f.unchanged_build.seconds:.1f} s = "
+                f"{f.unchanged_build.seconds / f.build.seconds:.0%} of the full build"
+            )
+        if f.incremental_build and f.full_refresh_build:
+            lines.append(
+                f"  +1 iteration: {f.incremental_build.seconds:.1f} s = "
+                f"{f.incremental_build.seconds / f.full_refresh_build.seconds:.0%} of a full "
+                f"build of all {f.iterations + 1} iterations"
+                f"{' (REFRESHED EVERYTHING)' if f.incremental_build.refreshed_everything else ''}"
+            )
+        if f.baseline_build and f.build:
+            base = f.baseline_build
+            lines.append(
+                f"  baseline project: full {base.seconds:.1f} s / {base.peak_rss_mib:.0f} MiB "
+                f"(this one {f.build.seconds:.1f} s / {f.build.peak_rss_mib:.0f} MiB: "
+                f"{base.seconds / f.build.seconds:.2f}x faster)"
+                + (f"; nothing changed {f.baseline_unchanged_build.seconds:.1f} s"
+                   if f.baseline_unchanged_build else "")
+                + (f"; +1 iteration {f.baseline_incremental_build.seconds:.1f} s"
+                   if f.baseline_incremental_build else "")
+            )
         builds = (
             ("full build", f.build),
             ("incremental build", f.incremental_build),
@@ -391,7 +451,8 @@ def report(all_figures: list[RunFigures]) -> str:
                 chain = ", ".join(
                     f"{m} {build.model_seconds[m]:.1f}"
                     for m in (
-                        "int_kernels_launched",
+                        "int_slices_contextualized",
+                        "int_kernels_classified",
                         "int_kernel_intervals_merged",
                         "int_rank_iterations_swept",
                         "fct_rank_iterations",
@@ -399,9 +460,7 @@ def report(all_figures: list[RunFigures]) -> str:
                     )
                     if m in build.model_seconds
                 )
-                lines.append(f"  {label}: incremental chain (s): {chain}")
-            if label == "incremental build" and build and build.rebuilt:
-                lines.append(f"  incremental build recomputed every trace of: {build.rebuilt}")
+                lines.append(f"  {label}: kernel chain (s): {chain}")
         if f.rows:
             lines.append(
                 "  rows: "
@@ -455,7 +514,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--memory-limit",
         default="",
-        help="DuckDB memory_limit for the builds, e.g. 8GB (default: DuckDB's, 80%% of RAM)",
+        help="DuckDB memory_limit for the builds, e.g. 8GB (default: profiles.yml's, 60%% of RAM)",
     )
     parser.add_argument(
         "--scale",
@@ -467,6 +526,12 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=1800,
         help="seconds one dbt build may take before it counts as broken",
+    )
+    parser.add_argument(
+        "--baseline-project",
+        type=Path,
+        help="another checkout of the dbt project to time on the same lake (e.g. the previous "
+        "commit, via git worktree add)",
     )
     parser.add_argument("--json", type=Path, help="also write every figure here")
     parser.add_argument("--tmp", type=Path, help="scratch folder (default: a new temp folder)")

@@ -6,7 +6,9 @@
     opens a new island when it starts strictly after the largest end before
     it, so touching intervals merge and nested ones vanish. Returns one row
     per island: partition columns, island_number, start_ns, end_ns, busy_ns,
-    interval_count. One sort and two running windows; no pairwise join.
+    interval_count. One sorted pass over all intervals keeps only island
+    starts and each partition's last row; the island ends and counts come
+    from a second window over those few rows. No pairwise join.
 
     sweep_overlap(relation, partition_by): given disjoint islands
     (partition columns, kind, start_ns, end_ns) of kinds `compute` and
@@ -18,58 +20,78 @@
 #}
 {% macro merge_intervals(relation, partition_by, start_column, end_column) -%}
     {%- set partition = partition_by | join(', ') -%}
-    select
+    {%- set interval_order -%}
+        partition by {{ partition }} order by {{ start_column }}, {{ end_column }}
+    {%- endset -%}
+    {%- set island_bounds -%}
+        (partition by {{ partition }} order by position)
+    {%- endset -%}
+    {%- set columns -%}
         {% for column in partition_by -%}
             {{ column }},
         {% endfor -%}
+    {%- endset -%}
+    select
+        {{ columns }}
         island_number,
-        min(ts_ns) as start_ns,
-        max(end_ns) as end_ns,
-        max(end_ns) - min(ts_ns) as busy_ns,
-        count(*) as interval_count
+        start_ns,
+        end_ns,
+        end_ns - start_ns as busy_ns,
+        interval_count
     from (
         select
-            {% for column in partition_by -%}
-                {{ column }},
-            {% endfor -%}
-            ts_ns,
-            end_ns,
+            {{ columns }}
+            ts_ns as start_ns,
+            is_island_start,
             sum(is_island_start) over (
                 partition by {{ partition }}
-                order by ts_ns, end_ns
+                order by position
                 rows between unbounded preceding and current row
-            ) as island_number
+            ) as island_number,
+            {# The island ends where the next island starts (that start's
+               previous_end_ns), else at the partition's last row. #}
+            case
+                when lead(position) over {{ island_bounds }} is null then running_end_ns
+                when lead(is_island_start) over {{ island_bounds }} = 1
+                    then lead(previous_end_ns) over {{ island_bounds }}
+                else lead(running_end_ns) over {{ island_bounds }}
+            end as end_ns,
+            case
+                when lead(position) over {{ island_bounds }} is null then 1
+                when lead(is_island_start) over {{ island_bounds }} = 1
+                    then lead(position) over {{ island_bounds }} - position
+                else lead(position) over {{ island_bounds }} - position + 1
+            end as interval_count
         from (
             select
-                {% for column in partition_by -%}
-                    {{ column }},
-                {% endfor -%}
+                {{ columns }}
                 ts_ns,
-                end_ns,
+                position,
+                previous_end_ns,
+                running_end_ns,
                 case
                     when previous_end_ns is null or ts_ns > previous_end_ns then 1 else 0
                 end as is_island_start
             from (
+                {# The one pass over every interval: one sort, four running windows. #}
                 select
-                    {% for column in partition_by -%}
-                        {{ column }},
-                    {% endfor -%}
+                    {{ columns }}
                     {{ start_column }} as ts_ns,
-                    {{ end_column }} as end_ns,
                     max({{ end_column }}) over (
-                        partition by {{ partition }}
-                        order by {{ start_column }}, {{ end_column }}
-                        rows between unbounded preceding and 1 preceding
-                    ) as previous_end_ns
+                        {{ interval_order }} rows between unbounded preceding and 1 preceding
+                    ) as previous_end_ns,
+                    max({{ end_column }}) over (
+                        {{ interval_order }} rows between unbounded preceding and current row
+                    ) as running_end_ns,
+                    row_number() over ({{ interval_order }}) as position,
+                    lead({{ start_column }}) over ({{ interval_order }}) as next_ts_ns
                 from {{ relation }}
-            ) as with_previous_end
-        ) as island_starts
-    ) as numbered
-    group by
-        {% for column in partition_by -%}
-            {{ column }},
-        {% endfor -%}
-        island_number
+            ) as ordered
+            {# Keep island starts and each partition's last row (a few rows per island). #}
+            where previous_end_ns is null or ts_ns > previous_end_ns or next_ts_ns is null
+        ) as bounds
+    ) as islands
+    where is_island_start = 1
 {%- endmacro %}
 
 {% macro sweep_overlap(relation, partition_by) -%}

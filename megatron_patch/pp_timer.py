@@ -56,7 +56,6 @@ file) is the same code either way.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 import warnings
@@ -64,6 +63,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
+
+from tracehouse.pp_timer_format import (
+    FORMAT,
+    META_KEY,
+    RankInfo,
+    event_key,
+    event_times_filename,
+    write_event_times,
+)
 
 __all__ = [
     "DEFAULT_ITERATION",
@@ -89,11 +97,6 @@ ENV_LOG_DIR = "PP_TIMER_LOG_DIR"
 ENV_LOG_DIR_TYPO = "PP_TIMIER_LOG_DIR"  # what the original code read
 DEFAULT_ITERATION = 10
 DEFAULT_LOG_DIR = "pp_timer_logs"
-#: Value of ``tracehouse.format`` in the files this module writes.
-FORMAT = "tracehouse-pp-timer/1"
-#: The one key of our metadata object (ignored by the original plot.py).
-META_KEY = "tracehouse"
-TOTAL_KEY = "total-execution-time"
 PHASES = ("forward", "backward")
 _TRUE = frozenset({"1", "true", "yes", "on"})
 
@@ -161,18 +164,6 @@ def default_clock() -> Clock:
     return CudaEventClock() if torch.cuda.is_available() else PerfCounterClock()
 
 
-@dataclass(frozen=True)
-class RankInfo:
-    """Where this rank sits: what the file name and the metadata need."""
-
-    global_rank: int
-    pp_rank: int
-    pp_size: int
-    vpp_size: int
-    tp_cp_dp_rank: int
-    world_size: int | None = None
-
-
 def rank_info_from_parallel_state(parallel_state: Any = None,
                                   vpp_size: int | None = None) -> RankInfo:
     """This rank's :class:`RankInfo` from megatron-core's ``parallel_state``.
@@ -230,19 +221,6 @@ class TimerConfig:
             log_dir = Path(default_log_dir) if default_log_dir else Path(DEFAULT_LOG_DIR)
             source = "default"
         return cls(enabled=enabled, iteration=iteration, log_dir=log_dir, log_dir_from=source)
-
-
-def event_times_filename(info: RankInfo) -> str:
-    """The original's file name (its ``plot.py`` filters on exactly this pattern)."""
-    return (f"event_times_PP{info.pp_size}_VPP{info.vpp_size}_TPxCPxDP_rank_"
-            f"{info.tp_cp_dp_rank}_pp_rank_{info.pp_rank}_rank_{info.global_rank}.json")
-
-
-def event_key(phase: str, chunk: int | None, microbatch: int, edge: str) -> str:
-    """``forward-3-start`` (no VPP) or ``forward-1-3-start`` (chunk 1, VPP)."""
-    if chunk is None:
-        return f"{phase}-{microbatch}-{edge}"
-    return f"{phase}-{chunk}-{microbatch}-{edge}"
 
 
 @dataclass
@@ -348,39 +326,6 @@ class PPTimer:
             microbatches=(len(step.microbatches) // len(per_chunk)) if per_chunk else 0)
         self.last_path = final
         return final
-
-
-def write_event_times(log_dir: Path | str, info: RankInfo, events: list[tuple[str, float]],
-                      total_ms: float, *, iteration: int | None, clock: str,
-                      microbatches: int) -> Path:
-    """Write one rank's PP-timer file (atomically); the one writer of the format.
-
-    Shared by the timer and by ``tracehouse simulate``, so simulated logs are
-    byte-for-byte the same format as measured ones. ``events`` are
-    (key, ms after the start mark) in the order they were taken.
-    """
-    doc: dict[str, Any] = {key: round(float(ms), 6) for key, ms in events}
-    doc[TOTAL_KEY] = round(float(total_ms), 6)
-    doc[META_KEY] = {
-        "format": FORMAT,
-        "iteration": iteration,
-        "rank": info.global_rank,
-        "pp_rank": info.pp_rank,
-        "pp_size": info.pp_size,
-        "vpp_size": info.vpp_size,
-        "tp_cp_dp_rank": info.tp_cp_dp_rank,
-        "world_size": info.world_size,
-        "microbatches": microbatches,
-        "clock": clock,
-        "unit": "ms",
-    }
-    folder = Path(log_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    final = folder / event_times_filename(info)
-    tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(doc, indent=1) + "\n")
-    os.replace(tmp, final)
-    return final
 
 
 #: The rank's timer, used by the patch's calls below.

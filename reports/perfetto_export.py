@@ -10,11 +10,8 @@ What is written, per selected rank (a process track named with the rank's
 coordinates from ``dim_ranks``, e.g. ``rank 5 · pp1 tp1 dp0``):
 
 * one thread track per CPU thread holding Megatron step frames (forward,
-  backward, pp_p2p, dp_sync, optimizer, nested as in the trace), read from
-  the intermediate model ``int_cpu_steps_classified`` (the marts hold steps
-  only aggregated per microbatch, and a timeline needs the frames), with the
-  thread's name from the staging view ``stg_lake__threads`` when it can be
-  read;
+  backward, pp_p2p, dp_sync, optimizer, nested as in the trace), from the
+  mart ``fct_cpu_steps``, with the thread's name;
 * one thread track per GPU stream holding its kernels, copies and fills
   from the mart ``fct_kernels``, each slice named
   ``<phase> mb<microbatch> · <kind> [group] · <short kernel name>`` (with
@@ -399,8 +396,8 @@ def _origin(con: duckdb.DuckDBPyConnection, tables: set[str], run_id: str, ranks
     """The JSON time origin: the whole second at or before the export's first start."""
     firsts = []
     sources = [("fct_kernels", "ts_ns")]
-    if "int_cpu_steps_classified" in tables:
-        sources.append(("int_cpu_steps_classified", "ts_ns"))
+    if "fct_cpu_steps" in tables:
+        sources.append(("fct_cpu_steps", "ts_ns"))
     for table, column in sources:
         offset, join = _offset_join(offsets, "events")
         row = con.execute(
@@ -423,14 +420,9 @@ def _write(con: duckdb.DuckDBPyConnection, tables: set[str], run_id: str,
     rank_list = [rank.rank for rank in selected]
     offsets = result.offsets_applied
 
-    if "int_cpu_steps_classified" in tables:
-        result.cpu_steps_source = "int_cpu_steps_classified"
-        if "stg_lake__threads" in tables:
-            try:  # a view over the lake's Parquet: unreadable if the lake moved
-                con.execute("select * from stg_lake__threads limit 1").fetchall()
-            except duckdb.Error:
-                tables = tables - {"stg_lake__threads"}  # name threads by track id
-        for lanes, item in _grouped(_cpu_steps(con, tables, run_id, rank_list, offsets),
+    if "fct_cpu_steps" in tables:
+        result.cpu_steps_source = "fct_cpu_steps"
+        for lanes, item in _grouped(_cpu_steps(con, run_id, rank_list, offsets),
                                     by_rank, writer):
             lanes.add(item)
             result.cpu_step_slices += 1
@@ -529,26 +521,19 @@ def _kernels(con: duckdb.DuckDBPyConnection, run_id: str, ranks: list[int], offs
         cursor.close()
 
 
-def _cpu_steps(con: duckdb.DuckDBPyConnection, tables: set[str], run_id: str,
-               ranks: list[int], offsets: bool) -> Iterator[tuple[int, str, str, _Slice]]:
+def _cpu_steps(con: duckdb.DuckDBPyConnection, run_id: str, ranks: list[int],
+               offsets: bool) -> Iterator[tuple[int, str, str, _Slice]]:
     offset, join = _offset_join(offsets, "steps")
-    threads = "stg_lake__threads" in tables
-    thread_join = (" left join stg_lake__threads as threads on threads.trace_id ="
-                   " steps.trace_id and threads.track_id = steps.track_id") if threads else ""
-    thread_key = ("coalesce('thread ' || threads.tid, 'track ' || steps.track_id)" if threads
-                  else "'track ' || steps.track_id")
-    thread_name = "threads.thread_name" if threads else "null"
-    columns = _columns(con, "int_cpu_steps_classified")
-    vpp = "steps.vpp_chunk" if "vpp_chunk" in columns else "null"
-    chunk_mb = "steps.chunk_microbatch" if "chunk_microbatch" in columns else "null"
     sql = f"""
         select
-            steps.rank, {thread_key} as thread_key, {thread_name} as thread_name,
+            steps.rank,
+            coalesce('thread ' || steps.tid, 'track ' || steps.track_id) as thread_key,
+            steps.thread_name,
             steps.ts_ns + {offset} as start_ns, steps.end_ns + {offset} as end_ns,
             steps.phase, steps.function_name, steps.file_path, steps.iteration,
-            steps.microbatch, {vpp} as vpp_chunk, {chunk_mb} as chunk_microbatch,
+            steps.microbatch, steps.vpp_chunk, steps.chunk_microbatch,
             steps.is_outermost, steps.trace_id, steps.slice_id
-        from int_cpu_steps_classified as steps{join}{thread_join}
+        from fct_cpu_steps as steps{join}
         where steps.run_id = ? and steps.rank in (select unnest(?::bigint[]))
         order by steps.rank, thread_key, start_ns, end_ns desc, steps.trace_id, steps.slice_id
     """  # noqa: S608 - fixed fragments only; values are bound

@@ -1,4 +1,4 @@
-"""Incremental kernel models (macros/incremental_traces.sql) give what a full build gives.
+"""Incremental per-trace models (macros/per_trace.sql) give what a full build gives.
 
 A simulated TP2 x PP2 x DP2 run is ingested one iteration at a time into a
 real warehouse through the real ingest, and the incremental models are built
@@ -8,8 +8,9 @@ incremental model is compared with it, table by table, with EXCEPT ALL both
 ways. The last steps change one trace file (new content, same path: ingest
 replaces its rows) and unload another (``ingest.lake.remove_trace``): the
 changed trace must be recomputed and the unloaded one's rows must vanish.
-A changed topology file (no trace changed) must recompute the models that
-read the run's process groups (int_kernels_phased and what reads it).
+A changed topology file (no trace changed) must re-resolve the run's
+kernels' groups (fct_kernels joins the per-run lookup in), and a changed
+dbt project makes `tracehouse build` refresh every incremental table.
 
 A marker written into the rows of iteration 1 shows that adding iteration 2
 does not recompute iteration 1 (a recomputed row would lose the marker).
@@ -23,13 +24,16 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
 import pytest
 
-from tracehouse.dbt import EXIT_OK, run_dbt
+from tracehouse import dbt as dbt_module
+from tracehouse.dbt import EXIT_OK, project_dir, run_dbt
 from tracehouse.ingest import lake
 from tracehouse.ingest.runner import ingest_paths
 from tracehouse.simulate import SimConfig, simulate_run, trace_path
@@ -39,40 +43,45 @@ pytestmark = pytest.mark.slow
 
 RUN = "inc"
 WORLD = 8
-#: The models made incremental by trace, and what one row of each is keyed by.
-INCREMENTAL_MODELS = [
-    "int_profiler_steps",
-    "int_cpu_steps_classified",
-    "int_kernel_names_classified",
-    "int_kernels_launched",
-    "int_kernels_phased",
-    "fct_kernels",
-    "int_kernel_intervals_merged",
-    "int_rank_iterations_swept",
-    "fct_rank_iterations",
-    "fct_kernel_summary",
-    "fct_microbatch_phases",
+#: Every model of the chain: the per-trace incremental ones and the tables
+#: rebuilt each time (all must equal a full refresh).
+COMPARED_MODELS = [
+    "intermediate.int_profiler_steps",
+    "intermediate.int_slices_contextualized",
+    "intermediate.int_cpu_steps_classified",
+    "intermediate.int_cpu_collectives_classified",
+    "intermediate.int_kernel_names_classified",
+    "intermediate.int_kernels_classified",
+    "intermediate.int_comm_groups_matched",
+    "intermediate.int_microbatch_steps_chunked",
+    "intermediate.int_kernel_intervals_merged",
+    "intermediate.int_rank_iterations_swept",
+    "main.fct_kernels",
+    "main.fct_rank_iterations",
+    "main.fct_kernel_summary",
+    "main.fct_microbatch_phases",
+    "main.fct_cpu_steps",
+    "main.fct_pipeline_bubbles",
+    "main.fct_cpu_collectives",
 ]
-#: Build only the incremental chain and what it needs, seeds included (the
-#: rest of the project and the dbt tests are covered by other tests).
+#: Build only the chain and what it needs, seeds included (the rest of the
+#: project and the dbt tests are covered by other tests).
 SELECT = [
     "--select", "+fct_rank_iterations", "+fct_kernel_summary", "+fct_microbatch_phases",
+    "+fct_cpu_steps", "+fct_pipeline_bubbles", "+fct_cpu_collectives",
     "--resource-type", "seed", "--resource-type", "model",
 ]  # fmt: skip
-#: Per model: a column overwritten with a marker in iteration 1's rows, and
-#: the predicate picking those rows. Rows an incremental build leaves alone
-#: keep the marker; recomputed rows lose it.
-ITERATION_1_TRACES = "trace_id in (select trace_id from stg_lake__traces where iteration = 1)"
+#: Per per-trace model: a column overwritten with a marker in iteration 1's
+#: rows. Rows an incremental build leaves alone keep the marker; recomputed
+#: rows lose it.
+ITERATION_1_TRACES = (
+    "trace_id in (select trace_id from main.stg_lake__traces where iteration = 1)"
+)
 MARKERS = {
-    "int_profiler_steps": ("end_ns", "-1", ITERATION_1_TRACES),
-    "int_cpu_steps_classified": ("function_name", "'untouched'", ITERATION_1_TRACES),
-    "int_kernels_launched": ("launch_name", "'untouched'", ITERATION_1_TRACES),
-    "int_kernels_phased": ("phase", "'untouched'", ITERATION_1_TRACES),
-    "fct_kernels": ("name", "'untouched'", ITERATION_1_TRACES),
-    "int_kernel_intervals_merged": ("interval_count", "-1", "iteration = 1"),
-    "int_rank_iterations_swept": ("overlap_ns", "-1", "iteration = 1"),
-    "fct_rank_iterations": ("kernel_count", "-1", "iteration = 1"),
-    "fct_microbatch_phases": ("kernel_count", "-1", "iteration = 1"),
+    "intermediate.int_profiler_steps": ("end_ns", "-1"),
+    "intermediate.int_slices_contextualized": ("name", "'untouched'"),
+    "intermediate.int_cpu_steps_classified": ("function_name", "'untouched'"),
+    "intermediate.int_kernels_classified": ("launch_name", "'untouched'"),
 }
 
 
@@ -89,6 +98,21 @@ def _build(warehouse: Path, *extra: str) -> None:
     assert run_dbt(["build", *SELECT, *extra], warehouse) == EXIT_OK
 
 
+def _build_plain(warehouse: Path) -> None:
+    assert run_dbt(["build"], warehouse) == EXIT_OK
+
+
+@contextmanager
+def _project_at(project: Path) -> Iterator[None]:
+    """Run tracehouse's dbt calls on another copy of the project."""
+    original = dbt_module.project_dir
+    dbt_module.project_dir = lambda: project
+    try:
+        yield
+    finally:
+        dbt_module.project_dir = original
+
+
 def _ingest(paths: list[Path], warehouse: Path) -> None:
     result = ingest_paths(paths, warehouse=warehouse, run=RUN, progress=False)
     assert not result.failed, result.failed
@@ -101,9 +125,9 @@ def _differences(incremental: Path, full: Path) -> dict[str, tuple[int, int, int
         con.execute("attach ? as incremental (read_only)", [str(Warehouse(incremental).database)])
         con.execute("attach ? as full_refresh (read_only)", [str(Warehouse(full).database)])
         out = {}
-        for model in INCREMENTAL_MODELS:
-            inc = f"incremental.main.{model}"
-            ful = f"full_refresh.main.{model}"
+        for model in COMPARED_MODELS:
+            inc = f"incremental.{model}"
+            ful = f"full_refresh.{model}"
             [(rows,)] = con.execute(f"select count(*) from {ful}").fetchall()
             [(extra,)] = con.execute(
                 f"select count(*) from (select * from {inc} except all select * from {ful})"
@@ -118,7 +142,7 @@ def _differences(incremental: Path, full: Path) -> dict[str, tuple[int, int, int
 
 
 def _assert_same_as_full_refresh(warehouse: Path, scratch: Path) -> None:
-    """Copy the warehouse, rebuild the copy from scratch, compare every incremental model."""
+    """Copy the warehouse, rebuild the copy from scratch, compare every model of the chain."""
     full = scratch / "full"
     shutil.rmtree(full, ignore_errors=True)
     shutil.copytree(warehouse, full)
@@ -192,15 +216,16 @@ def test_adding_an_iteration_matches_full_refresh_and_keeps_the_others(
     marked = _copy(iteration_2_ingested, tmp_path / "marked")
     con = duckdb.connect(str(Warehouse(marked).database))
     try:
-        for model, (column, value, where) in MARKERS.items():
-            con.execute(f"update {model} set {column} = {value} where {where}")
+        for model, (column, value) in MARKERS.items():
+            con.execute(f"update {model} set {column} = {value} where {ITERATION_1_TRACES}")
     finally:
         con.close()
     _build(marked)
-    for model, (column, value, where) in MARKERS.items():
+    for model, (column, value) in MARKERS.items():
         [(kept, total)] = _query(
             marked,
-            f"select count(*) filter ({column} = {value}), count(*) from {model} where {where}",
+            f"select count(*) filter ({column} = {value}), count(*) from {model}"
+            f" where {ITERATION_1_TRACES}",
         )
         assert kept == total > 0, f"{model}: iteration 1 was recomputed ({kept} of {total} kept)"
     iterations = _query(marked, "select distinct iteration from fct_rank_iterations order by 1")
@@ -243,7 +268,8 @@ def test_changed_trace_is_recomputed_and_unloaded_trace_disappears(
     _assert_same_as_full_refresh(warehouse, tmp_path)
 
     kernels = dict(_query(
-        warehouse, "select trace_id, count(*) from int_kernels_launched where trace_id in (?, ?) "
+        warehouse, "select trace_id, count(*) from intermediate.int_kernels_classified"
+        " where trace_id in (?, ?) "
         "group by 1", [old_changed, new_changed],
     ))  # fmt: skip
     assert old_changed not in kernels and kernels[new_changed] > 0
@@ -257,28 +283,33 @@ def test_changed_trace_is_recomputed_and_unloaded_trace_disappears(
     assert ranks == WORLD - 1
 
 
-def test_changed_var_rebuilds_instead_of_mixing_settings(
+def test_changed_project_refreshes_instead_of_mixing_code(
     iteration_2_built: Path, tmp_path: Path
 ) -> None:
-    """A var in the code fingerprint (kernel_time_unit_ns) changes: every row is recomputed.
+    """`tracehouse build` after a change of the dbt project rebuilds every incremental table.
 
-    An incremental build that kept the old rows would mix intervals rounded
-    to 1 ns with intervals rounded to whole microseconds.
+    dbt's delete+insert would otherwise keep the old traces' rows computed by
+    the old code beside new traces' rows computed by the new. The project is
+    copied and one seed pattern edited (GEMM kernels become `memory`); the
+    next plain build must reclassify the rows of traces it had already built.
     """
     warehouse = _copy(iteration_2_built, tmp_path / "warehouse")
-    whole_us = ["--vars", '{"kernel_time_unit_ns": 1000}']
-    _build(warehouse, *whole_us)
-    full = tmp_path / "full"
-    shutil.copytree(warehouse, full)
-    _build(full, "--full-refresh", *whole_us)
-    differences = _differences(warehouse, full)
-    for model, (rows, extra, missing) in differences.items():
-        assert rows > 0 and (extra, missing) == (0, 0), (model, differences[model])
-    [(unrounded,)] = _query(
-        warehouse,
-        "select count(*) from int_kernels_launched where interval_start_ns % 1000 <> 0",
-    )
-    assert unrounded == 0
+    _build_plain(warehouse)  # records the fingerprint of the project as it is
+    project = tmp_path / "project"
+    shutil.copytree(project_dir(), project, ignore=shutil.ignore_patterns(
+        ".venv", ".git", "warehouse", "target", "logs", "__pycache__", "tests", "benchmarks"))
+    shutil.copytree(project_dir() / "tests" / "dbt", project / "tests" / "dbt")
+    patterns = project / "seeds" / "kernel_kind_patterns.csv"
+    patterns.write_text(patterns.read_text().rstrip("\n")
+                        + "\ngemm,5,memory,name,(?i)gemm,test: GEMMs count as memory\n")
+    [(gemms,)] = _query(warehouse, "select count(*) from fct_kernels where name ilike '%gemm%'")
+    assert gemms > 0
+    with _project_at(project):
+        assert run_dbt(["build"], warehouse) == EXIT_OK
+    [(still_compute,)] = _query(
+        warehouse, "select count(*) from intermediate.int_kernels_classified"
+        " where name ilike '%gemm%' and kind <> 'memory'")
+    assert still_compute == 0
 
 
 def test_changed_topology_recomputes_the_runs_kernels(

@@ -28,15 +28,19 @@ ITERATIONS = [3, 4]
 WORLD = 8
 MICROBATCHES = 4
 CORE_MODELS = [
+    "int_process_groups_resolved",
+    "int_ranks_placed",
+    "int_comm_groups_matched",
+    "int_profiler_steps",
+    "int_slices_contextualized",
     "int_kernel_names_classified",
-    "int_kernels_launched",
+    "int_kernels_classified",
     "int_kernel_intervals_merged",
     "int_rank_iterations_swept",
-    "int_profiler_steps",
     "int_cpu_steps_classified",
-    "int_kernels_phased",
     "int_microbatch_steps_chunked",
     "int_cpu_collectives_classified",
+    "fct_cpu_steps",
     "fct_microbatch_phases",
     "fct_pipeline_bubbles",
     "fct_cpu_collectives",
@@ -71,14 +75,30 @@ def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     yield root / "warehouse"
 
 
-def test_build_runs_every_core_model_and_test(warehouse: Path) -> None:
+def _run_results(warehouse: Path) -> dict[str, str]:
     path = warehouse / DBT_ARTIFACTS_DIR / "target" / "run_results.json"
     results = json.loads(path.read_text())["results"]
-    statuses = {result["unique_id"]: result["status"] for result in results}
+    return {result["unique_id"]: result["status"] for result in results}
+
+
+def test_build_runs_every_core_model_and_test(warehouse: Path) -> None:
+    statuses = _run_results(warehouse)
     assert {f"model.tracehouse.{name}" for name in CORE_MODELS} <= set(statuses)
     assert all(status in {"pass", "success"} for status in statuses.values())
+    # A plain `tracehouse build` leaves the unit tests and the lake's own
+    # invariants (tag `lake`) off its critical path ...
+    assert not [uid for uid in statuses if uid.startswith("unit_test.")]
+    assert any(uid.startswith("test.tracehouse.") for uid in statuses)
+    assert not [uid for uid in statuses if "stg_lake__" in uid and uid.startswith("test.")]
+
+
+def test_unit_tests_pass(warehouse: Path) -> None:
+    """... so the suite runs every dbt unit test itself (given rows -> expected rows)."""
+    assert run_dbt(["test", "--select", "test_type:unit"], warehouse) == EXIT_OK
+    statuses = _run_results(warehouse)
     unit_tests = [uid for uid in statuses if uid.startswith("unit_test.")]
-    assert len(unit_tests) >= 8
+    assert len(unit_tests) >= 20, unit_tests
+    assert all(statuses[uid] == "pass" for uid in unit_tests)
 
 
 def test_every_rank_has_every_iteration(warehouse: Path) -> None:

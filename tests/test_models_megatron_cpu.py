@@ -95,7 +95,7 @@ def test_optimizer_is_matched_on_the_function_not_the_package(warehouse: Path) -
     """The original's `*optimizer*` matched every function under megatron/core/optimizer/."""
     rows = _query(
         warehouse,
-        "select distinct function_name from int_cpu_steps_classified where phase = 'optimizer'",
+        "select distinct function_name from intermediate.int_cpu_steps_classified where phase = 'optimizer'",
     )
     names = {name for (name,) in rows}
     assert names and names <= {"step", "step_with_ready_grads", "_step"}
@@ -134,7 +134,7 @@ def test_interleaved_order_matches_megatron(warehouse: Path) -> None:
         warehouse,
         """
         select phase, chunk_source, microbatch, vpp_chunk, schedule_chunk, chunk_microbatch
-        from int_microbatch_steps_chunked
+        from intermediate.int_microbatch_steps_chunked
         where run_id = 'tp2_pp2_dp1_vpp2'
         """,
     )

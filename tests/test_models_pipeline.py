@@ -99,7 +99,7 @@ def test_interleaved_chunks_have_every_microbatch(built: Built) -> None:
         """
         select count(*) filter (where vpp_chunk <> schedule_chunk),
                count(*) filter (where chunk_source = 'module_frame')
-        from int_microbatch_steps_chunked where run_id = 'sim_vpp'
+        from intermediate.int_microbatch_steps_chunked where run_id = 'sim_vpp'
         """,
     )
     assert disagreeing == 0
@@ -244,7 +244,7 @@ def test_call_stack_groups_agree_with_kernel_args(built: Built) -> None:
             select kernels.trace_id, kernels.comm_process_group_kind, kernels.comm_group_index,
                    launched.launch_track_id, launched.launch_ts_ns
             from fct_kernels as kernels
-            inner join int_kernels_launched as launched
+            inner join intermediate.int_kernels_classified as launched
                 on kernels.trace_id = launched.trace_id and kernels.slice_id = launched.slice_id
             where kernels.kind = 'communication'
         )
@@ -288,7 +288,7 @@ def test_chunk_order_matches_megatrons_pp_timer(built: Built) -> None:
         found as (
             select run_id, rank, iteration, phase,
                    list([coalesce(vpp_chunk, 0), chunk_microbatch] order by ts_ns) as sequence
-            from int_microbatch_steps_chunked group by all
+            from intermediate.int_microbatch_steps_chunked group by all
         )
         select found.run_id, found.phase, count(*),
                count(*) filter (where timer.sequence = found.sequence)

@@ -106,7 +106,7 @@ def _kernel_counts(warehouse: Path, run_id: str) -> dict[int, int]:
 
 
 def _cpu_counts(warehouse: Path, run_id: str) -> dict[int, int]:
-    return dict(_rows(warehouse, "select rank, count(*) from int_cpu_steps_classified "
+    return dict(_rows(warehouse, "select rank, count(*) from fct_cpu_steps "
                       "where run_id = ? group by rank", [run_id]))
 
 
@@ -534,5 +534,5 @@ def test_trace_processor_reads_the_same_tracks_and_slices(
         kinds = _rows(warehouse, "select distinct case when kind = 'communication' then "
                       "trim('comm ' || coalesce(comm_group_kind, '')) else kind end "
                       "from fct_kernels where run_id = ? union select distinct 'cpu ' || phase"
-                      " from int_cpu_steps_classified where run_id = ?", [SIM, SIM])
+                      " from fct_cpu_steps where run_id = ?", [SIM, SIM])
         assert {row["colour"] for row in answers["colours"]} == {kind for (kind,) in kinds}

@@ -396,8 +396,8 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def _cmd_topology(args: argparse.Namespace) -> int:
-    from tracehouse.megatron_patch.topology_dump import format_traceviz_txt, topology_json
     from tracehouse.topology import build_topology
+    from tracehouse.topology_files import format_traceviz_txt, topology_json
 
     try:
         topo = build_topology(world=args.world, tp=args.tp, pp=args.pp, cp=args.cp, ep=args.ep,

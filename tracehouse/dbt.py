@@ -10,6 +10,16 @@ named by ``$TRACEHOUSE_WAREHOUSE`` (see ``profiles.yml`` and the ``lake``
 source); :func:`run_dbt` sets that variable to the absolute warehouse path
 for the length of the run, so the views it creates point at absolute paths
 and keep working from any directory.
+
+Commands that write the database (``build``, ``run``, ``seed``, ``test``,
+``snapshot``) write a copy that is published when dbt is done
+(:mod:`tracehouse.publish`), so readers are never blocked, and two of them
+take turns. A plain ``build`` skips what needs no time: unit tests (the
+test suite runs them) and the lake's own invariants (tag ``lake``: ingest
+guarantees them; ``dbt build`` and the test suite check them), and is
+skipped entirely when neither the project nor the lake changed since the
+last successful one; a changed project rebuilds with ``--full-refresh``
+(:mod:`tracehouse.build_state`).
 """
 
 from __future__ import annotations
@@ -21,10 +31,19 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tracehouse.build_state import fingerprint, read_state, write_state
+from tracehouse.publish import (
+    DATABASE_ENV_VAR,
+    build_lock,
+    discard_copy,
+    prepare_copy,
+    publish_copy,
+)
 from tracehouse.warehouse import ENV_VAR, Warehouse
 
 if TYPE_CHECKING:
     import click
+    from dbt.cli.main import dbtRunnerResult
 
 #: Exit codes shared by every tracehouse command.
 EXIT_OK = 0
@@ -33,6 +52,14 @@ EXIT_USAGE = 2
 
 #: dbt subcommands that query the lake; they need at least one loaded trace.
 _COMMANDS_READING_LAKE = frozenset({"build", "run", "test", "show"})
+#: dbt subcommands that write the database: they run on a copy that is
+#: published when they are done, under the warehouse's build lock.
+_COMMANDS_WRITING_DATABASE = frozenset({"build", "run", "seed", "test", "snapshot"})
+#: dbt subcommands whose models are incremental, hence refreshed when the
+#: project changed since the last build.
+_COMMANDS_BUILDING_MODELS = frozenset({"build", "run"})
+#: What a plain ``tracehouse build`` leaves out (see the module docstring).
+PLAIN_BUILD_EXCLUDES = ("--exclude-resource-type", "unit_test", "--exclude", "tag:lake")
 
 #: Folder inside the warehouse for dbt's artifacts (compiled SQL, manifest,
 #: run results, logs), so that two warehouses never share them.
@@ -141,10 +168,49 @@ def run_dbt(args: Sequence[str] = (), warehouse: Path | None = None) -> int:
     for name, (flag, value) in defaults.items():
         if name in accepted and not _has_flag(argv, flag):
             added += [flag, value]
-    invocation = [*argv[:path_len], *added, *argv[path_len:]]
+    is_plain_build = argv == ["build"]
+    if is_plain_build:
+        added += list(PLAIN_BUILD_EXCLUDES)
 
-    with _environment(ENV_VAR, str(root)):
-        result = dbtRunner().invoke(invocation)
+    if argv[0] not in _COMMANDS_WRITING_DATABASE or {"--help", "-h"} & set(argv):
+        invocation = [*argv[:path_len], *added, *argv[path_len:]]
+        with _environment(ENV_VAR, str(root)):
+            result = dbtRunner().invoke(invocation)
+        return _exit_code(result, argv, root)
+
+    with build_lock(root):
+        state = fingerprint(project, Warehouse(root).lake, argv)
+        last = read_state(artifacts)
+        database_exists = Warehouse(root).database.exists()
+        if is_plain_build and database_exists and last == state:
+            print(f"warehouse {root} is up to date: neither the project nor the lake "
+                  "changed since the last build (nothing to do)")
+            return EXIT_OK
+        if (argv[0] in _COMMANDS_BUILDING_MODELS and database_exists and last is not None
+                and last.project != state.project and not _has_flag(argv, "--full-refresh")):
+            print("the dbt project changed since the last build: rebuilding every "
+                  "incremental table (--full-refresh)")
+            added.append("--full-refresh")
+        invocation = [*argv[:path_len], *added, *argv[path_len:]]
+        copy = prepare_copy(root)
+        try:
+            with _environment(ENV_VAR, str(root)), _environment(DATABASE_ENV_VAR, str(copy)):
+                result = dbtRunner().invoke(invocation)
+        except BaseException:
+            discard_copy(root)
+            raise
+        if isinstance(result.exception, DbtUsageException):
+            discard_copy(root)
+        else:
+            publish_copy(root)
+        if result.success and argv[0] in _COMMANDS_BUILDING_MODELS:
+            write_state(artifacts, state)
+    return _exit_code(result, argv, root)
+
+
+def _exit_code(result: dbtRunnerResult, argv: Sequence[str], root: Path) -> int:
+    """Map a dbt result to a tracehouse exit code, printing dbt's exception if any."""
+    from dbt.cli.exceptions import DbtUsageException
 
     if result.success:
         return EXIT_OK

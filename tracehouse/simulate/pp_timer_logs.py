@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tracehouse.megatron_patch.pp_timer import RankInfo, event_key, write_event_times
+from tracehouse.pp_timer_format import RankInfo, event_key, write_event_times
 
 from .config import SimConfig
 from .program import KERNEL, MEMOP

@@ -7,22 +7,14 @@
     island when it starts strictly after the largest end seen before it in
     its partition, so touching intervals (start = previous end) merge and
     nested ones are swallowed. One sort and two running windows per
-    partition; no pairwise interval join. Bounds are int_kernels_launched's
-    interval_start_ns/interval_end_ns (var('kernel_time_unit_ns')).
-    Incremental by run x rank x iteration (macros/incremental_traces.sql):
-    a build recomputes only the iterations of ranks whose traces changed.
+    partition; no pairwise interval join.
+    Interval bounds: each kernel's start rounded up and end rounded down to
+    var('kernel_time_unit_ns'): 1 (default) keeps ns exactly; 1000
+    reproduces Holistic Trace Analysis, which rounds ns-resolution traces
+    inward to whole microseconds (a sub-microsecond kernel then gets a
+    negative length, as in HTA). An aggregate over all kernels, rebuilt
+    each time.
 #}
-
-{{ config(
-    materialized='incremental',
-    incremental_strategy='append',
-    on_schema_change='sync_all_columns',
-    pre_hook=[
-        "{{ incremental_traces_prepare() }}",
-        "{{ incremental_traces_delete('partition') }}",
-    ],
-    post_hook="{{ incremental_traces_record() }}",
-) }}
 
 with
 
@@ -32,10 +24,9 @@ kernels as (
         rank,
         iteration,
         kind,
-        interval_start_ns as ts_ns,
-        interval_end_ns as end_ns
-    from {{ ref('int_kernels_launched') }}
-    where {{ incremental_traces_where('partition') }}
+        {{ round_up_to_unit('ts_ns', var('kernel_time_unit_ns')) }} as ts_ns,
+        {{ round_down_to_unit('end_ns', var('kernel_time_unit_ns')) }} as end_ns
+    from {{ ref('int_kernels_classified') }}
 ),
 
 intervals as (

@@ -8,20 +8,7 @@
     time from one boundary to the next is overlap when both counts are open.
     Ties at one instant give zero-length segments, so their order does not
     change the sum.
-    Incremental by run x rank x iteration (macros/incremental_traces.sql):
-    a build recomputes only the iterations of ranks whose traces changed.
 #}
-
-{{ config(
-    materialized='incremental',
-    incremental_strategy='append',
-    on_schema_change='sync_all_columns',
-    pre_hook=[
-        "{{ incremental_traces_prepare() }}",
-        "{{ incremental_traces_delete('partition') }}",
-    ],
-    post_hook="{{ incremental_traces_record() }}",
-) }}
 
 with
 
@@ -36,7 +23,6 @@ islands as (
     from {{ ref('int_kernel_intervals_merged') }}
     where
         kind in ('compute', 'communication')
-        and {{ incremental_traces_where('partition') }}
 ),
 
 swept as (

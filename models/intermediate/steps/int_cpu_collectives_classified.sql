@@ -17,13 +17,21 @@
     matches var distributed_optimizer_file_pattern): the grad-norm
     all-reduce then spans the optimizer instance, not the model-parallel
     group (DistributedOptimizer.get_grad_stats_parallel_group).
-    Iteration as for step frames: the ProfilerStep holding the start, else
-    the trace's iteration.
+    Iteration from int_slices_contextualized (the ProfilerStep holding the
+    start, else the trace's iteration).
+    Per trace (macros/per_trace.sql): delete+insert on trace_id.
 #}
 
 {%- set distributed_optimizer_file = var(
     'distributed_optimizer_file_pattern', 'distrib_optimizer\\.py$'
 ) %}
+
+{{ config(
+    materialized='incremental',
+    incremental_strategy='delete+insert',
+    unique_key='trace_id',
+    post_hook="{{ delete_unloaded_traces() }}",
+) }}
 
 with
 
@@ -35,9 +43,17 @@ slices as (
         slice_id,
         track_id,
         name,
+        frame_kind,
+        frame_file,
+        frame_function,
+        iteration,
         ts_ns,
         end_ns
-    from {{ ref('stg_lake__slices') }}
+    from {{ ref('int_slices_contextualized') }}
+    where
+        not is_gpu
+        and (frame_kind = 'python' or name like 'c10d::%' or name like 'gloo:%')
+        and {{ traces_to_build() }}
 ),
 
 patterns as (
@@ -53,23 +69,6 @@ patterns as (
     from {{ ref('collective_group_patterns') }}
 ),
 
-traces as (
-    select
-        trace_id,
-        iteration,
-        min_profiler_step
-    from {{ ref('stg_lake__traces') }}
-),
-
-profiler_steps as (
-    select
-        trace_id,
-        step_number,
-        ts_ns,
-        end_ns
-    from {{ ref('int_profiler_steps') }}
-),
-
 collective_slices as (
     select
         run_id,
@@ -77,6 +76,7 @@ collective_slices as (
         trace_id,
         slice_id,
         track_id,
+        iteration,
         name,
         ts_ns,
         end_ns
@@ -99,14 +99,14 @@ frames as (
         slices.track_id,
         slices.ts_ns,
         slices.end_ns,
-        substring(slices.name, 1, strpos(slices.name, '(') - 1) as file_path,
-        substring(slices.name, strpos(slices.name, '): ') + 3) as function_name
+        slices.frame_file as file_path,
+        slices.frame_function as function_name
     from slices
     inner join collective_tracks
         on
             slices.trace_id = collective_tracks.trace_id
             and slices.track_id = collective_tracks.track_id
-    where slices.name like '%): %'
+    where slices.frame_kind = 'python'
 ),
 
 distributed_optimizer_traces as (
@@ -182,51 +182,35 @@ call_site_frames as (
 ),
 
 {# The innermost seed frame holding the event's start, then the lowest priority. #}
-call_sites as (
-    select *
-    from (
-        select
-            events.trace_id,
-            events.slice_id,
-            call_site_frames.file_path,
-            call_site_frames.function_name,
-            call_site_frames.end_ns as call_site_end_ns,
-            call_site_frames.pattern_id,
-            call_site_frames.kind,
-            call_site_frames.group_kind,
-            call_site_frames.distributed_optimizer_kind,
-            call_site_frames.distributed_optimizer_group_kind,
-            row_number() over (
-                partition by events.trace_id, events.slice_id
-                order by
-                    call_site_frames.ts_ns desc,
-                    call_site_frames.end_ns asc,
-                    call_site_frames.priority asc,
-                    call_site_frames.pattern_id asc
-            ) as site_rank
-        from events
-        inner join call_site_frames
-            on
-                events.trace_id = call_site_frames.trace_id
-                and events.track_id = call_site_frames.track_id
-                and events.ts_ns >= call_site_frames.ts_ns
-                and events.ts_ns < call_site_frames.end_ns
-    ) as ranked_sites
-    where site_rank = 1
-),
-
-event_steps as (
+call_site_candidates as (
     select
         events.trace_id,
         events.slice_id,
-        max(profiler_steps.step_number) as step_number
+        call_site_frames.file_path,
+        call_site_frames.function_name,
+        call_site_frames.ts_ns as call_site_ts_ns,
+        call_site_frames.end_ns as call_site_end_ns,
+        call_site_frames.pattern_id,
+        call_site_frames.priority,
+        call_site_frames.kind,
+        call_site_frames.group_kind,
+        call_site_frames.distributed_optimizer_kind,
+        call_site_frames.distributed_optimizer_group_kind
     from events
-    inner join profiler_steps
+    inner join call_site_frames
         on
-            events.trace_id = profiler_steps.trace_id
-            and events.ts_ns >= profiler_steps.ts_ns
-            and events.ts_ns < profiler_steps.end_ns
-    group by 1, 2
+            events.trace_id = call_site_frames.trace_id
+            and events.track_id = call_site_frames.track_id
+            and events.ts_ns >= call_site_frames.ts_ns
+            and events.ts_ns < call_site_frames.end_ns
+),
+
+call_sites as (
+    {{ first_match(
+        'call_site_candidates',
+        ['trace_id', 'slice_id'],
+        ['call_site_ts_ns desc', 'call_site_end_ns asc', 'priority asc', 'pattern_id asc'],
+    ) }}
 ),
 
 final as (
@@ -236,11 +220,7 @@ final as (
         events.trace_id,
         events.slice_id,
         events.track_id,
-        case
-            when traces.min_profiler_step is null
-                then coalesce(traces.iteration, {{ var('default_iteration') }})
-            else event_steps.step_number
-        end as iteration,
+        events.iteration,
         events.name,
         regexp_replace(
             regexp_replace(events.name, '^(c10d::|gloo:)', ''), '_$', ''
@@ -268,12 +248,6 @@ final as (
         on
             events.trace_id = call_sites.trace_id
             and events.slice_id = call_sites.slice_id
-    left join event_steps
-        on
-            events.trace_id = event_steps.trace_id
-            and events.slice_id = event_steps.slice_id
-    left join traces
-        on events.trace_id = traces.trace_id
     left join distributed_optimizer_traces
         on events.trace_id = distributed_optimizer_traces.trace_id
 )

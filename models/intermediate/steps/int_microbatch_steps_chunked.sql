@@ -22,6 +22,8 @@
     chunk is NULL and chunk_microbatch = microbatch. Otherwise
     chunk_microbatch = start order of the step among the rank's steps of the
     same phase and chunk (Megatron runs each chunk's microbatches in order).
+    A per-run lookup (it reads the run's topology), rebuilt each time; it
+    holds microbatch steps only, so it stays small.
 #}
 
 {%- set module_pattern = var(
@@ -56,8 +58,8 @@ slices as (
         track_id,
         name,
         ts_ns
-    from {{ ref('stg_lake__slices') }}
-    where name like 'nn.Module: %'
+    from {{ ref('int_slices_contextualized') }}
+    where frame_kind = 'module'
 ),
 
 topology as (
@@ -74,7 +76,7 @@ ranks as (
         run_id,
         rank,
         pp_size
-    from {{ ref('dim_ranks') }}
+    from {{ ref('int_ranks_placed') }}
 ),
 
 module_frames as (

@@ -41,7 +41,7 @@ process_groups as (
         group_size,
         pg_name,
         pg_desc
-    from {{ ref('dim_process_groups') }}
+    from {{ ref('int_process_groups_resolved') }}
 ),
 
 groups_of_ranks as (

@@ -1,20 +1,8 @@
 {#
     One row per run x rank x kernel name: how often it ran and how much GPU
     time it took, over all iterations of the rank.
-    Incremental by run x rank (macros/incremental_traces.sql): a build
-    recomputes the ranks whose traces changed, over all their iterations.
+    A table rebuilt each time from the kernels of every loaded trace.
 #}
-
-{{ config(
-    materialized='incremental',
-    incremental_strategy='append',
-    on_schema_change='sync_all_columns',
-    pre_hook=[
-        "{{ incremental_traces_prepare() }}",
-        "{{ incremental_traces_delete('rank') }}",
-    ],
-    post_hook="{{ incremental_traces_record() }}",
-) }}
 
 with
 
@@ -26,7 +14,6 @@ kernels as (
         kind,
         dur_ns
     from {{ ref('fct_kernels') }}
-    where {{ incremental_traces_where('rank') }}
 ),
 
 per_name as (

@@ -1,93 +1,45 @@
 {#
-    One row per GPU kernel, copy or fill: run x rank x kernel, with phase,
-    microbatch, vpp chunk, microbatch within the chunk and communication
-    group from int_kernels_phased.
-    Incremental by trace (macros/incremental_traces.sql): a build computes
-    the kernels of new traces, and of traces whose int_kernels_phased rows
-    were recomputed for a changed run context (the context_hash that
-    int_kernels_phased's ledger keeps differs from the one this model's
-    ledger kept at its last build), and deletes those of unloaded ones.
+    One row per GPU kernel, copy or fill: run x rank x kernel. The per-trace
+    kernel table (int_kernels_classified: launch, iteration, kind, phase,
+    microbatch) with the run's lookups joined in here, at the mart, so that
+    a new trace or topology file never recomputes the per-trace table:
+    the vpp chunk and Megatron's microbatch within the chunk of the kernel's
+    microbatch step (int_microbatch_steps_chunked), and its communication
+    group (int_comm_groups_matched).
+
+    comm_group_kind (communication kernels only): the `process_group_kinds`
+    seed on the kernel's `Process Group Description`, else the matched
+    group's kind, else the comm_group_kind of the winning step pattern (seed
+    megatron_step_patterns); comm_group_source says which.
 #}
-
-{#- The run context int_kernels_phased's rows of each trace were computed
-    with: the context_hash its ledger keeps. -#}
-{%- set trace_context = "select trace_id, context_hash from {{ ref('int_kernels_phased')"
-    ~ ".incorporate(path={'identifier': 'int_kernels_phased__traces'}) }}" -%}
-
-{{ config(
-    materialized='incremental',
-    incremental_strategy='append',
-    on_schema_change='sync_all_columns',
-    pre_hook=[
-        "{{ incremental_traces_prepare() }}",
-        "{% if incremental_traces_mode() == 'incremental' %}"
-        ~ " insert into {{ incremental_traces_changed() }}"
-        ~ " (trace_id, run_id, rank, change, has_steps, first_iteration, last_iteration)"
-        ~ " select traces.trace_id, traces.run_id, traces.rank, 'new',"
-        ~ " traces.min_profiler_step is not null,"
-        ~ " coalesce(traces.min_profiler_step, traces.iteration, {{ var('default_iteration') }}),"
-        ~ " coalesce(traces.max_profiler_step, traces.iteration, {{ var('default_iteration') }})"
-        ~ " from {{ ref('stg_lake__traces') }} as traces"
-        ~ " inner join (" ~ trace_context ~ ") as now_context on traces.trace_id = now_context.trace_id"
-        ~ " left join {{ incremental_traces_ledger() }} as built_context"
-        ~ " on traces.trace_id = built_context.trace_id"
-        ~ " where built_context.context_hash is distinct from now_context.context_hash"
-        ~ " and traces.trace_id not in (select changed.trace_id"
-        ~ " from {{ incremental_traces_changed() }} as changed)"
-        ~ "{% else %} select 1 as no_context_change{% endif %}",
-        "{{ incremental_traces_delete('trace') }}",
-    ],
-    post_hook=[
-        "{{ incremental_traces_record() }}",
-        "alter table {{ incremental_traces_ledger() }} add column context_hash varchar",
-        "update {{ incremental_traces_ledger() }} as ledger"
-        ~ " set context_hash = now_context.context_hash"
-        ~ " from (" ~ trace_context ~ ") as now_context"
-        ~ " where ledger.trace_id = now_context.trace_id",
-    ],
-) }}
 
 with
 
 kernels as (
+    select * from {{ ref('int_kernels_classified') }}
+),
+
+chunks as (
+    select
+        trace_id,
+        slice_id as step_slice_id,
+        vpp_chunk,
+        chunk_microbatch
+    from {{ ref('int_microbatch_steps_chunked') }}
+),
+
+comm_groups as (
     select
         run_id,
         rank,
-        trace_id,
-        slice_id,
-        category,
-        name,
-        kind,
-        device,
-        stream,
-        correlation,
         process_group_desc,
-        launch_slice_id,
-        launch_source,
-        launch_name,
-        iteration,
-        is_outside_steps,
-        ts_ns,
-        dur_ns,
-        end_ns
-    from {{ ref('int_kernels_launched') }}
-    where {{ incremental_traces_where('trace') }}
-),
-
-phases as (
-    select
-        trace_id,
-        slice_id,
-        phase,
-        microbatch,
-        vpp_chunk,
-        chunk_microbatch,
-        comm_group_kind,
-        comm_group_source,
-        comm_process_group_kind,
-        comm_group_index
-    from {{ ref('int_kernels_phased') }}
-    where {{ incremental_traces_where('trace') }}
+        process_group_name,
+        process_group_ranks_key,
+        desc_group_kind,
+        matched_group_kind,
+        matched_group_index,
+        matched_kind
+    from {{ ref('int_comm_groups_matched') }}
 ),
 
 final as (
@@ -99,20 +51,42 @@ final as (
         kernels.name,
         kernels.category,
         kernels.kind,
-        phases.phase,
-        phases.comm_group_kind,
-        phases.comm_group_source,
-        phases.comm_process_group_kind,
-        phases.comm_group_index,
+        kernels.phase,
+        case
+            when kernels.kind = 'communication'
+                then coalesce(
+                    comm_groups.desc_group_kind,
+                    nullif(comm_groups.matched_kind, 'other'),
+                    kernels.phase_group_kind
+                )
+        end as comm_group_kind,
+        case
+            when kernels.kind = 'communication' and comm_groups.matched_group_kind is not null
+                then 'process_group'
+            when kernels.kind = 'communication' and comm_groups.desc_group_kind is not null
+                then 'process_group_desc'
+            when kernels.kind = 'communication' and kernels.phase_group_kind is not null
+                then 'phase'
+        end as comm_group_source,
+        comm_groups.matched_group_kind as comm_process_group_kind,
+        comm_groups.matched_group_index as comm_group_index,
         kernels.iteration,
-        phases.microbatch,
-        phases.vpp_chunk,
-        phases.chunk_microbatch,
+        kernels.microbatch,
+        case when kernels.microbatch is not null then chunks.vpp_chunk end as vpp_chunk,
+        case when kernels.microbatch is not null then chunks.chunk_microbatch end
+            as chunk_microbatch,
         kernels.is_outside_steps,
         kernels.device,
         kernels.stream,
         kernels.correlation,
+        kernels.collective_name,
+        kernels.process_group_name,
         kernels.process_group_desc,
+        kernels.process_group_ranks_key,
+        kernels.dtype,
+        kernels.group_size,
+        kernels.in_msg_nelems,
+        kernels.out_msg_nelems,
         kernels.launch_slice_id,
         kernels.launch_source,
         kernels.launch_name,
@@ -120,10 +94,19 @@ final as (
         kernels.dur_ns,
         kernels.end_ns
     from kernels
-    left join phases
+    left join chunks
         on
-            kernels.trace_id = phases.trace_id
-            and kernels.slice_id = phases.slice_id
+            kernels.trace_id = chunks.trace_id
+            and kernels.step_slice_id = chunks.step_slice_id
+    left join comm_groups
+        on
+            kernels.kind = 'communication'
+            and kernels.run_id = comm_groups.run_id
+            and kernels.rank = comm_groups.rank
+            and kernels.process_group_desc is not distinct from comm_groups.process_group_desc
+            and kernels.process_group_name is not distinct from comm_groups.process_group_name
+            and kernels.process_group_ranks_key
+            is not distinct from comm_groups.process_group_ranks_key
 )
 
 select * from final

@@ -13,50 +13,8 @@
     chunk) come with the microbatch: from the kernels (fct_kernels) or the
     step frames (int_microbatch_steps_chunked). They are functions of the
     microbatch's step, so they do not change the grain.
-    Incremental by run x rank x iteration (macros/incremental_traces.sql):
-    a build recomputes the iterations of ranks whose traces changed, and
-    those of traces whose chunks or groups changed since the last build
-    (the context_hash of int_kernels_phased's ledger against the one this
-    model's ledger kept).
+    A table rebuilt each time from the kernels of every loaded trace.
 #}
-
-{#- The run context int_kernels_phased's rows of each trace were computed
-    with: the context_hash its ledger keeps. -#}
-{%- set trace_context = "select trace_id, context_hash from {{ ref('int_kernels_phased')"
-    ~ ".incorporate(path={'identifier': 'int_kernels_phased__traces'}) }}" -%}
-
-{{ config(
-    materialized='incremental',
-    incremental_strategy='append',
-    on_schema_change='sync_all_columns',
-    pre_hook=[
-        "{{ incremental_traces_prepare() }}",
-        "{% if incremental_traces_mode() == 'incremental' %}"
-        ~ " insert into {{ incremental_traces_changed() }}"
-        ~ " (trace_id, run_id, rank, change, has_steps, first_iteration, last_iteration)"
-        ~ " select traces.trace_id, traces.run_id, traces.rank, 'new',"
-        ~ " traces.min_profiler_step is not null,"
-        ~ " coalesce(traces.min_profiler_step, traces.iteration, {{ var('default_iteration') }}),"
-        ~ " coalesce(traces.max_profiler_step, traces.iteration, {{ var('default_iteration') }})"
-        ~ " from {{ ref('stg_lake__traces') }} as traces"
-        ~ " inner join (" ~ trace_context ~ ") as now_context on traces.trace_id = now_context.trace_id"
-        ~ " left join {{ incremental_traces_ledger() }} as built_context"
-        ~ " on traces.trace_id = built_context.trace_id"
-        ~ " where built_context.context_hash is distinct from now_context.context_hash"
-        ~ " and traces.trace_id not in (select changed.trace_id"
-        ~ " from {{ incremental_traces_changed() }} as changed)"
-        ~ "{% else %} select 1 as no_context_change{% endif %}",
-        "{{ incremental_traces_delete('partition') }}",
-    ],
-    post_hook=[
-        "{{ incremental_traces_record() }}",
-        "alter table {{ incremental_traces_ledger() }} add column context_hash varchar",
-        "update {{ incremental_traces_ledger() }} as ledger"
-        ~ " set context_hash = now_context.context_hash"
-        ~ " from (" ~ trace_context ~ ") as now_context"
-        ~ " where ledger.trace_id = now_context.trace_id",
-    ],
-) }}
 
 with
 
@@ -73,7 +31,6 @@ kernels as (
         ts_ns,
         end_ns
     from {{ ref('fct_kernels') }}
-    where {{ incremental_traces_where('partition') }}
 ),
 
 kernel_traces as (
@@ -93,7 +50,6 @@ step_frames as (
         ts_ns,
         end_ns
     from {{ ref('int_cpu_steps_classified') }}
-    where {{ incremental_traces_where('partition') }}
 ),
 
 step_chunks as (

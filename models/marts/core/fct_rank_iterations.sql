@@ -3,20 +3,8 @@
     outside every ProfilerStep of a trace that has steps). Definitions in
     _core__models.yml; the unions come from int_kernel_intervals_merged, the
     overlap from int_rank_iterations_swept.
-    Incremental by run x rank x iteration (macros/incremental_traces.sql):
-    a build recomputes only the iterations of ranks whose traces changed.
+    A table rebuilt each time from the kernels of every loaded trace.
 #}
-
-{{ config(
-    materialized='incremental',
-    incremental_strategy='append',
-    on_schema_change='sync_all_columns',
-    pre_hook=[
-        "{{ incremental_traces_prepare() }}",
-        "{{ incremental_traces_delete('partition') }}",
-    ],
-    post_hook="{{ incremental_traces_record() }}",
-) }}
 
 with
 
@@ -31,7 +19,6 @@ islands as (
         busy_ns,
         interval_count
     from {{ ref('int_kernel_intervals_merged') }}
-    where {{ incremental_traces_where('partition') }}
 ),
 
 overlap_totals as (
@@ -41,7 +28,6 @@ overlap_totals as (
         iteration,
         overlap_ns
     from {{ ref('int_rank_iterations_swept') }}
-    where {{ incremental_traces_where('partition') }}
 ),
 
 unions as (

@@ -1,20 +1,15 @@
 {#
     One row per `ProfilerStep#N` range on a CPU track (trace_id, slice_id):
     the iteration N and its time window. The one place iterations are read
-    from profiler steps.
-    Incremental by trace (macros/incremental_traces.sql): a build computes
-    the steps of new traces only and deletes those of unloaded ones.
+    from profiler steps (int_slices_contextualized applies them).
+    Per trace (macros/per_trace.sql): delete+insert on trace_id.
 #}
 
 {{ config(
     materialized='incremental',
-    incremental_strategy='append',
-    on_schema_change='sync_all_columns',
-    pre_hook=[
-        "{{ incremental_traces_prepare() }}",
-        "{{ incremental_traces_delete('trace') }}",
-    ],
-    post_hook="{{ incremental_traces_record() }}",
+    incremental_strategy='delete+insert',
+    unique_key='trace_id',
+    post_hook="{{ delete_unloaded_traces() }}",
 ) }}
 
 with
@@ -28,7 +23,9 @@ slices as (
         ts_ns,
         end_ns
     from {{ ref('stg_lake__slices') }}
-    where {{ incremental_traces_where('trace') }}
+    where
+        {{ regex_matches('name', "'^" ~ var('profiler_step_prefix') ~ "[0-9]+$'") }}
+        and {{ traces_to_build() }}
 ),
 
 threads as (
@@ -37,7 +34,7 @@ threads as (
         track_id,
         is_gpu
     from {{ ref('stg_lake__threads') }}
-    where {{ incremental_traces_where('trace') }}
+    where {{ traces_to_build() }}
 ),
 
 cpu_steps as (
@@ -52,9 +49,7 @@ cpu_steps as (
         on
             slices.trace_id = threads.trace_id
             and slices.track_id = threads.track_id
-    where
-        not coalesce(threads.is_gpu, false)
-        and {{ regex_matches('slices.name', "'^" ~ var('profiler_step_prefix') ~ "[0-9]+$'") }}
+    where not coalesce(threads.is_gpu, false)
 ),
 
 final as (

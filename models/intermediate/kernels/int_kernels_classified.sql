@@ -1,0 +1,242 @@
+{#
+    One row per GPU kernel, copy or fill (trace_id, slice_id): launched and
+    classified. Its launch and iteration come from int_slices_contextualized,
+    its kind from int_kernel_names_classified, and its training phase and
+    microbatch from the Megatron step frames around its CPU launch
+    (int_cpu_steps_classified): frames on the launch's own thread whose time
+    holds the launch, plus the time windows of backward steps on any thread
+    of the trace (autograd runs backward on its own thread, outside the
+    schedule's backward_step frame). Among them the lowest seed priority
+    wins (recompute > pp_p2p > dp_sync > optimizer > forward > backward), so
+    no kernel is counted in two phases; none means `other`. The microbatch
+    is that of the outermost forward/backward step found the same way
+    (`step_slice_id`, the key of its vpp chunk in int_microbatch_steps_chunked).
+    The process group a communication kernel's args name (description,
+    name, `process_group_ranks_key` = sorted ranks) is resolved against the
+    run's groups by int_comm_groups_matched, a per-run lookup that
+    fct_kernels joins in.
+    Every column depends on the kernel's own trace only, so the model is
+    per trace (macros/per_trace.sql): delete+insert on trace_id.
+#}
+
+{{ config(
+    materialized='incremental',
+    incremental_strategy='delete+insert',
+    unique_key='trace_id',
+    post_hook="{{ delete_unloaded_traces() }}",
+) }}
+
+with
+
+kernels as (
+    select
+        run_id,
+        rank,
+        trace_id,
+        slice_id,
+        category,
+        name,
+        device,
+        stream,
+        correlation,
+        collective_name,
+        process_group_name,
+        process_group_desc,
+        process_group_ranks,
+        dtype,
+        group_size,
+        in_msg_nelems,
+        out_msg_nelems,
+        launch_slice_id,
+        launch_source,
+        launch_name,
+        launch_track_id,
+        launch_ts_ns,
+        iteration,
+        is_outside_steps,
+        ts_ns,
+        dur_ns,
+        end_ns
+    from {{ ref('int_slices_contextualized') }}
+    where
+        category in (
+            {%- for category in var('kernel_categories') %}
+                '{{ category }}'{{ "," if not loop.last }}
+            {%- endfor %}
+        )
+        and {{ traces_to_build() }}
+),
+
+kernel_names as (
+    select
+        category,
+        name,
+        kind,
+        pattern_id
+    from {{ ref('int_kernel_names_classified') }}
+),
+
+step_frames as (
+    select
+        trace_id,
+        slice_id as step_slice_id,
+        track_id,
+        phase,
+        pattern_id,
+        is_outermost,
+        microbatch,
+        ts_ns,
+        end_ns
+    from {{ ref('int_cpu_steps_classified') }}
+    where trace_id in (select kernels.trace_id from kernels)
+),
+
+patterns as (
+    select
+        pattern_id,
+        priority,
+        comm_group_kind
+    from {{ ref('megatron_step_patterns') }}
+),
+
+launched as (
+    select
+        trace_id,
+        slice_id,
+        launch_track_id,
+        launch_ts_ns
+    from kernels
+    where launch_ts_ns is not null
+),
+
+same_thread_frames as (
+    select
+        launched.trace_id,
+        launched.slice_id,
+        step_frames.phase,
+        step_frames.pattern_id,
+        step_frames.step_slice_id,
+        step_frames.microbatch
+    from launched
+    inner join step_frames
+        on
+            launched.trace_id = step_frames.trace_id
+            and launched.launch_track_id = step_frames.track_id
+            and launched.launch_ts_ns >= step_frames.ts_ns
+            and launched.launch_ts_ns < step_frames.end_ns
+),
+
+backward_windows as (
+    select
+        launched.trace_id,
+        launched.slice_id,
+        step_frames.phase,
+        step_frames.pattern_id,
+        step_frames.step_slice_id,
+        step_frames.microbatch
+    from launched
+    inner join step_frames
+        on
+            launched.trace_id = step_frames.trace_id
+            and launched.launch_track_id <> step_frames.track_id
+            and launched.launch_ts_ns >= step_frames.ts_ns
+            and launched.launch_ts_ns < step_frames.end_ns
+    where step_frames.phase = 'backward' and step_frames.is_outermost
+),
+
+candidates as (
+    select
+        frames.*,
+        patterns.priority,
+        patterns.comm_group_kind as phase_group_kind
+    from (
+        select * from same_thread_frames
+        union all
+        select * from backward_windows
+    ) as frames
+    inner join patterns
+        on frames.pattern_id = patterns.pattern_id
+),
+
+phases as (
+    {{ first_match('candidates', ['trace_id', 'slice_id'], ['priority', 'pattern_id']) }}
+),
+
+{# The step that gives the kernel its microbatch: one of the winning phase first. #}
+microbatch_candidates as (
+    select
+        candidates.trace_id,
+        candidates.slice_id,
+        candidates.step_slice_id,
+        candidates.microbatch,
+        case when candidates.phase = phases.phase then 0 else 1 end as phase_order
+    from candidates
+    inner join phases
+        on
+            candidates.trace_id = phases.trace_id
+            and candidates.slice_id = phases.slice_id
+    where candidates.microbatch is not null
+),
+
+microbatches as (
+    {{ first_match(
+        'microbatch_candidates',
+        ['trace_id', 'slice_id'],
+        ['phase_order asc', 'microbatch desc', 'step_slice_id asc'],
+    ) }}
+),
+
+final as (
+    select
+        kernels.run_id,
+        kernels.rank,
+        kernels.trace_id,
+        kernels.slice_id,
+        kernels.name,
+        kernels.category,
+        kernel_names.kind,
+        kernel_names.pattern_id as kind_pattern_id,
+        coalesce(phases.phase, 'other') as phase,
+        phases.phase_group_kind,
+        kernels.iteration,
+        microbatches.microbatch,
+        microbatches.step_slice_id,
+        kernels.is_outside_steps,
+        kernels.device,
+        kernels.stream,
+        kernels.correlation,
+        kernels.collective_name,
+        kernels.process_group_name,
+        kernels.process_group_desc,
+        case
+            when kernels.process_group_ranks is not null
+                then array_to_string(list_sort(kernels.process_group_ranks), ',')
+        end as process_group_ranks_key,
+        kernels.dtype,
+        kernels.group_size,
+        kernels.in_msg_nelems,
+        kernels.out_msg_nelems,
+        kernels.launch_slice_id,
+        kernels.launch_source,
+        kernels.launch_name,
+        kernels.launch_track_id,
+        kernels.launch_ts_ns,
+        kernels.ts_ns,
+        kernels.dur_ns,
+        kernels.end_ns
+    from kernels
+    inner join kernel_names
+        on
+            kernels.category = kernel_names.category
+            and kernels.name = kernel_names.name
+    left join phases
+        on
+            kernels.trace_id = phases.trace_id
+            and kernels.slice_id = phases.slice_id
+    left join microbatches
+        on
+            kernels.trace_id = microbatches.trace_id
+            and kernels.slice_id = microbatches.slice_id
+)
+
+select * from final

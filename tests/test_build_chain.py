@@ -1,0 +1,182 @@
+"""The model chain as a user meets it: real jobs outside Megatron, plain `dbt run`,
+readers during a build, and what `show tables` offers.
+
+* A plain PyTorch 8-GPU job creates several process groups over the same
+  ranks, all described `undefined` (as torch does): every mart must build and
+  be populated, each group kept apart by its pg name.
+* `dbt run --profiles-dir .` right after `tracehouse ingest`, on a warehouse
+  that was never built (no seed tables yet), exits 0.
+* `tracehouse sql` while `tracehouse build` runs exits 0 and sees the
+  previous build's marts (the build writes a copy that is swapped in).
+* `show tables` lists staging views and marts, not intermediate tables or seeds.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from conftest import REPO_ROOT, SHARED_DATA
+from tracehouse.dbt import EXIT_OK, run_dbt
+from tracehouse.ingest.runner import ingest_paths
+from tracehouse.publish import building_database
+from tracehouse.warehouse import Warehouse
+
+pytestmark = pytest.mark.slow
+
+DLRM = SHARED_DATA / "kineto" / "dlrm_8rank"
+#: The process groups a plain PyTorch job (DDP + a few helper groups) creates:
+#: torch's default group and five more over the same 8 ranks, described
+#: `undefined` because nothing named them.
+TORCH_GROUPS = [("0", "default_pg")] + [(str(n), "undefined") for n in range(1, 6)]
+MARTS_WITH_DATA = [
+    "dim_ranks", "dim_process_groups", "fct_kernels", "fct_rank_iterations",
+    "fct_kernel_summary", "fct_microbatch_phases",
+]  # fmt: skip
+
+
+def _query(warehouse: Path, sql: str) -> list[tuple]:
+    con = duckdb.connect(str(Warehouse(warehouse).database), read_only=True)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+def _torch_job(out: Path) -> Path:
+    """The real DLRM job, rewritten as recent PyTorch writes a plain job's traces.
+
+    Every trace gets the `pg_config` of the six groups above, and every NCCL
+    kernel the process-group args of group "3" (`Process Group Name`,
+    `Process Group Ranks`, `Process Group Description` = `undefined`).
+    """
+    out.mkdir(parents=True)
+    ranks = list(range(8))
+    for path in sorted(DLRM.glob("*.json.gz")):
+        trace = json.loads(gzip.decompress(path.read_bytes()))
+        trace["distributedInfo"]["pg_config"] = [
+            {"pg_name": name, "pg_desc": desc, "backend_config": "cuda:nccl",
+             "pg_size": len(ranks), "ranks": ranks}
+            for name, desc in TORCH_GROUPS
+        ]  # fmt: skip
+        for event in trace["traceEvents"]:
+            if event.get("cat") == "kernel" and "nccl" in event.get("name", "").lower():
+                event.setdefault("args", {}).update({
+                    "Process Group Name": "3", "Process Group Ranks": ranks,
+                    "Process Group Description": "undefined", "Group size": len(ranks),
+                })  # fmt: skip
+        (out / path.name).write_bytes(gzip.compress(json.dumps(trace).encode()))
+    return out
+
+
+@pytest.fixture(scope="module")
+def torch_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The rewritten job, ingested and built with a plain `tracehouse build`."""
+    root = tmp_path_factory.mktemp("torch_job")
+    job = _torch_job(root / "b200_style_job")
+    warehouse = root / "warehouse"
+    result = ingest_paths([job], warehouse=warehouse, progress=False)
+    assert not result.failed, result.failed
+    assert run_dbt(["build"], warehouse) == EXIT_OK
+    return warehouse
+
+
+def test_groups_over_the_same_ranks_build_every_mart(torch_job: Path) -> None:
+    for mart in MARTS_WITH_DATA:
+        [(rows,)] = _query(torch_job, f"select count(*) from {mart}")
+        assert rows > 0, f"{mart} is empty"
+    groups = _query(
+        torch_job, "select group_kind, kind, pg_name, ranks_key from dim_process_groups"
+        " order by group_kind, group_index")
+    everyone = ",".join(str(rank) for rank in range(8))
+    assert groups == [("other", "other", str(n), everyone) for n in range(1, 6)] + [
+        ("world", "world", "0", everyone)
+    ]
+    # Each NCCL kernel finds its exact group among the five with the same ranks.
+    matched = _query(
+        torch_job, "select distinct comm_process_group_kind, dim.pg_name from fct_kernels"
+        " inner join dim_process_groups as dim on dim.run_id = fct_kernels.run_id"
+        " and dim.group_kind = fct_kernels.comm_process_group_kind"
+        " and dim.group_index = fct_kernels.comm_group_index")
+    assert matched == [("other", "3")]
+
+
+def test_dbt_run_on_a_fresh_warehouse(tmp_path: Path) -> None:
+    """`dbt run` right after an ingest: no seed tables exist yet, and it still builds."""
+    warehouse = tmp_path / "warehouse"
+    result = ingest_paths([DLRM], warehouse=warehouse, progress=False)
+    assert not result.failed
+    env = {**os.environ, "TRACEHOUSE_WAREHOUSE": str(warehouse),
+           "DBT_SEND_ANONYMOUS_USAGE_STATS": "false"}  # fmt: skip
+    dbt = Path(sys.executable).with_name("dbt")
+    completed = subprocess.run(
+        [str(dbt), "run", "--profiles-dir", ".", "--target-path", str(tmp_path / "target"),
+         "--log-path", str(tmp_path / "logs")],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stdout[-3000:]
+    assert "loading missing seed" in completed.stdout
+    [(ranks,)] = _query(warehouse, "select count(distinct rank) from fct_rank_iterations")
+    assert ranks == 8
+
+
+def test_sql_reads_the_last_build_while_a_build_runs(torch_job: Path, tmp_path: Path) -> None:
+    [(kernels_before,)] = _query(torch_job, "select count(*) from fct_kernels")
+    # More traces arrive (the real megatron_cpu tp1_pp4_dp2 run); a full
+    # rebuild with every test keeps dbt busy for a while.
+    more = SHARED_DATA / "kineto" / "megatron_cpu" / "tp1_pp4_dp2"
+    assert not ingest_paths([more], warehouse=torch_job, progress=False).failed
+    tracehouse = Path(sys.executable).with_name("tracehouse")
+    build = subprocess.Popen(
+        [str(tracehouse), "build", "--warehouse", str(torch_job), "--", "build", "--full-refresh"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        copy = building_database(torch_job)
+        deadline = time.monotonic() + 120
+        while not copy.exists() and build.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert copy.exists(), "the build never started writing its copy"
+        read = subprocess.run(
+            [str(tracehouse), "sql", "--warehouse", str(torch_job), "--format", "csv",
+             "select count(*) as kernels from fct_kernels"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        still_building = build.poll() is None
+    finally:
+        assert build.wait(timeout=600) == 0
+    assert read.returncode == 0, read.stderr
+    assert still_building, "the build ended before the reader ran: nothing was shown"
+    assert read.stdout.split() == ["kernels", str(kernels_before)]
+    # Once published, the new build is what readers see.
+    assert not copy.exists()
+    [(runs,)] = _query(torch_job, "select count(distinct run_id) from fct_rank_iterations")
+    assert runs == 1  # the megatron_cpu run is CPU-only: no kernels, but it was built
+    [(cpu_runs,)] = _query(torch_job, "select count(distinct run_id) from fct_cpu_steps")
+    assert cpu_runs == 1
+
+
+def test_show_tables_lists_staging_views_and_marts_only(torch_job: Path) -> None:
+    names = [row[0] for row in _query(torch_job, "show tables")]
+    assert names and all(name.startswith(("stg_lake__", "fct_", "dim_")) for name in names), names
+    assert "fct_kernels" in names and "stg_lake__slices" in names
+
+
+def test_plain_build_with_nothing_changed_is_skipped(
+    torch_job: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Neither the project nor the lake changed since the last build: nothing runs."""
+    assert run_dbt(["build"], torch_job) == EXIT_OK  # catches up with whatever came before
+    published = Warehouse(torch_job).database.stat().st_mtime_ns
+    capsys.readouterr()
+    assert run_dbt(["build"], torch_job) == EXIT_OK
+    assert "is up to date" in capsys.readouterr().out
+    assert Warehouse(torch_job).database.stat().st_mtime_ns == published

@@ -1,0 +1,94 @@
+"""What a build was made from, so ``tracehouse build`` knows when it can skip or must refresh.
+
+Why: the per-trace models are incremental (dbt's ``delete+insert`` on
+``trace_id``), which is only right while the code that computed the rows
+is the code of the project now. dbt itself does not notice a changed model,
+macro, seed or var: it appends new traces' rows computed one way to old
+rows computed another. So after each successful build the fingerprints of
+the project (every file dbt reads, plus the dbt arguments) and of the lake
+(every Parquet file's path, size and mtime) are kept in
+``<warehouse>/dbt/build_state.json``:
+
+* project changed since the last build → the build runs with
+  ``--full-refresh`` (and says so);
+* project and lake both unchanged, and the same arguments → nothing can
+  differ, so the build is skipped ("up to date") instead of spending dbt's
+  start-up, every model and every test on the same answer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+#: Project files and folders whose content decides what a build computes.
+PROJECT_INPUTS = ("models", "macros", "seeds", "tests/dbt", "dbt_project.yml", "profiles.yml")
+STATE_FILE = "build_state.json"
+
+
+@dataclass(frozen=True)
+class BuildFingerprint:
+    """Fingerprints of what one build reads: the project code and the lake."""
+
+    project: str
+    lake: str
+    args: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"project": self.project, "lake": self.lake, "args": self.args}
+
+
+def _hash_files(paths: Iterable[Path], root: Path, *, content: bool) -> str:
+    digest = hashlib.blake2b(digest_size=16)
+    for path in sorted(paths):
+        stat = path.stat()
+        digest.update(str(path.relative_to(root)).encode("utf-8", "surrogateescape"))
+        if content:
+            digest.update(path.read_bytes())
+        else:
+            digest.update(f":{stat.st_size}:{stat.st_mtime_ns};".encode())
+    return digest.hexdigest()
+
+
+def _files_under(root: Path, names: Sequence[str]) -> list[Path]:
+    found = []
+    for name in names:
+        path = root / name
+        if path.is_file():
+            found.append(path)
+        elif path.is_dir():
+            found.extend(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    return found
+
+
+def fingerprint(project_dir: Path, lake_dir: Path, dbt_args: Sequence[str]) -> BuildFingerprint:
+    """Fingerprint the project's files (by content), the lake (by stat) and the arguments."""
+    project = _hash_files(_files_under(project_dir, PROJECT_INPUTS), project_dir, content=True)
+    lake_files = []
+    if lake_dir.is_dir():
+        for dirpath, _, filenames in os.walk(lake_dir):
+            lake_files.extend(Path(dirpath) / name for name in filenames)
+    lake = _hash_files(lake_files, lake_dir, content=False)
+    args = hashlib.blake2b(json.dumps(list(dbt_args)).encode(), digest_size=16).hexdigest()
+    return BuildFingerprint(project=project, lake=lake, args=args)
+
+
+def read_state(artifacts: Path) -> BuildFingerprint | None:
+    """The fingerprint of the last successful build, or None."""
+    try:
+        data = json.loads((artifacts / STATE_FILE).read_text())
+        return BuildFingerprint(project=data["project"], lake=data["lake"], args=data["args"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def write_state(artifacts: Path, state: BuildFingerprint) -> None:
+    """Record a successful build's fingerprint (atomically)."""
+    artifacts.mkdir(parents=True, exist_ok=True)
+    tmp = artifacts / f".{STATE_FILE}.tmp"
+    tmp.write_text(json.dumps(state.to_json(), indent=1) + "\n")
+    os.replace(tmp, artifacts / STATE_FILE)
