@@ -24,7 +24,7 @@ from pathlib import Path
 import duckdb
 
 from tracehouse.reports.files import publish_mode
-from tracehouse.sql import connect, lake_tables, table_names
+from tracehouse.sql import connect, lake_tables, resolve_table, table_names
 from tracehouse.warehouse import Warehouse
 
 #: Formats and the file suffixes that imply them.
@@ -75,15 +75,14 @@ def export_table(
     except duckdb.Error as exc:
         raise ExportError(f"cannot open {place.database}: {exc}") from exc
     try:
-        name = _resolve_table(con, table, place)
-        quoted = '"' + name.replace('"', '""') + '"'
+        name, quoted = _resolve_table(con, table, place)
         query = f"select * from {quoted}"  # noqa: S608 - a name found in information_schema
         params: list[str] = []
         if run_id is not None:
-            if "run_id" not in _columns(con, name):
+            if "run_id" not in _columns(con, quoted):
                 raise ExportError(f"table {name!r} has no run_id column: export it "
                                        "without a run filter")
-            _check_run(con, name, run_id)
+            _check_run(con, name, quoted, run_id)
             query += " where run_id = ?"
             params.append(run_id)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -115,14 +114,13 @@ def _format(out: Path, fmt: str | None) -> str:
     return chosen
 
 
-def _resolve_table(con: duckdb.DuckDBPyConnection, table: str, place: Warehouse) -> str:
-    """The table's name as the catalog spells it, or an error listing what exists."""
+def _resolve_table(con: duckdb.DuckDBPyConnection, table: str,
+                   place: Warehouse) -> tuple[str, str]:
+    """``(name, quoted reference)`` of the table, or an error listing what exists."""
+    found = resolve_table(con, table)
+    if found is not None:
+        return found
     names = table_names(con)
-    if table in names:
-        return table
-    folded = [name for name in names if name.lower() == table.lower()]
-    if len(folded) == 1:
-        return folded[0]
     marts = [name for name in names if name.startswith(("fct_", "dim_"))]
     raw = lake_tables(place)
     if marts:
@@ -133,9 +131,8 @@ def _resolve_table(con: duckdb.DuckDBPyConnection, table: str, place: Warehouse)
     raise ExportError(f"no table {table!r} in {place.root}; {shown}")
 
 
-def _check_run(con: duckdb.DuckDBPyConnection, name: str, run_id: str) -> None:
-    """Raise unless ``name`` holds rows of ``run_id``; the error lists the runs it holds."""
-    quoted = '"' + name.replace('"', '""') + '"'
+def _check_run(con: duckdb.DuckDBPyConnection, name: str, quoted: str, run_id: str) -> None:
+    """Raise unless the table holds rows of ``run_id``; the error lists the runs it holds."""
     runs = [row[0] for row in con.execute(
         f"select distinct run_id from {quoted} where run_id is not null"  # noqa: S608
         " order by run_id").fetchall()]
@@ -145,7 +142,6 @@ def _check_run(con: duckdb.DuckDBPyConnection, name: str, run_id: str) -> None:
     raise ExportError(f"no run {run_id!r} in {name}; runs: {shown}")
 
 
-def _columns(con: duckdb.DuckDBPyConnection, table: str) -> set[str]:
-    return {row[0] for row in con.execute(
-        "select column_name from information_schema.columns"
-        " where table_schema = 'main' and table_name = ?", [table]).fetchall()}
+def _columns(con: duckdb.DuckDBPyConnection, quoted: str) -> set[str]:
+    cursor = con.execute(f"select * from {quoted} limit 0")  # noqa: S608 - catalog name
+    return {column[0] for column in cursor.description}

@@ -116,6 +116,9 @@ def test_table_names_are_checked_not_formatted(built: Lake, tmp_path: Path) -> N
     with pytest.raises(ExportError, match="no run_id column"):
         export_table(wh, "kernel_kind_patterns", tmp_path / "x.csv", run_id="run_a")
     assert export_table(wh, "kernel_kind_patterns", tmp_path / "seed.csv") > 0
+    # Models dbt keeps in other schemas are named as a query names them, or by bare name.
+    assert export_table(wh, "seeds.kernel_kind_patterns", tmp_path / "seed2.csv") > 0
+    assert (tmp_path / "seed2.csv").read_text() == (tmp_path / "seed.csv").read_text()
 
 
 def test_format_from_suffix_or_argument(built: Lake, tmp_path: Path) -> None:

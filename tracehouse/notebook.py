@@ -41,6 +41,7 @@ from tracehouse.sql import (
     connect,
     lake_tables,
     referenced_lake_tables,
+    resolve_table,
     table_names,
 )
 from tracehouse.warehouse import Warehouse
@@ -90,11 +91,11 @@ class Notebook:
     def table(self, name: str, run_id: str | None = None) -> duckdb.DuckDBPyRelation:
         """The table ``name`` as a lazy DuckDB relation, optionally only ``run_id``'s rows."""
         add_lake_views(self.con, self.warehouse, [name])
-        if name not in self.tables():
+        found = resolve_table(self.con, name)
+        if found is None:
             raise NotebookError(f"no table {name!r} in {self.warehouse.root}; marts: "
                                 f"{', '.join(self.marts()) or 'none (run `tracehouse build`)'}")
-        quoted = '"' + name.replace('"', '""') + '"'
-        relation = self.con.sql(f"select * from {quoted}")  # noqa: S608 - checked name
+        relation = self.con.sql(f"select * from {found[1]}")  # noqa: S608 - a catalog name
         if run_id is not None:
             if "run_id" not in relation.columns:
                 raise NotebookError(f"table {name!r} has no run_id column")
