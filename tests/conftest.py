@@ -319,6 +319,21 @@ class Lake:
             con.close()
 
 
+def query_warehouse(warehouse: Path, sql: str, params: Sequence[Any] | None = None) -> list[tuple]:
+    """Rows of ``sql`` on the warehouse's published database, opened read-only.
+
+    The one helper for tests that read a built warehouse (bound parameters,
+    connection closed after), as ``tracehouse sql`` would read it.
+    """
+    import duckdb
+
+    con = duckdb.connect(str(Warehouse(warehouse).database), read_only=True)
+    try:
+        return con.execute(sql, list(params or [])).fetchall()
+    finally:
+        con.close()
+
+
 def build_lake(warehouse: Path, run_id: str = "run_a", ranks: int = 2) -> Lake:
     """Fill the lake of ``warehouse`` with ``ranks`` committed synthetic traces.
 

@@ -21,10 +21,9 @@ import sys
 import time
 from pathlib import Path
 
-import duckdb
 import pytest
 
-from conftest import REPO_ROOT, SHARED_DATA
+from conftest import REPO_ROOT, SHARED_DATA, query_warehouse
 from tracehouse.dbt import EXIT_OK, run_dbt
 from tracehouse.ingest.runner import ingest_paths
 from tracehouse.publish import building_database
@@ -41,14 +40,6 @@ MARTS_WITH_DATA = [
     "dim_ranks", "dim_process_groups", "fct_kernels", "fct_rank_iterations",
     "fct_kernel_summary", "fct_microbatch_phases",
 ]  # fmt: skip
-
-
-def _query(warehouse: Path, sql: str) -> list[tuple]:
-    con = duckdb.connect(str(Warehouse(warehouse).database), read_only=True)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
 
 
 def _torch_job(out: Path) -> Path:
@@ -91,9 +82,9 @@ def torch_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_groups_over_the_same_ranks_build_every_mart(torch_job: Path) -> None:
     for mart in MARTS_WITH_DATA:
-        [(rows,)] = _query(torch_job, f"select count(*) from {mart}")
+        [(rows,)] = query_warehouse(torch_job, f"select count(*) from {mart}")
         assert rows > 0, f"{mart} is empty"
-    groups = _query(
+    groups = query_warehouse(
         torch_job, "select group_kind, kind, pg_name, ranks_key from dim_process_groups"
         " order by group_kind, group_index")
     everyone = ",".join(str(rank) for rank in range(8))
@@ -101,7 +92,7 @@ def test_groups_over_the_same_ranks_build_every_mart(torch_job: Path) -> None:
         ("world", "world", "0", everyone)
     ]
     # Each NCCL kernel finds its exact group among the five with the same ranks.
-    matched = _query(
+    matched = query_warehouse(
         torch_job, "select distinct comm_process_group_kind, dim.pg_name from fct_kernels"
         " inner join dim_process_groups as dim on dim.run_id = fct_kernels.run_id"
         " and dim.group_kind = fct_kernels.comm_process_group_kind"
@@ -124,12 +115,12 @@ def test_dbt_run_on_a_fresh_warehouse(tmp_path: Path) -> None:
     )  # fmt: skip
     assert completed.returncode == 0, completed.stdout[-3000:]
     assert "loading missing seed" in completed.stdout
-    [(ranks,)] = _query(warehouse, "select count(distinct rank) from fct_rank_iterations")
+    [(ranks,)] = query_warehouse(warehouse, "select count(distinct rank) from fct_rank_iterations")
     assert ranks == 8
 
 
 def test_sql_reads_the_last_build_while_a_build_runs(torch_job: Path, tmp_path: Path) -> None:
-    [(kernels_before,)] = _query(torch_job, "select count(*) from fct_kernels")
+    [(kernels_before,)] = query_warehouse(torch_job, "select count(*) from fct_kernels")
     # More traces arrive (the real megatron_cpu tp1_pp4_dp2 run); a full
     # rebuild with every test keeps dbt busy for a while.
     more = SHARED_DATA / "kineto" / "megatron_cpu" / "tp1_pp4_dp2"
@@ -158,14 +149,14 @@ def test_sql_reads_the_last_build_while_a_build_runs(torch_job: Path, tmp_path: 
     assert read.stdout.split() == ["kernels", str(kernels_before)]
     # Once published, the new build is what readers see.
     assert not copy.exists()
-    [(runs,)] = _query(torch_job, "select count(distinct run_id) from fct_rank_iterations")
+    [(runs,)] = query_warehouse(torch_job, "select count(distinct run_id) from fct_rank_iterations")
     assert runs == 1  # the megatron_cpu run is CPU-only: no kernels, but it was built
-    [(cpu_runs,)] = _query(torch_job, "select count(distinct run_id) from fct_cpu_steps")
+    [(cpu_runs,)] = query_warehouse(torch_job, "select count(distinct run_id) from fct_cpu_steps")
     assert cpu_runs == 1
 
 
 def test_show_tables_lists_staging_views_and_marts_only(torch_job: Path) -> None:
-    names = [row[0] for row in _query(torch_job, "show tables")]
+    names = [row[0] for row in query_warehouse(torch_job, "show tables")]
     assert names and all(name.startswith(("stg_lake__", "fct_", "dim_")) for name in names), names
     assert "fct_kernels" in names and "stg_lake__slices" in names
 

@@ -32,6 +32,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from conftest import query_warehouse as _query
 from tracehouse import dbt as dbt_module
 from tracehouse.dbt import EXIT_OK, project_dir, run_dbt
 from tracehouse.ingest import lake
@@ -151,14 +152,6 @@ def _assert_same_as_full_refresh(warehouse: Path, scratch: Path) -> None:
     for model, (rows, extra, missing) in differences.items():
         assert rows > 0, f"{model} is empty: the comparison would prove nothing"
         assert (extra, missing) == (0, 0), (model, differences[model])
-
-
-def _query(warehouse: Path, sql: str, params: list | None = None) -> list[tuple]:
-    con = duckdb.connect(str(Warehouse(warehouse).database), read_only=True)
-    try:
-        return con.execute(sql, params or []).fetchall()
-    finally:
-        con.close()
 
 
 @pytest.fixture(scope="module")

@@ -95,7 +95,8 @@ def test_optimizer_is_matched_on_the_function_not_the_package(warehouse: Path) -
     """The original's `*optimizer*` matched every function under megatron/core/optimizer/."""
     rows = _query(
         warehouse,
-        "select distinct function_name from intermediate.int_cpu_steps_classified where phase = 'optimizer'",
+        "select distinct function_name from intermediate.int_cpu_steps_classified"
+        " where phase = 'optimizer'",
     )
     names = {name for (name,) in rows}
     assert names and names <= {"step", "step_with_ready_grads", "_step"}

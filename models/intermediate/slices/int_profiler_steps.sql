@@ -60,7 +60,14 @@ final as (
             substring(name, {{ var('profiler_step_prefix') | length + 1 }}) as bigint
         ) as step_number,
         ts_ns,
-        end_ns
+        end_ns,
+        least(
+            end_ns,
+            coalesce(
+                lead(ts_ns) over (partition by trace_id order by ts_ns, slice_id),
+                end_ns
+            )
+        ) as window_end_ns
     from cpu_steps
 )
 

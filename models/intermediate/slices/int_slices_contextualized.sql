@@ -21,6 +21,9 @@
     correlation id.
     Frames: `path/file.py(N): func` names split into frame_file and
     frame_function; `nn.Module: Name` frames have frame_kind `module`.
+    The slices are read in three filtered scans (GPU work, launch
+    candidates, kept slices) rather than one shared CTE: a CTE read twice is
+    materialized, which would hold every slice of the new traces in memory.
     Per trace (macros/per_trace.sql): delete+insert on trace_id.
 #}
 
@@ -40,36 +43,6 @@ traces as (
         min_profiler_step
     from {{ ref('stg_lake__traces') }}
     where {{ traces_to_build() }}
-),
-
-slices as (
-    select
-        run_id,
-        rank,
-        trace_id,
-        slice_id,
-        track_id,
-        parent_id,
-        depth,
-        category,
-        name,
-        correlation,
-        device,
-        stream,
-        collective_name,
-        process_group_name,
-        process_group_desc,
-        process_group_ranks,
-        dtype,
-        group_size,
-        in_msg_nelems,
-        out_msg_nelems,
-        is_partial_overlap,
-        ts_ns,
-        dur_ns,
-        end_ns
-    from {{ ref('stg_lake__slices') }}
-    where trace_id in (select traces.trace_id from traces)
 ),
 
 threads as (
@@ -97,24 +70,9 @@ profiler_steps as (
         trace_id,
         step_number,
         ts_ns,
-        end_ns
+        window_end_ns
     from {{ ref('int_profiler_steps') }}
     where trace_id in (select traces.trace_id from traces)
-),
-
-tracked as (
-    select
-        slices.*,
-        coalesce(threads.is_gpu, false) as is_gpu,
-        case
-            when slices.name like '%): %' then 'python'
-            when slices.name like 'nn.Module: %' then 'module'
-        end as frame_kind
-    from slices
-    left join threads
-        on
-            slices.trace_id = threads.trace_id
-            and slices.track_id = threads.track_id
 ),
 
 flow_sources as (
@@ -124,45 +82,94 @@ flow_sources as (
     from flows
 ),
 
-{# CPU slices that can launch GPU work: those with a correlation id
+{# Scan 1: GPU work (kernels, copies, fills, GPU annotations). #}
+gpu_slices as (
+    select
+        slices.trace_id,
+        slices.slice_id,
+        slices.correlation
+    from {{ ref('stg_lake__slices') }} as slices
+    inner join threads
+        on
+            slices.trace_id = threads.trace_id
+            and slices.track_id = threads.track_id
+    where
+        threads.is_gpu
+        and slices.trace_id in (select traces.trace_id from traces)
+),
+
+{# Scan 2: CPU slices that can launch GPU work: those with a correlation id
    (runtime calls) and the sources of launch flows. #}
 cpu_slices as (
     select
-        tracked.trace_id,
-        tracked.slice_id,
-        tracked.track_id,
-        tracked.name,
-        tracked.correlation,
-        tracked.ts_ns
-    from tracked
+        slices.trace_id,
+        slices.slice_id,
+        slices.track_id,
+        slices.name,
+        slices.correlation,
+        slices.ts_ns
+    from {{ ref('stg_lake__slices') }} as slices
+    left join threads
+        on
+            slices.trace_id = threads.trace_id
+            and slices.track_id = threads.track_id
     left join flow_sources
         on
-            tracked.trace_id = flow_sources.trace_id
-            and tracked.slice_id = flow_sources.slice_out
+            slices.trace_id = flow_sources.trace_id
+            and slices.slice_id = flow_sources.slice_out
     where
-        not tracked.is_gpu
-        and (tracked.correlation is not null or flow_sources.slice_out is not null)
+        not coalesce(threads.is_gpu, false)
+        and (slices.correlation is not null or flow_sources.slice_out is not null)
+        and slices.trace_id in (select traces.trace_id from traces)
 ),
 
-{# The slices kept (see above). #}
+{# Scan 3: the slices kept (see above), every column. #}
 kept as (
-    select *
-    from tracked
-    where
-        is_gpu
-        or frame_kind is not null
-        or name like 'c10d::%'
-        or name like 'gloo:%'
-        or {{ regex_matches('name', "'^" ~ var('profiler_step_prefix') ~ "[0-9]+$'") }}
-),
-
-gpu_slices as (
     select
-        trace_id,
-        slice_id,
-        correlation
-    from kept
-    where is_gpu
+        slices.run_id,
+        slices.rank,
+        slices.trace_id,
+        slices.slice_id,
+        slices.track_id,
+        slices.parent_id,
+        slices.depth,
+        slices.category,
+        slices.name,
+        slices.correlation,
+        slices.device,
+        slices.stream,
+        slices.collective_name,
+        slices.process_group_name,
+        slices.process_group_desc,
+        slices.process_group_ranks,
+        slices.dtype,
+        slices.group_size,
+        slices.in_msg_nelems,
+        slices.out_msg_nelems,
+        slices.is_partial_overlap,
+        slices.ts_ns,
+        slices.dur_ns,
+        slices.end_ns,
+        coalesce(threads.is_gpu, false) as is_gpu,
+        case
+            when slices.name like '%): %' then 'python'
+            when slices.name like 'nn.Module: %' then 'module'
+        end as frame_kind
+    from {{ ref('stg_lake__slices') }} as slices
+    left join threads
+        on
+            slices.trace_id = threads.trace_id
+            and slices.track_id = threads.track_id
+    where
+        slices.trace_id in (select traces.trace_id from traces)
+        and (
+            coalesce(threads.is_gpu, false)
+            or slices.name like '%): %'
+            or slices.name like 'nn.Module: %'
+            or slices.name like 'c10d::%'
+            or slices.name like 'gloo:%'
+            or {{ regex_matches('slices.name', "'^" ~ var('profiler_step_prefix') ~ "[0-9]+$'") }}
+        )
 ),
 
 launches_by_flow as (
@@ -187,49 +194,43 @@ launches_by_correlation as (
     group by 1, 2
 ),
 
-gpu_launches as (
+launch_ids as (
     select
-        gpu_slices.trace_id,
-        gpu_slices.slice_id,
+        coalesce(launches_by_flow.trace_id, launches_by_correlation.trace_id) as trace_id,
+        coalesce(launches_by_flow.slice_id, launches_by_correlation.slice_id) as slice_id,
         coalesce(
             launches_by_flow.launch_slice_id, launches_by_correlation.launch_slice_id
         ) as launch_slice_id,
         case
-            when launches_by_flow.launch_slice_id is not null then 'flow'
-            when launches_by_correlation.launch_slice_id is not null then 'correlation'
+            when launches_by_flow.launch_slice_id is not null then 'flow' else 'correlation'
         end as launch_source
-    from gpu_slices
-    left join launches_by_flow
+    from launches_by_flow
+    full outer join launches_by_correlation
         on
-            gpu_slices.trace_id = launches_by_flow.trace_id
-            and gpu_slices.slice_id = launches_by_flow.slice_id
-    left join launches_by_correlation
-        on
-            gpu_slices.trace_id = launches_by_correlation.trace_id
-            and gpu_slices.slice_id = launches_by_correlation.slice_id
-    where
-        launches_by_flow.launch_slice_id is not null
-        or launches_by_correlation.launch_slice_id is not null
+            launches_by_flow.trace_id = launches_by_correlation.trace_id
+            and launches_by_flow.slice_id = launches_by_correlation.slice_id
 ),
 
 launches as (
     select
-        gpu_launches.trace_id,
-        gpu_launches.slice_id,
-        gpu_launches.launch_slice_id,
-        gpu_launches.launch_source,
+        launch_ids.trace_id,
+        launch_ids.slice_id,
+        launch_ids.launch_slice_id,
+        launch_ids.launch_source,
         cpu_slices.name as launch_name,
         cpu_slices.track_id as launch_track_id,
         cpu_slices.ts_ns as launch_ts_ns
-    from gpu_launches
+    from launch_ids
     inner join cpu_slices
         on
-            gpu_launches.trace_id = cpu_slices.trace_id
-            and gpu_launches.launch_slice_id = cpu_slices.slice_id
+            launch_ids.trace_id = cpu_slices.trace_id
+            and launch_ids.launch_slice_id = cpu_slices.slice_id
 ),
 
-{# A CPU slice is placed in time by its own start, GPU work by its launch's. #}
-anchored as (
+{# A CPU slice is placed in time by its own start, GPU work by its launch's;
+   the step windows of a trace never overlap (int_profiler_steps), so the
+   range join finds at most one. #}
+stepped as (
     select
         kept.*,
         launches.launch_slice_id,
@@ -237,43 +238,24 @@ anchored as (
         launches.launch_name,
         launches.launch_track_id,
         launches.launch_ts_ns,
-        case when kept.is_gpu then launches.launch_ts_ns else kept.ts_ns end as anchor_ns
-    from kept
-    left join launches
-        on
-            kept.trace_id = launches.trace_id
-            and kept.slice_id = launches.slice_id
-),
-
-{# Steps per trace are few (one per profiled iteration), so this range join
-   costs slices x steps-per-trace, never slices x slices. #}
-anchor_steps as (
-    select
-        anchored.trace_id,
-        anchored.slice_id,
-        max(profiler_steps.step_number) as step_number
-    from anchored
-    inner join profiler_steps
-        on
-            anchored.trace_id = profiler_steps.trace_id
-            and anchored.anchor_ns >= profiler_steps.ts_ns
-            and anchored.anchor_ns < profiler_steps.end_ns
-    group by 1, 2
-),
-
-stepped as (
-    select
-        anchored.*,
         traces.min_profiler_step is not null as has_steps,
         coalesce(traces.iteration, {{ var('default_iteration') }}) as trace_iteration,
-        anchor_steps.step_number
-    from anchored
+        profiler_steps.step_number
+    from kept
     inner join traces
-        on anchored.trace_id = traces.trace_id
-    left join anchor_steps
+        on kept.trace_id = traces.trace_id
+    left join launches
         on
-            anchored.trace_id = anchor_steps.trace_id
-            and anchored.slice_id = anchor_steps.slice_id
+            kept.is_gpu
+            and kept.trace_id = launches.trace_id
+            and kept.slice_id = launches.slice_id
+    left join profiler_steps
+        on
+            kept.trace_id = profiler_steps.trace_id
+            and case when kept.is_gpu then launches.launch_ts_ns else kept.ts_ns end
+            >= profiler_steps.ts_ns
+            and case when kept.is_gpu then launches.launch_ts_ns else kept.ts_ns end
+            < profiler_steps.window_end_ns
 ),
 
 final as (
