@@ -22,6 +22,8 @@ matplotlib.use("Agg")  # headless: reports run from cron and CI
 
 import matplotlib.pyplot as plt  # noqa: E402
 
+from tracehouse.reports.files import publish_mode  # noqa: E402
+
 if TYPE_CHECKING:
     import duckdb
     import pandas as pd
@@ -60,6 +62,20 @@ class ChartContext:
         return bool(row and row[0])
 
 
+class NothingToShow(Exception):  # noqa: N818 - a verdict, not a failure
+    """A family has nothing truthful to draw for this run, and says why.
+
+    Raised from ``render`` instead of returning ``[]`` when the reason is
+    worth telling the reader (e.g. no trace carries process-group args, so
+    every communication kernel's group is unknown): the report shows the
+    reason where the charts would be, and the family is not a failure.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 @dataclass(frozen=True)
 class RenderedChart:
     """One saved figure: what the HTML report shows and links.
@@ -95,7 +111,8 @@ def save_figure(fig: Figure, ctx: ChartContext, slug: str, title: str,
     """Save ``fig`` as ``<slug>.png`` and ``<slug>.svg`` in ``ctx.out_dir``, atomically.
 
     Each file is written to a temporary name in the same folder and renamed
-    into place, so readers see either the old or the new image. The figure is
+    into place, so readers see either the old or the new image; it gets the
+    mode the umask gives any file (:func:`publish_mode`). The figure is
     closed afterwards (matplotlib keeps every open figure in memory).
     """
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
@@ -107,6 +124,7 @@ def save_figure(fig: Figure, ctx: ChartContext, slug: str, title: str,
             os.close(fd)
             try:
                 fig.savefig(tmp, format=ext, dpi=PNG_DPI, bbox_inches="tight")
+                publish_mode(tmp)
                 os.replace(tmp, final)
             except BaseException:
                 Path(tmp).unlink(missing_ok=True)

@@ -6,9 +6,12 @@ gradient reductions across nodes, or pipeline send/receive waiting on the
 previous stage. ``fct_kernels.comm_group_kind`` says which; this family sums
 communication kernel durations by it (durations summed, so concurrent
 kernels both count — this is load, not wall time; see the heatmaps for
-exposed time). Up to 64 ranks there is one bar per rank; beyond that one bar
-per pipeline stage (mean per rank), or per block of consecutive ranks when
-stages are unknown. Reads ``fct_kernels`` and ``dim_ranks``.
+exposed time). When no kernel's group is known (traces without
+process-group args or topology, e.g. the DLRM job), it draws nothing and
+says why (:class:`~tracehouse.reports.base.NothingToShow`). Up to 64 ranks
+there is one bar per rank; beyond that one bar per pipeline stage (mean per
+rank), or per block of consecutive ranks when stages are unknown. Reads
+``fct_kernels`` and ``dim_ranks``.
 """
 
 from __future__ import annotations
@@ -18,7 +21,13 @@ import math
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from tracehouse.reports.base import MAX_ROWS_PER_AXIS, ChartContext, RenderedChart, save_figure
+from tracehouse.reports.base import (
+    MAX_ROWS_PER_AXIS,
+    ChartContext,
+    NothingToShow,
+    RenderedChart,
+    save_figure,
+)
 from tracehouse.reports.kernels import plain_text
 from tracehouse.reports.style import PHASE_COLORS, UNKNOWN_COLOR, apply_theme, phase_color
 
@@ -76,6 +85,15 @@ class CommGroupsFamily:
         frame = ctx.df(_SQL, [ctx.run_id])
         if frame.empty:
             return []
+        if set(frame["group_kind"]) == {"unknown"}:
+            # One grey bar per rank would say nothing; say why instead.
+            raise NothingToShow(
+                f"The group of none of this run's {int(frame['kernel_count'].sum()):,} "
+                "communication kernels is known: the traces carry no process-group args on "
+                "their collectives (Process Group Name/Ranks, written by newer PyTorch "
+                "profilers) and no distributedInfo.pg_config, and no topology file was "
+                "loaded beside them. Capture with a newer PyTorch, or put the job's "
+                "topology.json (`tracehouse topology`) beside the traces and ingest again.")
         apply_theme()
         frame["ms"] = frame["dur_ns"].astype(float) / 1e6
         order = _group_order(frame["group_kind"])

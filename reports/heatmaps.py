@@ -111,13 +111,21 @@ class HeatmapsFamily:
         fig, axes = plt.subplots(1, len(metrics), figsize=(panel_w * len(metrics) + 1.5, height),
                                  sharey=True, squeeze=False)
         worst_notes = []
+        grids = {
+            metric.column: frame.pivot_table(index="rank", columns="iteration_label",
+                                             values=metric.column, aggfunc="sum")
+            .reindex(index=ranks, columns=iterations)
+            for metric in metrics
+        }
+        # One scale for the whole figure (see color_range): a panel's colour
+        # means the same number of ms as the same tone in its neighbours.
+        low, high = color_range(np.concatenate(
+            [grid.to_numpy(dtype=float).ravel() for grid in grids.values()]))
         for ax, metric in zip(axes[0], metrics):
-            grid = frame.pivot_table(index="rank", columns="iteration_label",
-                                     values=metric.column, aggfunc="sum")
-            grid = grid.reindex(index=ranks, columns=iterations)
-            low, high = _color_range(grid.to_numpy(dtype=float))
+            grid = grids[metric.column]
+            panel_high = float(np.nanmax(grid.to_numpy(dtype=float), initial=0.0))
             sns.heatmap(grid, ax=ax, cmap=metric.cmap, annot=annotate,
-                        fmt=_value_format(high), annot_kws={"fontsize": 7}, linewidths=0.4,
+                        fmt=_value_format(panel_high), annot_kws={"fontsize": 7}, linewidths=0.4,
                         linecolor="white", cbar_kws={"label": "ms", "shrink": 0.8},
                         vmin=low, vmax=high)
             ax.set_title(metric.title)
@@ -137,8 +145,9 @@ class HeatmapsFamily:
                      + (" (CPU step frames)" if metrics is CPU_METRICS else ""))
         fig.tight_layout()
         caption = (f"One row per rank ({len(ranks)} ranks), one column per traced iteration; "
-                   f"values in ms from {where}; each panel's colours span its own "
-                   "min–max (darker = more). A straggler is a dark compute row whose "
+                   f"values in ms from {where}; every panel shares one colour scale, from "
+                   f"0 to {high:.3g} ms (darker = more; equal tones are equal times). "
+                   "A straggler is a dark compute row whose "
                    "exposed communication is light (its peers wait for it); a dark column "
                    "is a slow iteration. " + "; ".join(worst_notes) + ".")
         title = ("Step time, compute, exposed communication and idle per rank and iteration"
@@ -165,7 +174,7 @@ class HeatmapsFamily:
         by_stage = ranks_frame["pp_stage"].notna().all() and ranks_frame["pp_stage"].nunique() > 1
         layout = _stage_grid(ranks_frame) if by_stage else _square_grid(ranks_frame.index)
         rows, cols = layout.shape
-        vmin, vmax = _color_range(frame[metric.column].to_numpy(dtype=float))
+        vmin, vmax = color_range(frame[metric.column].to_numpy(dtype=float))
         panel_w = min(13.0, max(7.0, cols * 0.1 + 2.0))
         panel_h = max(1.6, min(6.0, rows * (panel_w / max(cols, 1)) + 0.9))
         fig, axes = plt.subplots(len(facets), 1, figsize=(panel_w + 1.5, panel_h * len(facets)
@@ -207,23 +216,28 @@ class HeatmapsFamily:
         how = ("each row is a pipeline stage, each cell one rank of it in tp·dp order"
                if by_stage else f"ranks laid out in rows of {cols} (no pipeline stages known)")
         caption = (f"{len(ranks_frame)} ranks are too many for one row each: {how}. "
-                   f"{facet_note} Values in ms from {where}; the worst cell is boxed. "
+                   f"{facet_note} Values in ms from {where}, one colour scale for every grid "
+                   f"of the figure, from 0 to {vmax:.3g} ms; the worst cell is boxed. "
                    + "; ".join(worst_notes) + ".")
         slug = "heatmaps-" + metric.column.removesuffix("_ns").replace("_", "-")
         return save_figure(fig, ctx, slug, f"{metric.title.capitalize()} per rank (grid)",
                            caption)
 
 
-def _color_range(values: np.ndarray) -> tuple[float, float]:
-    """The data's min–max (so a 5 % straggler shows); a mid tone when values barely differ."""
+def color_range(values: np.ndarray) -> tuple[float, float]:
+    """The colour limits of a figure: from 0 to the largest value of all its panels.
+
+    Why from 0 and shared: a min–max scale per panel paints 1.0 ms and
+    1.1 ms as opposite extremes and gives the same tone to 0.008 ms of idle
+    and 30 ms of step time. From 0, a tone is a share of the largest value
+    in the figure, so a 10 % straggler is a slightly darker row and a 2×
+    one a clearly darker row, whatever the panel; the annotations and the
+    caption's worst cells give the exact numbers.
+    """
     finite = values[np.isfinite(values)]
     if finite.size == 0:
         return 0.0, 1.0
-    low, high = float(finite.min()), float(finite.max())
-    if _is_uniform(finite):
-        # Practically uniform: one mid tone, rather than noise stretched to full contrast.
-        return min(0.0, low), max(high * 1.8, 1e-6)
-    return low, high
+    return min(0.0, float(finite.min())), max(float(finite.max()), 1e-6)
 
 
 def _is_uniform(values: np.ndarray) -> bool:

@@ -3,14 +3,16 @@
 Why a separate module: :mod:`tracehouse.reports.report` decides *what* is
 rendered and when; this module decides what a person reads, top to bottom.
 Every number on the page is SQL over the marts (never recomputed from chart
-data), and every string that may come from a trace (run names, kernel names,
-captions, error messages) goes through :func:`html.escape` on its way out.
+data). The page is a Jinja2 template (``templates/index.html.j2``) with
+autoescape on, so every string that may come from a trace (run names,
+kernel names, captions, error messages) is escaped by default.
 The page is self-contained: inline CSS, no scripts, no web fonts, images
 referenced by relative file name, so it opens offline and from any folder.
 """
 
 from __future__ import annotations
 
+import functools
 import html
 import os
 import tempfile
@@ -20,6 +22,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+import jinja2
+import markupsafe
+
+from tracehouse.reports.files import publish_mode
 from tracehouse.reports.kernels import unique_labels
 
 if TYPE_CHECKING:
@@ -409,111 +415,85 @@ a{color:#1f5fa8}
 """
 
 
-def _e(value: Any) -> str:
-    """Escape anything for HTML text or a quoted attribute."""
-    return html.escape("" if value is None else str(value), quote=True)
+#: Where the page's Jinja2 template lives (shipped as package data).
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+TEMPLATE = "index.html.j2"
+
+
+@functools.lru_cache(maxsize=1)
+def _environment() -> jinja2.Environment:
+    """The template environment: autoescape on, unknown names an error, tidy whitespace.
+
+    Why a template with autoescape rather than hand-placed ``html.escape``
+    calls: escaping is then the default for every value, so a new field that
+    carries a trace string cannot be forgotten; only :data:`_CSS` is marked
+    safe, and it is ours.
+    """
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=True,
+        finalize=_finalize,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+
+
+def _finalize(value: Any) -> Any:
+    """Every ``{{ value }}``: None shows as nothing, text is escaped as :func:`html.escape` does.
+
+    Autoescape would escape it anyway (markupsafe spells quotes ``&#34;``);
+    escaping here first keeps the page's established spelling (``&quot;``,
+    ``&#x27;``), which readers and tests of the page already rely on.
+    """
+    if value is None:
+        return ""
+    if isinstance(value, markupsafe.Markup):
+        return value
+    return markupsafe.Markup(html.escape(str(value), quote=True))
 
 
 def _src(path: Path) -> str:
-    """Relative, URL-quoted, HTML-escaped reference to a file next to index.html."""
-    return _e(quote(path.name))
+    """Relative, URL-quoted reference to a file next to index.html (escaped by the template)."""
+    return quote(path.name)
 
 
 def render_html(page: Page, sections: Sequence[FamilySection], generated_at: str,
                 fingerprint: str) -> str:
-    """The whole page as a string; every trace-derived value escaped."""
-    out: list[str] = []
-    w = out.append
-    w("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">")
-    w("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">")
-    # An inline favicon stops browsers from requesting /favicon.ico (a console error offline).
-    w("<link rel=\"icon\" href=\"data:,\">")
-    w(f"<title>tracehouse report · {_e(page.run_id)}</title><style>{_CSS}</style></head>")
-    w("<body><main>")
-    w(f"<h1>tracehouse report · {_e(page.run_id)}</h1>")
-    meta = [f"run <b>{_e(page.run_id)}</b>"]
-    if page.layout:
-        meta.append(_e(page.layout))
-    if page.compare_run_id:
-        meta.append(f"compared with <b>{_e(page.compare_run_id)}</b>")
-    meta.append(f"timings from {'GPU kernels' if page.timing == 'gpu' else 'CPU step frames' if page.timing == 'cpu' else 'nothing'}")  # noqa: E501
-    meta.append(f"generated {_e(generated_at)}")
-    meta.append(f"marts fingerprint <code>{_e(fingerprint)}</code>")
-    w(f"<p class=\"meta\">{' · '.join(meta)}</p>")
-    for note in page.notes:
-        w(f"<p class=\"note\">{_e(note)}</p>")
-
-    failed = [s for s in sections if s.error is not None]
-    if failed:
-        w("<div class=\"fail\"><b>Some chart families failed</b> (the others rendered):<ul>")
-        for section in failed:
-            w(f"<li><b>{_e(section.name)}</b>: <code>{_e(section.error)}</code></li>")
-        w("</ul></div>")
-
-    w("<h2 id=\"headline\">Headline numbers</h2><div class=\"cards\">")
-    for fig in page.headline:
-        w(f"<div class=\"card\"><div class=\"label\">{_e(fig.label)}</div>"
-          f"<div class=\"value\">{_e(fig.value)}</div><div class=\"sub\">{_e(fig.note)}</div>"
-          "</div>")
-    w("</div>")
-
-    w("<h2 id=\"offenders\">Worst offenders</h2>")
-    if page.offenders:
-        w("<table><tr><th>worst at</th><th>who</th><th>figure</th><th>compared</th>"
-          "<th></th></tr>")
-        anchors = {f"family-{s.name}" for s in sections if s.charts}
-        for off in page.offenders:
-            link = (f"<a href=\"#{_e(off.anchor)}\">charts</a>"
-                    if off.anchor in anchors else "")
-            w(f"<tr><td>{_e(off.what)}</td><td><b>{_e(off.who)}</b></td>"
-              f"<td class=\"num\">{_e(off.figure)}</td><td>{_e(off.note)}</td>"
-              f"<td>{link}</td></tr>")
-        w("</table>")
-    else:
-        w("<p class=\"empty\">No per-rank timings in the marts for this run.</p>")
-
-    if page.top_kernels:
-        w("<h3 id=\"top-kernels\">Top kernels by total time (all ranks)</h3>")
-        w("<table><tr><th>#</th><th>kernel</th><th>kind</th>"
-          "<th>total</th><th>share</th><th>calls</th><th>ranks</th></tr>")
-        labels = unique_labels([str(k["name"]) for k in page.top_kernels])
-        for i, k in enumerate(page.top_kernels, 1):
-            label = labels[k["name"]]
-            full = (f"<details><summary>full name</summary><code>{_e(k['name'])}</code>"
-                    "</details>" if label != k["name"] else "")
-            w(f"<tr><td class=\"num\">{i}</td><td><code>{_e(label)}</code>{full}</td>"
-              f"<td>{_e(k['kind'])}</td><td class=\"num\">{_e(ms(k['total_ns']))}</td>"
-              f"<td class=\"num\">{_e(pct(k['share']))}</td>"
-              f"<td class=\"num\">{int(k['calls']):,}</td>"
-              f"<td class=\"num\">{int(k['ranks']):,}</td></tr>")
-        w("</table>")
-
-    w("<nav><h2>Charts</h2><ol>")
+    """The whole page as a string, from ``templates/index.html.j2``; every value escaped."""
+    labels = unique_labels([str(k["name"]) for k in page.top_kernels])
+    kernels = [
+        {"name": str(k["name"]), "label": labels[str(k["name"])], "kind": k["kind"],
+         "total": ms(k["total_ns"]), "share": pct(k["share"]),
+         "calls": f"{int(k['calls']):,}", "ranks": f"{int(k['ranks']):,}"}
+        for k in page.top_kernels
+    ]
+    shown = []
     for section in sections:
         count = len(section.charts)
-        state = "failed" if section.error else f"{count} chart{'s' if count != 1 else ''}"
-        w(f"<li><a href=\"#family-{_e(section.name)}\">{_e(section.title)}</a> "
-          f"<span class=\"empty\">({state})</span></li>")
-    w("</ol></nav>")
-
-    for section in sections:
-        w(f"<section id=\"family-{_e(section.name)}\"><h2>{_e(section.title)}</h2>")
-        if section.error is not None:
-            w(f"<p class=\"fail\">This family failed: <code>{_e(section.error)}</code></p>")
-        elif not section.charts:
-            w(f"<p class=\"empty\">{_e(_why_empty(section.name, page))}</p>")
-        for chart in section.charts:
-            w(f"<figure id=\"chart-{_e(chart.slug)}\"><h3>{_e(chart.title)}</h3>")
-            w(f"<a href=\"{_src(chart.svg)}\"><img src=\"{_src(chart.png)}\" "
-              f"alt=\"{_e(chart.title)}\" loading=\"lazy\"></a>")
-            w(f"<figcaption>{_e(chart.caption)} "
-              f"<a href=\"{_src(chart.svg)}\">SVG</a> · <a href=\"{_src(chart.png)}\">PNG</a>"
-              "</figcaption></figure>")
-        w("</section>")
-    w("<p class=\"meta\">Rendered by tracehouse from the warehouse's marts "
-      "(fct_*, dim_*); query them with <code>tracehouse sql</code>.</p>")
-    w("</main></body></html>\n")
-    return "\n".join(out)
+        shown.append({
+            "name": section.name,
+            "title": section.title,
+            "error": section.error,
+            "state": "failed" if section.error else f"{count} chart{'s' if count != 1 else ''}",
+            "why_empty": getattr(section, "note", None) or _why_empty(section.name, page),
+            "charts": [{"slug": chart.slug, "title": chart.title, "caption": chart.caption,
+                        "png_src": _src(chart.png), "svg_src": _src(chart.svg)}
+                       for chart in section.charts],
+        })
+    timing = {"gpu": "GPU kernels", "cpu": "CPU step frames"}.get(page.timing, "nothing")
+    return _environment().get_template(TEMPLATE).render(
+        page=page,
+        css=markupsafe.Markup(_CSS),
+        timing=timing,
+        generated_at=generated_at,
+        fingerprint=fingerprint,
+        failed=[s for s in sections if s.error is not None],
+        anchors={f"family-{s.name}" for s in sections if s.charts},
+        kernels=kernels,
+        sections=shown,
+    )
 
 
 def _why_empty(name: str, page: Page) -> str:
@@ -532,7 +512,7 @@ def write_index(path: Path, page: Page, sections: Sequence[FamilySection], gener
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
-        os.chmod(tmp, 0o644)
+        publish_mode(tmp)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -74,6 +74,7 @@ from typing import IO, Any
 
 import duckdb
 
+from tracehouse.reports.kernel_names import short_kernel_name
 from tracehouse.warehouse import Warehouse
 
 #: Output formats of :func:`export_perfetto`.
@@ -573,34 +574,16 @@ def _step_label(phase: str | None, microbatch: int | None, vpp_chunk: int | None
     return label
 
 
-_TEMPLATE_OR_ARGS = re.compile(r"[<(\[]")
-
-
 @functools.lru_cache(maxsize=65_536)
 def _kernel_names(name: str | None) -> tuple[str, str]:
-    """(cleaned full name, short name) of a kernel; cached: a run has few distinct names."""
-    full = clean_text(name or "")
-    return full, short_kernel_name(full)
+    """(cleaned full name, short name) of a kernel; cached: a run has few distinct names.
 
-
-def short_kernel_name(name: str) -> str:
-    """A readable prefix of a kernel name: no ``void``, templates, parameters or namespaces.
-
-    ``void at::native::vectorized_elementwise_kernel<4, …>(…)`` becomes
-    ``vectorized_elementwise_kernel``, ``at::native::<lambda>(…)`` becomes
-    ``at::native``; names that shorten to nothing keep their first
-    :data:`SHORT_NAME_CHARS` characters, whitespace collapsed.
+    The short name is the charts' and the report table's
+    (:func:`tracehouse.reports.kernel_names.short_kernel_name`), so a kernel
+    found on a chart is found by the same name on the timeline.
     """
-    text = name.strip()
-    if text.startswith("void "):
-        text = text[5:]
-    prefix = _TEMPLATE_OR_ARGS.split(text, maxsplit=1)[0].strip()
-    head = prefix.rsplit("::", 1)[-1].strip() or prefix.rstrip(":").strip()
-    if not head:
-        head = " ".join(text.split())
-    if len(head) > SHORT_NAME_CHARS:
-        head = head[: SHORT_NAME_CHARS - 1] + "…"
-    return head
+    full = clean_text(name or "")
+    return full, short_kernel_name(full, SHORT_NAME_CHARS)
 
 
 _UNENCODABLE = re.compile("[\x00\ud800-\udfff]")

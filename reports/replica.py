@@ -91,12 +91,20 @@ where phases.run_id = ?
 """
 
 
+#: v of the iteration drawn, as the pipeline chart reads it (fct_pipeline_bubbles).
+_VPP_SQL = """
+select max(vpp_size) as vpp_size
+from fct_pipeline_bubbles
+where run_id = ? and timing_source = ? and iteration = ?
+"""
+
+
 class ReplicaFamily:
     """Every PP group of a model replica on one time axis."""
 
     name = "replica"
     title = "Model replica"
-    marts = ("fct_microbatch_phases", "dim_ranks")
+    marts = ("fct_microbatch_phases", "dim_ranks", "fct_pipeline_bubbles")
 
     def render(self, ctx: ChartContext) -> list[RenderedChart]:
         """One chart per chosen replica; [] for runs without pipeline topology."""
@@ -112,13 +120,16 @@ class ReplicaFamily:
             return []
         chosen, how = pick_replicas(replicas)
         chunk_sql = chunk_columns(ctx, "fct_microbatch_phases", "phases")
+        # The schedule (v) as the pipeline chart of the same run names it.
+        vpp = (ctx.df(_VPP_SQL, [ctx.run_id, source, iteration])
+               if ctx.has_table("fct_pipeline_bubbles") else None)
         charts = []
         for replica in chosen:
             data = ctx.df(_PHASES_SQL.format(chunks=chunk_sql),
                           [ctx.run_id, source, iteration, replica, list(BLOCK_PHASES)])
             if data.empty:
                 continue
-            fig, title, cut = draw_replica(data, replica, iteration)
+            fig, title, cut = draw_replica(data, replica, iteration, vpp)
             what = ("GPU kernels (a block spans the microbatch's first to last kernel)"
                     if source == "gpu" else
                     "CPU forward/backward step frames (these traces hold no GPU kernels)")
@@ -143,9 +154,13 @@ def pick_replicas(replicas: pd.DataFrame) -> tuple[list[int], str]:
                     + "; the others are left out.")
 
 
-def draw_replica(data: pd.DataFrame, replica: int,
-                 iteration: int) -> tuple[plt.Figure, str, str]:
-    """Draw one replica's PP groups; returns (figure, title, caption note on cut rows)."""
+def draw_replica(data: pd.DataFrame, replica: int, iteration: int,
+                 vpp: pd.DataFrame | None = None) -> tuple[plt.Figure, str, str]:
+    """Draw one replica's PP groups; returns (figure, title, caption note on cut rows).
+
+    ``vpp`` (a ``vpp_size`` column from fct_pipeline_bubbles) says v when the
+    phases do not, so this chart and the pipeline chart name one schedule.
+    """
     groups = sorted(int(group) for group in data["pp_group_index"].unique())
     pp_size = int(data["pp_size"].max()) if data["pp_size"].notna().any() else 1
     keep = max(1, MAX_ROWS_PER_AXIS // max(pp_size, 1))
@@ -164,7 +179,7 @@ def draw_replica(data: pd.DataFrame, replica: int,
                            f"rank {int(row.rank)}",
                      start_ns=t0, end_ns=t1)
             for row in ranks.itertuples(index=False)]
-    chunks_known = known_chunks(data, None)
+    chunks_known = known_chunks(data, vpp)
     chunks = chunks_known or 1
     height = max(2.4, ROW_HEIGHT_IN * len(rows) + 1.6)
     fig, ax = plt.subplots(figsize=(FIG_WIDTH_IN, height))

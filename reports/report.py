@@ -43,7 +43,8 @@ from typing import Any, TextIO
 
 import duckdb
 
-from tracehouse.reports.base import ChartContext, ChartFamily, RenderedChart
+from tracehouse.reports.base import ChartContext, ChartFamily, NothingToShow, RenderedChart
+from tracehouse.reports.files import publish_mode
 from tracehouse.reports.registry import FAMILY_MODULES
 from tracehouse.warehouse import Warehouse
 
@@ -92,6 +93,8 @@ class FamilySection:
     title: str
     charts: list[RenderedChart] = field(default_factory=list)
     error: str | None = None
+    #: Why there are no charts, when the family said (:class:`NothingToShow`).
+    note: str | None = None
     reused: bool = False
     seconds: float = 0.0
 
@@ -283,6 +286,9 @@ def _render_family(con: duckdb.DuckDBPyConnection, family: ChartFamily, run_id: 
     ctx = ChartContext(con=con, run_id=run_id, out_dir=tmp, compare_run_id=compare_run_id)
     try:
         section.charts = list(family.render(ctx))
+    except NothingToShow as verdict:
+        section.note = verdict.reason
+        section.charts = []
     except Exception as exc:  # noqa: BLE001 - one family failing must not stop the others
         section.error = f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
         section.charts = []
@@ -303,7 +309,8 @@ def _say_family(say: Any, label: str, section: FamilySection) -> None:
     elif section.charts:
         say(f"{label} {section.name}: {len(section.charts)} chart(s) in {section.seconds:.1f} s")
     else:
-        say(f"{label} {section.name}: nothing to show for this run")
+        say(f"{label} {section.name}: nothing to show for this run"
+            + (f" ({section.note})" if section.note else ""))
 
 
 def _section_to_manifest(section: FamilySection) -> dict[str, Any]:
@@ -311,6 +318,7 @@ def _section_to_manifest(section: FamilySection) -> dict[str, Any]:
         "name": section.name,
         "title": section.title,
         "error": section.error,
+        "note": section.note,
         "charts": [{"slug": c.slug, "title": c.title, "caption": c.caption,
                     "png": c.png.name, "svg": c.svg.name} for c in section.charts],
     }
@@ -321,7 +329,8 @@ def _section_from_manifest(out: Path, entry: dict[str, Any]) -> FamilySection:
                             png=out / c["png"], svg=out / c["svg"])
               for c in entry.get("charts", [])]
     return FamilySection(name=entry.get("name", "?"), title=entry.get("title", "?"),
-                         charts=charts, error=entry.get("error"), reused=True)
+                         charts=charts, error=entry.get("error"), note=entry.get("note"),
+                         reused=True)
 
 
 # --------------------------------------------------------------------------- warehouse
@@ -497,6 +506,7 @@ def _link_or_copy(source: Path, target: Path) -> None:
         os.link(source, target)
     except OSError:
         shutil.copy2(source, target)
+    publish_mode(target)  # a report written before modes followed the umask was 0600
 
 
 _AT_FDCWD = -100
@@ -518,7 +528,7 @@ def _exchange(a: Path, b: Path) -> bool:
 
 def _swap_in(tmp: Path, out: Path) -> None:
     """Put the freshly rendered ``tmp`` at ``out``, replacing any previous report whole."""
-    tmp.chmod(0o755)  # mkdtemp makes it 0700; a report is meant to be read
+    publish_mode(tmp, directory=True)  # mkdtemp makes it 0700; a report is meant to be read
     if not out.exists():
         os.rename(tmp, out)
         return

@@ -8,9 +8,11 @@ is the one piece of SQL text that comes from the caller: it is looked up in
 ``information_schema`` first and only the name found there is quoted into the
 statement; the run filter and the output path are bound parameters.
 
-Before the first ``tracehouse build`` there is no database; the raw lake
-tables can still be exported, through the same in-memory views as
-``tracehouse sql`` (:func:`tracehouse.sql.connect`).
+The raw lake tables (``slices``, ``traces``, …) are exported under those
+names with the lake's columns, before and after the first ``tracehouse
+build``, through the same views as ``tracehouse sql``
+(:func:`tracehouse.sql.connect`). A run filter naming a run the table does
+not hold is an error listing the runs it does hold, never an empty file.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from pathlib import Path
 
 import duckdb
 
-from tracehouse.sql import connect
+from tracehouse.reports.files import publish_mode
+from tracehouse.sql import connect, lake_tables, resolve_table, table_names
 from tracehouse.warehouse import Warehouse
 
 #: Formats and the file suffixes that imply them.
@@ -67,18 +70,19 @@ def export_table(
     chosen = _format(out, fmt)
     place = Warehouse(Path(warehouse_root).resolve())
     try:
-        con = connect(place)
+        # Only the view asked for: each lake view reads every file footer of its table.
+        con = connect(place, lake_views=[table.lower()])
     except duckdb.Error as exc:
         raise ExportError(f"cannot open {place.database}: {exc}") from exc
     try:
-        name = _resolve_table(con, table, place)
-        quoted = '"' + name.replace('"', '""') + '"'
+        name, quoted = _resolve_table(con, table, place)
         query = f"select * from {quoted}"  # noqa: S608 - a name found in information_schema
         params: list[str] = []
         if run_id is not None:
-            if "run_id" not in _columns(con, name):
+            if "run_id" not in _columns(con, quoted):
                 raise ExportError(f"table {name!r} has no run_id column: export it "
                                        "without a run filter")
+            _check_run(con, name, quoted, run_id)
             query += " where run_id = ?"
             params.append(run_id)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -87,9 +91,7 @@ def export_table(
         try:
             row = con.execute(f"copy ({query}) to ? {_COPY_OPTIONS[chosen]}",
                               [*params, tmp]).fetchone()
-            umask = os.umask(0)
-            os.umask(umask)
-            Path(tmp).chmod(0o666 & ~umask)  # mkstemp made it 0600
+            publish_mode(tmp)  # mkstemp made it 0600
             os.replace(tmp, out)
         except duckdb.Error as exc:
             raise ExportError(f"exporting {name!r} to {out} failed: {exc}") from exc
@@ -112,25 +114,34 @@ def _format(out: Path, fmt: str | None) -> str:
     return chosen
 
 
-def _resolve_table(con: duckdb.DuckDBPyConnection, table: str, place: Warehouse) -> str:
-    """The table's name as the catalog spells it, or an error listing what exists."""
-    names = [row[0] for row in con.execute(
-        "select table_name from information_schema.tables where table_schema = 'main'"
-        " order by table_name").fetchall()]
-    if table in names:
-        return table
-    folded = [name for name in names if name.lower() == table.lower()]
-    if len(folded) == 1:
-        return folded[0]
+def _resolve_table(con: duckdb.DuckDBPyConnection, table: str,
+                   place: Warehouse) -> tuple[str, str]:
+    """``(name, quoted reference)`` of the table, or an error listing what exists."""
+    found = resolve_table(con, table)
+    if found is not None:
+        return found
+    names = table_names(con)
     marts = [name for name in names if name.startswith(("fct_", "dim_"))]
+    raw = lake_tables(place)
     if marts:
-        shown = "marts: " + ", ".join(marts)
+        shown = "marts: " + ", ".join(marts) + ("; raw tables: " + ", ".join(raw) if raw else "")
     else:
-        shown = "tables: " + (", ".join(names) or "none (run `tracehouse build`)")
+        shown = "tables: " + (", ".join(sorted(set(names) | set(raw)))
+                              or "none (run `tracehouse build`)")
     raise ExportError(f"no table {table!r} in {place.root}; {shown}")
 
 
-def _columns(con: duckdb.DuckDBPyConnection, table: str) -> set[str]:
-    return {row[0] for row in con.execute(
-        "select column_name from information_schema.columns"
-        " where table_schema = 'main' and table_name = ?", [table]).fetchall()}
+def _check_run(con: duckdb.DuckDBPyConnection, name: str, quoted: str, run_id: str) -> None:
+    """Raise unless the table holds rows of ``run_id``; the error lists the runs it holds."""
+    runs = [row[0] for row in con.execute(
+        f"select distinct run_id from {quoted} where run_id is not null"  # noqa: S608
+        " order by run_id").fetchall()]
+    if run_id in runs:
+        return
+    shown = ", ".join(runs) if runs else "none (the table is empty)"
+    raise ExportError(f"no run {run_id!r} in {name}; runs: {shown}")
+
+
+def _columns(con: duckdb.DuckDBPyConnection, quoted: str) -> set[str]:
+    cursor = con.execute(f"select * from {quoted} limit 0")  # noqa: S608 - catalog name
+    return {column[0] for column in cursor.description}

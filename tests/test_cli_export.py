@@ -42,6 +42,17 @@ def test_export_unknown_table_or_run_is_a_usage_error(built_warehouse: Lake,
     assert not (tmp_path / "x.pftrace").exists()
 
 
+def test_export_table_unknown_run_lists_the_runs(built_warehouse: Lake, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """``--run nope`` used to write a header-only file and exit 0."""
+    out = tmp_path / "k.csv"
+    assert main(["export", "table", "fct_kernels", "--run", "nope", "--out", str(out),
+                 "--warehouse", str(built_warehouse.warehouse)]) == 2
+    assert not out.exists()
+    err = capsys.readouterr().err
+    assert "no run 'nope'" in err and built_warehouse.run_id in err
+
+
 def test_export_perfetto_selected_ranks(built_warehouse: Lake, tmp_path: Path) -> None:
     out = tmp_path / "two.pftrace"
     code = main(["export", "perfetto", "--run", built_warehouse.run_id, "--ranks", "0-1",

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import csv
+import io
+import shlex
 from pathlib import Path
 
 import duckdb
@@ -31,3 +34,22 @@ def test_demo_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     finally:
         con.close()
     assert (traces, ranks) == (32, 16)
+
+    # The suggested query, pasted as printed, puts the straggler on top.
+    [suggested] = [line.removeprefix("try: ") for line in out.splitlines()
+                   if line.startswith("try: ")]
+    argv = shlex.split(suggested)
+    assert argv[0] == "tracehouse"
+    assert main([*argv[1:], "--format", "csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert rows[0]["rank"] == "5"
+    assert float(rows[0]["exposed_comm_ms"]) < min(float(r["exposed_comm_ms"]) for r in rows[1:])
+
+
+def test_suggested_command_quotes_hostile_run_names(tmp_path: Path) -> None:
+    from tracehouse.demo import suggested_command
+
+    line = suggested_command("it's \"odd\" $(rm -rf /)", tmp_path / "my wh")
+    argv = shlex.split(line)
+    assert argv[-1] == str(tmp_path / "my wh")
+    assert "run_id = 'it''s \"odd\" $(rm -rf /)'" in argv[2]

@@ -92,6 +92,26 @@ def test_marts_tables_and_dataframes(built: Lake) -> None:
         assert wh.runs() == [built.run_id]
 
 
+def test_dataframes_keep_integer_columns(built: Lake) -> None:
+    """``kernel_count`` reads 273, not 273.0; NULLs stay missing, not NaN floats."""
+    with open_warehouse(built.warehouse) as wh:
+        summary = wh.df("fct_kernel_summary", run_id=built.run_id)
+        assert str(summary["kernel_count"].dtype) in ("Int64", "int64")
+        kernels = wh.df("fct_kernels", run_id=built.run_id)
+        assert str(kernels["microbatch"].dtype) == "Int64"  # NULL for kernels outside any
+        assert kernels["microbatch"].isna().any()
+        assert str(kernels["ts_ns"].dtype) == "Int64"
+        [(exact,)] = wh.sql("select max(ts_ns) from fct_kernels").fetchall()
+        assert int(kernels["ts_ns"].max()) == exact  # > 2**53: floats would round it
+
+
+def test_raw_lake_tables_under_their_own_names(built: Lake) -> None:
+    with open_warehouse(built.warehouse) as wh:
+        assert {"slices", "traces", "ingest_errors"} <= set(wh.tables())
+        slices = wh.df("slices", run_id=built.run_id)
+        assert {"ts", "dur"} <= set(slices.columns) and len(slices) == built.row_count("slices")
+
+
 def test_unknown_names_and_read_only(built: Lake) -> None:
     with open_warehouse(built.warehouse) as wh:
         with pytest.raises(NotebookError, match="no table"):

@@ -31,6 +31,7 @@ from tracehouse.ingest import perfetto_engine
 from tracehouse.ingest.model import TraceFile
 from tracehouse.ingest.runner import ingest_paths
 from tracehouse.reports import perfetto_export
+from tracehouse.reports.kernel_names import short_kernel_name
 from tracehouse.reports.perfetto_export import ExportError, export_perfetto
 from tracehouse.simulate import SimConfig, simulate_run, trace_path
 from tracehouse.warehouse import Warehouse
@@ -239,10 +240,11 @@ def test_text_that_protobuf_would_reject_is_replaced() -> None:
     text = perfetto_export.clean_text("a\udcffb\x00c<d>")
     assert text == "a\ufffdb\ufffdc<d>"
     pb.EventName(iid=1, name=text).SerializeToString()  # would raise on a surrogate
-    assert perfetto_export.short_kernel_name(
+    # Short names are the charts' (one helper, tracehouse.reports.kernel_names).
+    assert perfetto_export._kernel_names(
         "void at::native::vectorized_elementwise_kernel<4, at::native::Foo>(int, float*)"
-    ) == "vectorized_elementwise_kernel"
-    assert perfetto_export.short_kernel_name("ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)") == (
+    )[1] == "vectorized_elementwise_kernel<Foo…>"
+    assert perfetto_export._kernel_names("ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)")[1] == (
         "ncclDevKernel_AllReduce_Sum_f32_RING_LL")
 
 
@@ -309,8 +311,10 @@ def test_hostile_kernel_name_round_trips(warehouse: Path, sim_proto: tuple[Path,
     for timeline in (proto, read_json(json_out)):
         [hostile] = [item for item in timeline.slices if "<script>" in item.args.get("kernel", "")]
         assert hostile.args["kernel"] == stored
-        # The short name stops before the template: no newline, no <script>.
-        assert hostile.name == f"{phase} mb{microbatch} · compute · at::native"
+        # The charts' short name: parameters and the rest cut, no newline, no <script>.
+        short = short_kernel_name(stored, perfetto_export.SHORT_NAME_CHARS)
+        assert short == "at::native::<lambda>"
+        assert hostile.name == f"{phase} mb{microbatch} · compute · {short}"
 
 
 def test_selection_by_pp_group_replica_and_ranks(warehouse: Path, tmp_path: Path) -> None:

@@ -12,8 +12,10 @@ reported while the others still render.
 from __future__ import annotations
 
 import io
+import os
 import re
 import shutil
+import stat
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -161,11 +163,65 @@ def test_hostile_names_render_as_text(wh: ReportWarehouse, tmp_path: Path) -> No
         assert "<script" not in svg.read_text()
 
 
+def test_every_page_field_is_escaped_by_the_template(tmp_path: Path) -> None:
+    """The page is a Jinja2 template with autoescape on: no field can slip out raw."""
+    hostile = '<script>alert("x")</script>'
+    png, svg = tmp_path / f"{hostile}.png", tmp_path / f"{hostile}.svg"
+    page = html.Page(run_id=hostile, compare_run_id=hostile, layout=hostile, notes=[hostile],
+                     headline=[html.Figure(hostile, hostile, hostile)],
+                     offenders=[html.Offender(hostile, hostile, hostile, hostile, hostile)],
+                     top_kernels=[{"name": hostile, "kind": hostile, "total_ns": 1.0,
+                                   "share": 1.0, "calls": 1, "ranks": 1}])
+    sections = [
+        report.FamilySection(name=hostile, title=hostile, error=hostile),
+        report.FamilySection(name="empty", title=hostile, note=hostile),
+        report.FamilySection(name="drawn", title=hostile, charts=[
+            report.RenderedChart(slug=hostile, title=hostile, caption=hostile, png=png,
+                                 svg=svg)]),
+    ]
+    source = html.render_html(page, sections, generated_at=hostile, fingerprint=hostile)
+    shown = Page(source)
+    assert shown.scripts == 0 and "<script" not in source
+    assert shown.shown.count(hostile) >= 14
+    assert 'href="#family-&lt;script&gt;alert(&quot;x&quot;)' in source  # attributes too
+    assert html._environment().autoescape is True
+
+
 def test_page_is_self_contained(wh: ReportWarehouse, tmp_path: Path) -> None:
     source = _render(wh, tmp_path / "report", "sim_a").index_html.read_text()
     assert "http://" not in source and "https://" not in source
     assert "<link rel=\"stylesheet\"" not in source and "@import" not in source
     assert "<style>" in source
+
+
+def test_report_files_follow_the_umask(wh: ReportWarehouse, tmp_path: Path) -> None:
+    """PNG and SVG used to be 0600 (mkstemp) beside a 0644 index.html: broken images for others."""
+    mask = 0o027  # not the usual 0o022, so a hard-coded 0644 would fail too
+    previous = os.umask(mask)
+    try:
+        result = _render(wh, tmp_path / "report", "hostile")
+    finally:
+        os.umask(previous)
+    out = result.index_html.parent
+    assert stat.S_IMODE(out.stat().st_mode) == 0o777 & ~mask
+    modes = {path.name: stat.S_IMODE(path.stat().st_mode) for path in out.iterdir()}
+    assert {".png", ".svg", ".html", ".json"} <= {Path(name).suffix for name in modes}
+    assert {name: mode for name, mode in modes.items() if mode != 0o666 & ~mask} == {}
+
+
+def test_a_family_with_nothing_truthful_to_draw_says_why(wh: ReportWarehouse,
+                                                         tmp_path: Path) -> None:
+    """DLRM's communication has no known group: the page explains, no 'unknown' bar."""
+    result = _render(wh, tmp_path / "report", "dlrm_8rank")
+    section = next(s for s in result.sections if s.name == "comm_groups")
+    assert section.charts == [] and section.error is None
+    assert "no process-group args" in (section.note or "")
+    shown = Page(result.index_html.read_text()).shown
+    assert "no process-group args" in shown
+    assert not list((tmp_path / "report").glob("comm-groups*"))
+    assert "comm_groups: nothing to show for this run (" in result.log
+    again = _render(wh, tmp_path / "report", "dlrm_8rank")  # the note survives a skipped re-run
+    assert next(s for s in again.sections if s.name == "comm_groups").note == section.note
 
 
 # --------------------------------------------------------------------------- re-runs

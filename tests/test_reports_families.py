@@ -22,7 +22,7 @@ import pytest
 
 from report_warehouse import HOSTILE_KERNEL, ReportWarehouse, report_warehouse
 from tracehouse.reports import comm_groups, compare, heatmaps, kernels
-from tracehouse.reports.base import ChartContext, RenderedChart
+from tracehouse.reports.base import ChartContext, NothingToShow, RenderedChart
 from tracehouse.reports.kernels import plain_text, short_kernel_name, unique_labels
 from tracehouse.warehouse import Warehouse
 
@@ -72,6 +72,26 @@ def test_heatmaps_on_a_simulated_run_name_the_straggler(
     assert_real_picture(charts[0])
     # Rank 1 computes 1.5x longer (the simulator's straggler): the caption's compute note says so.
     assert "compute: worst rank 1 " in charts[0].caption
+
+
+def test_heatmap_panels_share_one_scale_from_zero(
+        con: duckdb.DuckDBPyConnection, wh: ReportWarehouse, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """1.0 ms and 1.1 ms are neighbouring tones, not the two ends of a panel's own scale."""
+    low, high = heatmaps.color_range(np.array([1.0, 1.1, np.nan]))
+    assert (low, high) == (0.0, 1.1)
+    limits = []
+    draw = heatmaps.sns.heatmap
+
+    def spy(*args: object, **kwargs: object) -> object:
+        limits.append((kwargs["vmin"], kwargs["vmax"]))
+        return draw(*args, **kwargs)
+
+    monkeypatch.setattr(heatmaps.sns, "heatmap", spy)
+    charts = _render(heatmaps.FAMILY, con, wh.need("sim_a"), tmp_path)
+    assert len(limits) == len(heatmaps.GPU_METRICS) and len(set(limits)) == 1
+    assert limits[0][0] == 0.0
+    assert "shares one colour scale" in charts[0].caption
 
 
 @pytest.mark.parametrize("run", ["dlrm_8rank", "tp1_pp4_dp2"])
@@ -129,6 +149,20 @@ def test_kernel_names_are_shortened_sensibly() -> None:
     assert all(kind in labels[g] for g, kind in zip(gemms, ("_nt_", "_nn_", "_tn_")))
 
 
+def test_one_short_name_helper_for_charts_page_and_perfetto() -> None:
+    """A kernel has one short name everywhere: charts, the report table, the timeline."""
+    from conftest import REPO_ROOT
+    from tracehouse.reports import html, kernel_names, perfetto_export
+
+    assert kernels.short_kernel_name is kernel_names.short_kernel_name
+    assert html.unique_labels is kernel_names.unique_labels
+    assert perfetto_export.short_kernel_name is kernel_names.short_kernel_name
+    own = [path.name for path in (REPO_ROOT / "reports").glob("*.py")
+           if path.name != "kernel_names.py"
+           and "def short_kernel_name" in path.read_text(encoding="utf-8")]
+    assert own == []
+
+
 def test_plain_text_defuses_mathtext_and_control_characters() -> None:
     assert plain_text("cost $x$\nnext\tcol") == r"cost \$x\$ next col"
 
@@ -150,12 +184,18 @@ def test_comm_groups_on_a_simulated_run(con: duckdb.DuckDBPyConnection, wh: Repo
         assert f"{kind} " in charts[0].caption
 
 
-def test_comm_groups_on_dlrm(con: duckdb.DuckDBPyConnection, wh: ReportWarehouse,
-                             tmp_path: Path) -> None:
-    charts = _render(comm_groups.FAMILY, con, wh.need("dlrm_8rank"), tmp_path)
-    assert len(charts) == 2
-    for chart in charts:
-        assert_real_picture(chart)
+def test_comm_groups_on_dlrm_say_why_instead_of_one_unknown_bar(
+        con: duckdb.DuckDBPyConnection, wh: ReportWarehouse, tmp_path: Path) -> None:
+    """DLRM's collectives carry no process-group args: every group is unknown."""
+    run = wh.need("dlrm_8rank")
+    [(kinds,)] = con.execute("select list(distinct coalesce(comm_group_kind, 'unknown')) "
+                             "from fct_kernels where run_id = ? and kind = 'communication'",
+                             [run]).fetchall()
+    assert kinds == ["unknown"]
+    with pytest.raises(NothingToShow, match="no process-group args") as verdict:
+        _render(comm_groups.FAMILY, con, run, tmp_path)
+    assert "topology" in verdict.value.reason
+    assert list(tmp_path.iterdir()) == []  # no figure was saved
 
 
 # --------------------------------------------------------------------------- compare
@@ -285,7 +325,8 @@ def test_many_ranks_without_stages_and_many_iterations(wh: ReportWarehouse,
     mem.execute("""
         insert into fct_kernels (run_id, rank, trace_id, slice_id, name, kind, phase,
                                  comm_group_kind, dur_ns)
-        select 'flat', r, 't' || r, 0, 'nccl', 'communication', 'other', null, 1e6
+        select 'flat', r, 't' || r, 0, 'nccl', 'communication', 'other',
+               case when r % 2 = 0 then 'dp' end, 1e6
         from range(100) as t(r)
     """)
     charts = _render(heatmaps.FAMILY, mem, "flat", tmp_path)

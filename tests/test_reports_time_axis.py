@@ -179,6 +179,23 @@ def test_pipeline_titles_carry_the_marts_bubble_figures(con: duckdb.DuckDBPyConn
     assert f"(p−1)/(m+p−1) = 3/(8+3) = {theory:.1%}" in title and theory == pytest.approx(3 / 11)
 
 
+@pytest.mark.parametrize("run_id", [SIM_RUN, SIM_1F1B_RUN, CPU_RUN])
+def test_replica_and_pipeline_name_the_same_schedule(con: duckdb.DuckDBPyConnection,
+                                                     tmp_path: Path, run_id: str) -> None:
+    """The replica chart used to say "1F1B or interleaved (v not in the warehouse)"."""
+    names = [pipeline.schedule_name(v) for v in (None, 1, 2, 3, 4)]
+
+    def schedules(family: str) -> set[str]:
+        found = set()
+        for chart in _render(con, family, run_id, tmp_path / family):
+            found |= {name for name in names if f"· {name}" in chart.title}
+        return found
+
+    on_pipeline = schedules("pipeline")
+    assert len(on_pipeline) == 1 and "not in the warehouse" not in next(iter(on_pipeline))
+    assert schedules("replica") == on_pipeline
+
+
 def test_pipeline_renders_without_bubble_mart(warehouse: Path, tmp_path: Path) -> None:
     """A warehouse built before fct_pipeline_bubbles existed: no measured figure, still a chart."""
     copy = tmp_path / "old.duckdb"

@@ -5,12 +5,15 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from conftest import NASTY_NAME, Lake, synthetic_trace, write_trace
+from tracehouse.cli import main
 from tracehouse.sql import MAX_CELL_WIDTH, run_sql
+from tracehouse.warehouse import Warehouse
 
 pytestmark = pytest.mark.slow
 
@@ -104,14 +107,18 @@ def test_table_is_aligned_one_line_per_row_and_clips_wide_cells(built_warehouse:
     assert set(rule) <= {"-", "+"}
     assert len(body) == 2  # the newline in the name is shown as \n, not a line break
     assert footer == "(2 rows)"
-    assert "\\n'quoted'" in body[0]
+    wide = io.StringIO()
+    assert run_sql(NASTY_QUERY, built_warehouse.warehouse, out=wide, wide=True) == 0
+    assert "\\n'quoted'" in wide.getvalue().splitlines()[2]
     separators = [[i for i, ch in enumerate(line) if ch == "|"] for line in [header, *body]]
     assert all(positions == separators[0] for positions in separators)
 
-    long_name = "x" * (MAX_CELL_WIDTH * 2)
+    long_name = "x" * MAX_CELL_WIDTH + "y" * MAX_CELL_WIDTH
     code, text = _run(f"select '{long_name}' as name", built_warehouse.warehouse)
     cell = text.splitlines()[2]
-    assert len(cell) == MAX_CELL_WIDTH and cell.endswith("…")
+    # Cut in the middle: both ends stay visible.
+    assert len(cell) == MAX_CELL_WIDTH and cell.startswith("x") and cell.endswith("y")
+    assert "…" in cell
 
 
 def test_table_right_aligns_numbers_and_shows_null(built_warehouse: Lake) -> None:
@@ -166,3 +173,170 @@ def test_nothing_ingested_says_so(warehouse_dir: Path, capsys: pytest.CaptureFix
     code, _ = _run("select * from slices", warehouse_dir)
     assert code == 1
     assert "tracehouse ingest" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- one set of names
+
+#: The lake's tables, by the names ingest's messages and the README use.
+RAW_TABLES = ("slices", "traces", "ingest_errors", "flows", "threads", "processes",
+              "process_groups", "topology_groups", "pp_timer_events")
+
+
+def _columns(warehouse: Path, table: str) -> list[str]:
+    code, text = _run(f"select * from {table} limit 0", warehouse, "csv")
+    assert code == 0, table
+    return text.splitlines()[0].split(",")
+
+
+def test_raw_tables_keep_names_and_columns_after_build(
+    built_warehouse: Lake, make_lake, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``slices``/``ingest_errors`` with ``ts``/``dur`` work before and after the build alike."""
+    unbuilt = make_lake(ranks=1).warehouse
+    for table in RAW_TABLES:
+        assert _columns(built_warehouse.warehouse, table) == _columns(unbuilt, table)
+    code, text = _run("select count(*) as n, min(ts) as first_ts, sum(dur) as total from slices",
+                      built_warehouse.warehouse, "json")
+    assert code == 0
+    [record] = json.loads(text)
+    assert record["n"] == built_warehouse.row_count("slices")
+    assert record["first_ts"] == 1_700_000_000_000_000_000
+    code, text = _run("select count(*) as n from ingest_errors", built_warehouse.warehouse, "csv")
+    assert (code, text) == (0, "n\n0\n")
+    # The marts and staging views are still there beside them.
+    code, _ = _run("select count(*) from fct_kernels join stg_lake__traces using (trace_id)",
+                   built_warehouse.warehouse)
+    assert code == 0
+    assert "CatalogException" not in capsys.readouterr().err
+
+
+def test_raw_views_hold_committed_traces_only_after_build(built_warehouse: Lake) -> None:
+    code, text = _run("select count(distinct trace_id) as n from slices",
+                      built_warehouse.warehouse, "csv")
+    assert (code, text) == (0, f"n\n{len(built_warehouse.trace_ids)}\n")
+
+
+# --------------------------------------------------------------------------- odd queries
+
+
+@pytest.mark.parametrize("query", ["", "   ", "-- c", ";", "\n;\n-- only a comment"])
+def test_empty_query_is_a_usage_error_not_a_traceback(
+    built_warehouse: Lake, query: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, text = _run(query, built_warehouse.warehouse)
+    assert (code, text) == (2, "")
+    assert "query is empty" in capsys.readouterr().err
+
+
+def test_query_from_standard_input(built_warehouse: Lake, monkeypatch: pytest.MonkeyPatch,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    stdin = io.TextIOWrapper(io.BytesIO(b"select count(*) as n\nfrom traces;\n"))
+    monkeypatch.setattr("sys.stdin", stdin)
+    code = main(["sql", "-", "--format", "csv", "--warehouse", str(built_warehouse.warehouse)])
+    assert code == 0
+    assert capsys.readouterr().out == f"n\n{len(built_warehouse.trace_ids)}\n"
+
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"select '\xff'")))
+    assert main(["sql", "-", "--warehouse", str(built_warehouse.warehouse)]) == 2
+    assert "standard input" in capsys.readouterr().err
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib.metadata import version
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"tracehouse {version('tracehouse')}"
+
+
+# --------------------------------------------------------------------------- file access
+
+
+def test_files_outside_the_warehouse_are_out_of_reach(
+    built_warehouse: Lake, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    wh = built_warehouse.warehouse
+    secret = tmp_path / "secret.csv"
+    secret.write_text("password\nhunter2\n")
+    target = tmp_path / "out.csv"
+    lake_target = Warehouse(wh).table_dir("slices") / "evil.parquet"
+    for query in (f"copy (select 1 as x) to '{target}'",
+                  f"copy (select 1 as x) to '{lake_target}'",
+                  f"export database '{tmp_path / 'dump'}'"):
+        code, _ = _run(query, wh)
+        assert code == 2, query
+        assert "--allow-files" in capsys.readouterr().err
+    slices_dir = Warehouse(wh).table_dir("slices")
+    escape = f"{slices_dir}/{os.path.relpath(secret, slices_dir)}"  # out of the lake by ../
+    for query in (f"select * from read_csv('{secret}')", "select * from read_text('/etc/passwd')",
+                  f"select * from read_csv('{escape}')",
+                  f"attach '{tmp_path / 'other.duckdb'}' as other",
+                  "set enable_external_access = true", "install httpfs"):
+        code, text = _run(query, wh)
+        assert code == 1 and "hunter2" not in text, query
+    assert not target.exists() and not lake_target.exists()
+    assert not (tmp_path / "dump").exists() and not (tmp_path / "other.duckdb").exists()
+    # The lake itself stays readable, through the raw views and the staging views.
+    assert _run("select count(*) from slices", wh)[0] == 0
+    assert _run("select count(*) from stg_lake__slices", wh)[0] == 0
+
+
+def test_allow_files_opens_the_file_system(built_warehouse: Lake, tmp_path: Path) -> None:
+    target = tmp_path / "out.csv"
+    code = main(["sql", f"copy (select count(*) as n from traces) to '{target}'",
+                 "--allow-files", "--warehouse", str(built_warehouse.warehouse)])
+    assert code == 0
+    assert target.read_text() == f"n\n{len(built_warehouse.trace_ids)}\n"
+    code, text = _run(f"select * from read_csv('{target}')", built_warehouse.warehouse, "csv")
+    assert code == 1  # the default again: one flag, one query
+
+
+# --------------------------------------------------------------------------- long values
+
+#: Four real kernel names (DLRM's traces) that share their first ~60 characters.
+ELEMENTWISE = [
+    "void at::native::vectorized_elementwise_kernel<4, at::native::" + functor
+    + ", at::detail::Array<char*, " + arity + "> >(int, at::native::" + functor
+    + ", at::detail::Array<char*, " + arity + ">)"
+    for functor, arity in (
+        ("AUnaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> >",
+         "2"),
+        ("BUnaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> >",
+         "2"),
+        ("CUDAFunctor_add<float>", "3"),
+        ("CUDAFunctor_add<long>", "3"),
+    )
+]
+
+
+def test_long_names_that_differ_stay_different(built_warehouse: Lake) -> None:
+    literal = " union all ".join(
+        f"select {i} as i, '{name}' as name" for i, name in enumerate(ELEMENTWISE))
+    query = f"select name from ({literal}) order by i"
+    out = io.StringIO()
+    assert run_sql(query, built_warehouse.warehouse, out=out) == 0
+    cells = [line.strip() for line in out.getvalue().splitlines()[2:-1]]
+    assert len(set(cells)) == len(ELEMENTWISE)
+    assert all(len(cell) < len(name) for cell, name in zip(cells, ELEMENTWISE))
+
+    out = io.StringIO()
+    assert run_sql(query, built_warehouse.warehouse, out=out, wide=True) == 0
+    assert [line.strip() for line in out.getvalue().splitlines()[2:-1]] == ELEMENTWISE
+
+
+def test_only_the_raw_tables_a_query_names_are_read(built_warehouse: Lake, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Each raw view reads every file footer of its table: made only when the query names it."""
+    import shutil
+
+    from tracehouse.sql import referenced_lake_tables
+
+    assert referenced_lake_tables('select * from "Slices" join fct_kernels using (rank)') == {
+        "slices"}
+    copy = tmp_path / "warehouse"
+    shutil.copytree(built_warehouse.warehouse, copy, symlinks=True)
+    # A broken file in one table: a query on the marts never touches it.
+    (Warehouse(copy).partition_dir("flows", "run_a") / "broken.parquet").write_bytes(b"junk")
+    code, text = _run("select count(*) as n from fct_kernels", copy, "csv")
+    assert code == 0 and text.startswith("n\n")
+    code, _ = _run("select count(*) from flows", copy)
+    assert code == 1 and "broken.parquet" in capsys.readouterr().err

@@ -78,9 +78,32 @@ def test_run_filter_is_bound(built: Lake, tmp_path: Path) -> None:
     wh = built.warehouse
     assert export_table(wh, "fct_kernels", tmp_path / "a.csv", run_id=built.run_id) \
         == total > 0
-    assert export_table(wh, "fct_kernels", tmp_path / "b.csv", run_id="x' or 1=1 --") == 0
-    header = (tmp_path / "b.csv").read_text().splitlines()
-    assert header[0].startswith("run_id,rank,") and len(header) == 1
+    with pytest.raises(ExportError, match=r"no run .x' or 1=1 --. in fct_kernels; runs: run_a"):
+        export_table(wh, "fct_kernels", tmp_path / "b.csv", run_id="x' or 1=1 --")
+    assert not (tmp_path / "b.csv").exists()
+
+
+def test_unknown_run_is_an_error_listing_the_runs(built: Lake, tmp_path: Path) -> None:
+    """An unknown run is a mistake to report, not an empty export (``--run nope``)."""
+    for table in ("fct_kernels", "slices", "dim_ranks"):
+        with pytest.raises(ExportError, match=f"no run 'nope' in {table}; runs: {built.run_id}"):
+            export_table(built.warehouse, table, tmp_path / "x.csv", run_id="nope")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_raw_tables_keep_their_names_and_columns_after_build(
+    built: Lake, make_lake: Callable[..., Lake], tmp_path: Path
+) -> None:
+    """``export table slices`` exports the lake's slices (``ts``, ``dur``) after a build too."""
+    import pyarrow.parquet as pq
+
+    unbuilt = make_lake(run_id=built.run_id)
+    for table in ("slices", "traces", "ingest_errors"):
+        after, before = tmp_path / f"{table}-after.parquet", tmp_path / f"{table}-before.parquet"
+        export_table(built.warehouse, table, after)
+        export_table(unbuilt.warehouse, table, before)
+        assert pq.read_schema(after) == pq.read_schema(before), table
+    assert pq.read_table(tmp_path / "slices-after.parquet").num_rows == built.row_count("slices")
 
 
 def test_table_names_are_checked_not_formatted(built: Lake, tmp_path: Path) -> None:
@@ -93,6 +116,9 @@ def test_table_names_are_checked_not_formatted(built: Lake, tmp_path: Path) -> N
     with pytest.raises(ExportError, match="no run_id column"):
         export_table(wh, "kernel_kind_patterns", tmp_path / "x.csv", run_id="run_a")
     assert export_table(wh, "kernel_kind_patterns", tmp_path / "seed.csv") > 0
+    # Models dbt keeps in other schemas are named as a query names them, or by bare name.
+    assert export_table(wh, "seeds.kernel_kind_patterns", tmp_path / "seed2.csv") > 0
+    assert (tmp_path / "seed2.csv").read_text() == (tmp_path / "seed.csv").read_text()
 
 
 def test_format_from_suffix_or_argument(built: Lake, tmp_path: Path) -> None:

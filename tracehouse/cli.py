@@ -19,14 +19,47 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 
 
+def _path(text: str) -> Path:
+    """argparse type for a path: an empty string is a mistake, not the current folder."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path (give a file or folder name)")
+    return Path(text)
+
+
+def _warehouse_dir(text: str) -> str:
+    """argparse type for ``--warehouse``: not empty, and not a file that exists."""
+    path = _path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a file, not a warehouse folder")
+    return text
+
+
+def _name(text: str) -> str:
+    """argparse type for a name (run, table, program): not empty or blank."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty name")
+    return text
+
+
 def _warehouse_parent() -> argparse.ArgumentParser:
     parent = argparse.ArgumentParser(add_help=False)
     parent.add_argument(
         "--warehouse",
+        type=_warehouse_dir,
         metavar="DIR",
         help=f"warehouse folder (default: ${ENV_VAR}, else ./warehouse)",
     )
     return parent
+
+
+def _version() -> str:
+    """The installed distribution's version (pyproject.toml), else ``unknown``."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tracehouse")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,6 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="tracehouse",
         description="SQL-centric analytics warehouse for distributed LLM-training traces.",
     )
+    parser.add_argument("--version", action="version",
+                        version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     common = _warehouse_parent()
@@ -48,8 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
             "and recorded in ingest_errors while the good ones still land."
         ),
     )
-    ingest.add_argument("paths", nargs="+", type=Path, metavar="PATH")
-    ingest.add_argument("--run", metavar="NAME",
+    ingest.add_argument("paths", nargs="+", type=_path, metavar="PATH")
+    ingest.add_argument("--run", type=_name, metavar="NAME",
                         help="run name for every file (default: each trace's job folder)")
     ingest.add_argument("-j", "--jobs", type=int, default=None, metavar="N",
                         help="worker processes (default: number of CPUs, at most 8)")
@@ -57,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="reload files even if they are already loaded and unchanged")
     ingest.add_argument("--engine", choices=("native", "perfetto"), default="native",
                         help="parser: tracehouse's own (default) or Perfetto trace processor")
-    ingest.add_argument("--trace-processor-bin", metavar="FILE",
+    ingest.add_argument("--trace-processor-bin", type=_name, metavar="FILE",
                         help="trace_processor_shell for --engine perfetto "
                              "(default: $TRACE_PROCESSOR_BIN)")
     ingest.add_argument("-q", "--quiet", action="store_true",
@@ -79,10 +114,21 @@ def build_parser() -> argparse.ArgumentParser:
         "sql",
         parents=[common],
         help="run ad-hoc SQL on the warehouse",
-        description="Run one SQL query on the warehouse (read-only) and print the result.",
+        description=(
+            "Run one SQL query on the warehouse (read-only) and print the result. The raw "
+            "lake tables (slices, traces, ingest_errors, ...) keep their names and columns "
+            "before and after `tracehouse build`; the marts (fct_*, dim_*) appear with the "
+            "build. The query reads only the warehouse unless --allow-files."
+        ),
     )
-    sql.add_argument("query", metavar="QUERY")
+    sql.add_argument("query", metavar="QUERY",
+                     help="SQL (DuckDB dialect); - reads it from standard input")
     sql.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    sql.add_argument("--wide", action="store_true",
+                     help="table format: never cut long values (default: cut in the middle)")
+    sql.add_argument("--allow-files", action="store_true",
+                     help="let the query read and write any file (read_csv, copy ... to, "
+                          "attach); by default it reads only the warehouse")
     sql.set_defaults(handler=_cmd_sql)
 
     simulate = sub.add_parser(
@@ -134,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
                           help="number of the first traced iteration (default 1)")
     simulate.add_argument("-j", "--jobs", type=int, default=None, metavar="N",
                           help="worker processes writing traces (default: CPUs, at most 8)")
-    simulate.add_argument("--out", type=Path, required=True, metavar="DIR",
+    simulate.add_argument("--out", type=_path, required=True, metavar="DIR",
                           help="folder for the run (created)")
     simulate.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     simulate.set_defaults(handler=_cmd_simulate)
@@ -169,7 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
     topology.add_argument("--format", choices=("json", "traceviz"), default="json",
                           help="topology JSON (default) or Megatron-TraceViz's "
                                "unique_parallel_groups text")
-    topology.add_argument("--out", type=Path, default=None, metavar="FILE",
+    topology.add_argument("--out", type=_path, default=None, metavar="FILE",
                           help="write to FILE instead of standard output")
     topology.set_defaults(handler=_cmd_topology)
 
@@ -184,11 +230,11 @@ def build_parser() -> argparse.ArgumentParser:
             "Exit 1 when a chart family failed (the others are still rendered)."
         ),
     )
-    report.add_argument("--run", metavar="NAME",
+    report.add_argument("--run", type=_name, metavar="NAME",
                         help="run to report (default: the only run, else the newest)")
-    report.add_argument("--compare", metavar="NAME",
+    report.add_argument("--compare", type=_name, metavar="NAME",
                         help="a second run to compare with, side by side")
-    report.add_argument("--out", type=Path, default=None, metavar="DIR",
+    report.add_argument("--out", type=_path, default=None, metavar="DIR",
                         help="report folder (default: <warehouse>/reports/<run>)")
     report.add_argument("--force", action="store_true",
                         help="re-render even when the marts have not changed")
@@ -215,7 +261,8 @@ def build_parser() -> argparse.ArgumentParser:
             "--pp-group or --replica (default: every rank)."
         ),
     )
-    perfetto.add_argument("--run", required=True, metavar="NAME", help="run to export")
+    perfetto.add_argument("--run", type=_name, required=True, metavar="NAME",
+                          help="run to export")
     select = perfetto.add_mutually_exclusive_group()
     select.add_argument("--ranks", type=_rank_list, default=None, metavar="LIST",
                         help="ranks, e.g. 0,1,4-7")
@@ -225,7 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the ranks of model replica N (dim_ranks.model_replica)")
     perfetto.add_argument("--format", choices=("proto", "json"), default="proto",
                           help="Perfetto protobuf (default) or Chrome trace JSON")
-    perfetto.add_argument("--out", type=Path, required=True, metavar="FILE")
+    perfetto.add_argument("--out", type=_path, required=True, metavar="FILE")
     perfetto.set_defaults(handler=_cmd_export_perfetto)
     table = export_sub.add_parser(
         "table",
@@ -234,10 +281,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Write one table of the warehouse (e.g. fct_rank_iterations) to FILE; "
                     "the format comes from --format, else FILE's suffix.",
     )
-    table.add_argument("table", metavar="TABLE")
-    table.add_argument("--run", metavar="NAME", help="only this run's rows")
+    table.add_argument("table", type=_name, metavar="TABLE")
+    table.add_argument("--run", type=_name, metavar="NAME", help="only this run's rows")
     table.add_argument("--format", choices=("csv", "parquet"), default=None)
-    table.add_argument("--out", type=Path, required=True, metavar="FILE")
+    table.add_argument("--out", type=_path, required=True, metavar="FILE")
     table.set_defaults(handler=_cmd_export_table)
 
     demo = sub.add_parser(
@@ -250,7 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
             "the warehouse is."
         ),
     )
-    demo.add_argument("--out", type=Path, default=None, metavar="DIR",
+    demo.add_argument("--out", type=_path, default=None, metavar="DIR",
                       help="folder for the simulated run (default ./demo_runs/"
                            "megatron_tp2_pp4_dp2_vpp2)")
     demo.set_defaults(handler=_cmd_demo)
@@ -308,7 +355,16 @@ def _cmd_sql(args: argparse.Namespace) -> int:
     from tracehouse.sql import run_sql
     from tracehouse.warehouse import resolve_warehouse
 
-    return run_sql(args.query, resolve_warehouse(args.warehouse), fmt=args.format)
+    query = args.query
+    if query == "-":
+        try:
+            query = sys.stdin.buffer.read().decode("utf-8")
+        except UnicodeDecodeError as exc:
+            print(f"error: standard input: the query is not UTF-8 ({exc.reason} at byte "
+                  f"{exc.start})", file=sys.stderr)
+            return EXIT_USAGE
+    return run_sql(query, resolve_warehouse(args.warehouse), fmt=args.format, wide=args.wide,
+                   allow_files=args.allow_files)
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
@@ -469,6 +525,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exc.code or 0)
     try:
         return int(args.handler(args))
+    except OSError as exc:  # a path the user gave cannot be read or written
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return EXIT_FAILED
     except KeyboardInterrupt:
         print("interrupted; nothing partial was written", file=sys.stderr)
         return 130

@@ -145,5 +145,25 @@ def _print_headline(demo: DemoResult, config: SimConfig, say: Callable[[str], No
     say(f"simulated run: {demo.run_dir}  (ground truth: {demo.run_dir / 'ground_truth.json'})")
     if demo.report is not None:
         say(f"report: {demo.report}")
-    say(f"try: tracehouse sql \"select * from fct_rank_iterations order by idle_ns desc "
-        f"limit 5\" --warehouse {demo.warehouse}")
+    say(f"try: {suggested_command(demo.run_id, demo.warehouse)}")
+
+
+def suggested_command(run_id: str, warehouse: Path) -> str:
+    """A ``tracehouse sql`` line, ready to paste, whose first row is the straggler.
+
+    Why compute, highest first: a straggler's own kernels take longer, while
+    its peers' extra time is exposed communication (waiting for it) and idle
+    is near zero everywhere, so ``order by idle_ns`` would show nothing. The
+    exposed-communication column shows the peers paying for it. The run name
+    is a SQL literal (quotes doubled) and the whole line is shell-quoted.
+    """
+    import shlex
+
+    literal = "'" + run_id.replace("'", "''") + "'"
+    query = (
+        "select rank, round(sum(compute_ns) / 1e6, 2) as compute_ms, "
+        "round(sum(exposed_communication_ns) / 1e6, 2) as exposed_comm_ms "
+        f"from fct_rank_iterations where run_id = {literal} "
+        "group by rank order by compute_ms desc limit 5"
+    )
+    return f"tracehouse sql {shlex.quote(query)} --warehouse {shlex.quote(str(warehouse))}"

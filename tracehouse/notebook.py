@@ -15,10 +15,13 @@ a running ``tracehouse build``, or how a chart family is called. ::
     wh.chart("heatmaps", run_id="demo")       # shows the PNGs inline
 
 The connection is read-only (:func:`tracehouse.sql.connect`: the built
-database, else the raw lake as in-memory views), so a notebook can never
-change the warehouse. Table names are checked against
-``information_schema`` before they reach SQL text; ``run_id`` and query
-parameters are bound.
+database, else an in-memory one), so a notebook can never change the
+warehouse; the raw lake tables (``slices``, ``traces``, ``ingest_errors``,
+…) are views of the same names and columns before and after a build, as in
+``tracehouse sql``. Table names are checked against ``information_schema``
+before they reach SQL text; ``run_id`` and query parameters are bound.
+DataFrames keep integer columns as integers (pandas' nullable ``Int64``
+where needed), so ``kernel_count`` reads ``273``, not ``273.0``.
 """
 
 from __future__ import annotations
@@ -33,7 +36,14 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 
-from tracehouse.sql import connect
+from tracehouse.sql import (
+    add_lake_views,
+    connect,
+    lake_tables,
+    referenced_lake_tables,
+    resolve_table,
+    table_names,
+)
 from tracehouse.warehouse import Warehouse
 
 if TYPE_CHECKING:
@@ -59,16 +69,15 @@ class Notebook:
 
     def __init__(self, warehouse: Warehouse) -> None:
         self.warehouse = warehouse
-        self.con: duckdb.DuckDBPyConnection = connect(warehouse)
+        # Lake views are made when first named (each reads every footer of its table).
+        self.con: duckdb.DuckDBPyConnection = connect(warehouse, lake_views=())
         self._chart_dir: Path | None = None
 
     # ----------------------------------------------------------------- tables
 
     def tables(self) -> list[str]:
-        """Every table and view (marts, intermediate models, staging views, seeds)."""
-        return [row[0] for row in self.con.execute(
-            "select table_name from information_schema.tables where table_schema = 'main'"
-            " order by table_name").fetchall()]
+        """Every table and view (marts, models, staging views, seeds, raw lake tables)."""
+        return sorted(set(table_names(self.con)) | set(lake_tables(self.warehouse)))
 
     def marts(self) -> list[str]:
         """Names of the marts (``fct_*`` and ``dim_*``), sorted.
@@ -81,11 +90,12 @@ class Notebook:
 
     def table(self, name: str, run_id: str | None = None) -> duckdb.DuckDBPyRelation:
         """The table ``name`` as a lazy DuckDB relation, optionally only ``run_id``'s rows."""
-        if name not in self.tables():
+        add_lake_views(self.con, self.warehouse, [name])
+        found = resolve_table(self.con, name)
+        if found is None:
             raise NotebookError(f"no table {name!r} in {self.warehouse.root}; marts: "
                                 f"{', '.join(self.marts()) or 'none (run `tracehouse build`)'}")
-        quoted = '"' + name.replace('"', '""') + '"'
-        relation = self.con.sql(f"select * from {quoted}")  # noqa: S608 - checked name
+        relation = self.con.sql(f"select * from {found[1]}")  # noqa: S608 - a catalog name
         if run_id is not None:
             if "run_id" not in relation.columns:
                 raise NotebookError(f"table {name!r} has no run_id column")
@@ -94,11 +104,18 @@ class Notebook:
         return relation
 
     def df(self, name: str, run_id: str | None = None) -> pd.DataFrame:
-        """The table ``name`` (optionally one run's rows) as a pandas DataFrame."""
-        return self.table(name, run_id).df()
+        """The table ``name`` (optionally one run's rows) as a pandas DataFrame.
+
+        Integer columns stay integers: DuckDB's own ``.df()`` turns an
+        integer column holding NULL into floats (``273.0``, and int64
+        nanoseconds beyond 2**53 lose digits), so the frame goes through
+        Arrow with pandas' nullable integer and boolean dtypes.
+        """
+        return to_frame(self.table(name, run_id))
 
     def sql(self, query: str, params: Sequence[Any] | None = None) -> duckdb.DuckDBPyRelation:
         """Run ``query`` with bound ``params``; a relation (``.df()``, ``.fetchall()``, ...)."""
+        add_lake_views(self.con, self.warehouse, referenced_lake_tables(query))
         return self.con.sql(query, params=list(params) if params is not None else None)
 
     def runs(self) -> list[str]:
@@ -128,7 +145,13 @@ class Notebook:
         target.mkdir(parents=True, exist_ok=True)
         ctx = ChartContext(con=self.con, run_id=run, out_dir=target,
                            compare_run_id=compare_run_id)
-        rendered = family.render(ctx)
+        from tracehouse.reports.base import NothingToShow
+
+        try:
+            rendered = family.render(ctx)
+        except NothingToShow as verdict:
+            print(f"{family.name}: nothing to show: {verdict.reason}")
+            return []
         _display(rendered)
         return rendered
 
@@ -162,6 +185,21 @@ class Notebook:
 
     def __repr__(self) -> str:
         return f"<tracehouse warehouse {self.warehouse.root}: {len(self.marts())} marts>"
+
+
+def to_frame(relation: duckdb.DuckDBPyRelation) -> pd.DataFrame:
+    """``relation`` as a DataFrame whose integer and boolean columns keep nullable dtypes."""
+    import pandas as pd
+    import pyarrow as pa
+
+    nullable = {
+        pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(),
+        pa.int32(): pd.Int32Dtype(), pa.int64(): pd.Int64Dtype(),
+        pa.uint8(): pd.UInt8Dtype(), pa.uint16(): pd.UInt16Dtype(),
+        pa.uint32(): pd.UInt32Dtype(), pa.uint64(): pd.UInt64Dtype(),
+        pa.bool_(): pd.BooleanDtype(),
+    }
+    return relation.to_arrow_table().to_pandas(types_mapper=nullable.get)
 
 
 def chart_families() -> list[str]:
