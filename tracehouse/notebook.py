@@ -80,13 +80,8 @@ class Notebook:
         return sorted(set(table_names(self.con)) | set(lake_tables(self.warehouse)))
 
     def marts(self) -> list[str]:
-        """Names of the marts (``fct_*`` and ``dim_*``), sorted.
-
-        Leaves out the incremental models' bookkeeping tables
-        (``<model>__traces``, ``<model>__changes``; macros/incremental_traces.sql).
-        """
-        return [name for name in self.tables() if name.startswith(MART_PREFIXES)
-                and not name.endswith(("__traces", "__changes"))]
+        """Names of the marts (``fct_*`` and ``dim_*``), sorted."""
+        return [name for name in self.tables() if name.startswith(MART_PREFIXES)]
 
     def table(self, name: str, run_id: str | None = None) -> duckdb.DuckDBPyRelation:
         """The table ``name`` as a lazy DuckDB relation, optionally only ``run_id``'s rows."""
