@@ -171,3 +171,15 @@ def test_plain_build_with_nothing_changed_is_skipped(
     assert run_dbt(["build"], torch_job) == EXIT_OK
     assert "is up to date" in capsys.readouterr().out
     assert Warehouse(torch_job).database.stat().st_mtime_ns == published
+
+
+def test_build_takes_dbt_options_without_a_separator(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`tracehouse build --full-refresh` reaches dbt (here: an empty warehouse, exit 1),
+    instead of being rejected by the command line as before (exit 2)."""
+    from tracehouse.cli import main
+
+    assert main(["build", "--warehouse", str(tmp_path / "empty"), "--full-refresh"]) == 1
+    assert "no loaded traces" in capsys.readouterr().err
+    assert main(["sql", "--warehouse", str(tmp_path / "empty"), "--bogus", "select 1"]) == 2

@@ -520,7 +520,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point for tests and embedding: parse ``argv`` and run one command."""
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args, unknown = parser.parse_known_args(argv)
+        if unknown and getattr(args, "handler", None) is _cmd_build:
+            # dbt options before any dbt command (`tracehouse build --full-refresh`)
+            # go to dbt's default command, build.
+            args.dbt_args = [*unknown, *args.dbt_args]
+        elif unknown:
+            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
         return int(exc.code or 0)
     try:
