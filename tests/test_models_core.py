@@ -85,20 +85,25 @@ def test_build_runs_every_core_model_and_test(warehouse: Path) -> None:
     statuses = _run_results(warehouse)
     assert {f"model.tracehouse.{name}" for name in CORE_MODELS} <= set(statuses)
     assert all(status in {"pass", "success"} for status in statuses.values())
-    # A plain `tracehouse build` leaves the unit tests and the lake's own
-    # invariants (tag `lake`) off its critical path ...
+    # A plain `tracehouse build` leaves the unit tests, the lake's own
+    # invariants (tag `lake`) and the intermediate models' tests (tag
+    # `internal`) off its critical path, and keeps the marts' tests ...
     assert not [uid for uid in statuses if uid.startswith("unit_test.")]
-    assert any(uid.startswith("test.tracehouse.") for uid in statuses)
-    assert not [uid for uid in statuses if "stg_lake__" in uid and uid.startswith("test.")]
+    assert any(uid.startswith("test.tracehouse.") and "fct_kernels" in uid for uid in statuses)
+    assert not [uid for uid in statuses if uid.startswith("test.")
+                and ("stg_lake__" in uid or "_int_" in uid)]
 
 
-def test_unit_tests_pass(warehouse: Path) -> None:
-    """... so the suite runs every dbt unit test itself (given rows -> expected rows)."""
-    assert run_dbt(["test", "--select", "test_type:unit"], warehouse) == EXIT_OK
+def test_unit_and_internal_tests_pass(warehouse: Path) -> None:
+    """... so the suite runs every dbt unit test (given rows -> expected rows) and every
+    test of an intermediate model itself."""
+    assert run_dbt(["test", "--select", "test_type:unit", "tag:internal"], warehouse) == EXIT_OK
     statuses = _run_results(warehouse)
     unit_tests = [uid for uid in statuses if uid.startswith("unit_test.")]
     assert len(unit_tests) >= 20, unit_tests
-    assert all(statuses[uid] == "pass" for uid in unit_tests)
+    internal = [uid for uid in statuses if uid.startswith("test.") and "_int_" in uid]
+    assert len(internal) >= 20, internal
+    assert all(statuses[uid] == "pass" for uid in [*unit_tests, *internal])
 
 
 def test_every_rank_has_every_iteration(warehouse: Path) -> None:

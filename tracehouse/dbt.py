@@ -15,8 +15,10 @@ Commands that write the database (``build``, ``run``, ``seed``, ``test``,
 ``snapshot``) write a copy that is published when dbt is done
 (:mod:`tracehouse.publish`), so readers are never blocked, and two of them
 take turns. A plain ``build`` skips what needs no time: unit tests (the
-test suite runs them) and the lake's own invariants (tag ``lake``: ingest
-guarantees them; ``dbt build`` and the test suite check them), and is
+test suite runs them), the lake's own invariants (tag ``lake``: ingest
+guarantees them) and the intermediate models' tests (tag ``internal``: the
+chain's own SQL, covered by the unit tests and the marts' tests), all of
+which ``dbt build`` and the test suite still run; and it is
 skipped entirely when neither the project nor the lake changed since the
 last successful one; a changed project rebuilds with ``--full-refresh``
 (:mod:`tracehouse.build_state`).
@@ -59,7 +61,9 @@ _COMMANDS_WRITING_DATABASE = frozenset({"build", "run", "seed", "test", "snapsho
 #: project changed since the last build.
 _COMMANDS_BUILDING_MODELS = frozenset({"build", "run"})
 #: What a plain ``tracehouse build`` leaves out (see the module docstring).
-PLAIN_BUILD_EXCLUDES = ("--exclude-resource-type", "unit_test", "--exclude", "tag:lake")
+PLAIN_BUILD_EXCLUDES = (
+    "--exclude-resource-type", "unit_test", "--exclude", "tag:lake", "tag:internal",
+)
 
 #: Folder inside the warehouse for dbt's artifacts (compiled SQL, manifest,
 #: run results, logs), so that two warehouses never share them.
