@@ -50,6 +50,7 @@ VALID = {
     ("export", "perfetto"): ["--run", "r", "--out", "{tmp}/x.pftrace"],
     ("export", "table"): ["traces", "--out", "{tmp}/x.csv"],
     ("demo",): [],
+    ("nsys",): ["summary", "{tmp}/capture.sqlite"],
 }
 
 

@@ -114,10 +114,8 @@ def ingest_file(file: Path, root: Path) -> list[str]:
     run_id = sanitize_run_name(f"nsys-{file.stem}")
     result = ingest_paths([file], warehouse=root, run=run_id, jobs=1, progress=False,
                           stream=sys.stderr)
-    if result.failed:
-        raise NsysViewError("; ".join(f"{f.path}: {f.message}"
-                                      + (f" (hint: {f.hint})" if f.hint else "")
-                                      for f in result.failed))
+    if result.failed:  # ingest already printed why, one line per file
+        raise NsysViewError(f"{display_path(file)}: not loaded, so there is nothing to show")
     path = display_path(file.resolve())
     glob = str(root / "lake" / "traces" / "**" / "*.parquet")
     with duckdb.connect() as con:
