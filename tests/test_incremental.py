@@ -83,6 +83,8 @@ MARKERS = {
     "intermediate.int_slices_contextualized": ("name", "'untouched'"),
     "intermediate.int_cpu_steps_classified": ("function_name", "'untouched'"),
     "intermediate.int_kernels_classified": ("launch_name", "'untouched'"),
+    "intermediate.int_kernel_intervals_merged": ("interval_count", "-1"),
+    "intermediate.int_rank_iterations_swept": ("overlap_ns", "-1"),
 }
 
 

@@ -9,8 +9,8 @@ the project (every file dbt reads, plus the dbt arguments) and of the lake
 (every Parquet file's path, size and mtime) are kept in
 ``<warehouse>/dbt/build_state.json``:
 
-* project changed since the last build → the build runs with
-  ``--full-refresh`` (and says so);
+* project (or the ``--vars`` given) changed since the last build → the
+  build runs with ``--full-refresh`` (and says so);
 * project and lake both unchanged, and the same arguments → nothing can
   differ, so the build is skipped ("up to date") instead of spending dbt's
   start-up, every model and every test on the same answer.
@@ -65,9 +65,24 @@ def _files_under(root: Path, names: Sequence[str]) -> list[Path]:
     return found
 
 
+def _vars_arguments(dbt_args: Sequence[str]) -> list[str]:
+    """The ``--vars`` values among dbt's arguments: they change what models compute."""
+    found = []
+    for index, arg in enumerate(dbt_args):
+        if arg == "--vars" and index + 1 < len(dbt_args):
+            found.append(dbt_args[index + 1])
+        elif arg.startswith("--vars="):
+            found.append(arg.split("=", 1)[1])
+    return found
+
+
 def fingerprint(project_dir: Path, lake_dir: Path, dbt_args: Sequence[str]) -> BuildFingerprint:
-    """Fingerprint the project's files (by content), the lake (by stat) and the arguments."""
+    """Fingerprint the project's files (by content) with the ``--vars`` given, the lake
+    (by stat) and the arguments."""
     project = _hash_files(_files_under(project_dir, PROJECT_INPUTS), project_dir, content=True)
+    project = hashlib.blake2b(
+        (project + json.dumps(_vars_arguments(dbt_args))).encode(), digest_size=16
+    ).hexdigest()
     lake_files = []
     if lake_dir.is_dir():
         for dirpath, _, filenames in os.walk(lake_dir):

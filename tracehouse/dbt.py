@@ -190,10 +190,14 @@ def run_dbt(args: Sequence[str] = (), warehouse: Path | None = None) -> int:
             print(f"warehouse {root} is up to date: neither the project nor the lake "
                   "changed since the last build (nothing to do)")
             return EXIT_OK
-        if (argv[0] in _COMMANDS_BUILDING_MODELS and database_exists and last is not None
-                and last.project != state.project and not _has_flag(argv, "--full-refresh")):
-            print("the dbt project changed since the last build: rebuilding every "
-                  "incremental table (--full-refresh)")
+        if (argv[0] in _COMMANDS_BUILDING_MODELS and database_exists
+                and (last is None or last.project != state.project)
+                and not _has_flag(argv, "--full-refresh")):
+            # Incremental rows computed by other code (or by a build this
+            # warehouse kept no record of) must not mix with new ones.
+            why = ("the dbt project (or its --vars) changed since the last build"
+                   if last is not None else "no record of how this database was built")
+            print(f"{why}: rebuilding every incremental table (--full-refresh)")
             added.append("--full-refresh")
         invocation = [*argv[:path_len], *added, *argv[path_len:]]
         copy = prepare_copy(root)

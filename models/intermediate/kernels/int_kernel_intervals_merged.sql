@@ -1,6 +1,6 @@
 {#
     One row per island of GPU busy time: run x rank x iteration x kind x
-    island. Kinds are compute, communication, memory, and `all` (every
+    trace x island. Kinds are compute, communication, memory, and `all` (every
     kernel, copy and fill, whatever its kind) for span and idle.
 
     Gaps and islands (macro merge_intervals): an interval opens a new
@@ -12,9 +12,21 @@
     var('kernel_time_unit_ns'): 1 (default) keeps ns exactly; 1000
     reproduces Holistic Trace Analysis, which rounds ns-resolution traces
     inward to whole microseconds (a sub-microsecond kernel then gets a
-    negative length, as in HTA). An aggregate over all kernels, rebuilt
-    each time.
+    negative length, as in HTA).
+    Per trace (macros/per_trace.sql: delete+insert on trace_id): islands
+    are merged within a trace. A trace is one profiling window of one rank,
+    so the kernels of one rank and iteration lie in one trace (ingest
+    rejects a rank twice in one iteration folder), and kernels outside every
+    step in different traces of a rank lie in disjoint windows: summing
+    islands across traces (fct_rank_iterations) gives the union.
 #}
+
+{{ config(
+    materialized='incremental',
+    incremental_strategy='delete+insert',
+    unique_key='trace_id',
+    post_hook="{{ delete_unloaded_traces() }}",
+) }}
 
 with
 
@@ -22,17 +34,20 @@ kernels as (
     select
         run_id,
         rank,
+        trace_id,
         iteration,
         kind,
         {{ round_up_to_unit('ts_ns', var('kernel_time_unit_ns')) }} as ts_ns,
         {{ round_down_to_unit('end_ns', var('kernel_time_unit_ns')) }} as end_ns
     from {{ ref('int_kernels_classified') }}
+    where {{ traces_to_build() }}
 ),
 
 intervals as (
     select
         run_id,
         rank,
+        trace_id,
         iteration,
         kind,
         ts_ns,
@@ -42,6 +57,7 @@ intervals as (
     select
         run_id,
         rank,
+        trace_id,
         iteration,
         'all' as kind,
         ts_ns,
@@ -52,7 +68,7 @@ intervals as (
 merged as (
     {{ merge_intervals(
         'intervals',
-        ['run_id', 'rank', 'iteration', 'kind'],
+        ['run_id', 'rank', 'trace_id', 'iteration', 'kind'],
         'ts_ns',
         'end_ns',
     ) }}

@@ -1,14 +1,24 @@
 {#
-    One row per run x rank x iteration that has compute or communication
-    islands: the length of (union of compute) intersected with (union of
-    communication), by a sweep over island boundaries (macro sweep_overlap).
+    One row per run x rank x iteration x trace that has compute or
+    communication islands: the length of (union of compute) intersected
+    with (union of communication), by a sweep over island boundaries (macro
+    sweep_overlap).
 
     Islands of one kind are disjoint (touching ones were merged), so each
     start adds 1 and each end subtracts 1 from that kind's open count; the
     time from one boundary to the next is overlap when both counts are open.
     Ties at one instant give zero-length segments, so their order does not
     change the sum.
+    Per trace (macros/per_trace.sql: delete+insert on trace_id), as the
+    islands it sweeps; fct_rank_iterations sums a rank's traces.
 #}
+
+{{ config(
+    materialized='incremental',
+    incremental_strategy='delete+insert',
+    unique_key='trace_id',
+    post_hook="{{ delete_unloaded_traces() }}",
+) }}
 
 with
 
@@ -16,6 +26,7 @@ islands as (
     select
         run_id,
         rank,
+        trace_id,
         iteration,
         kind,
         start_ns,
@@ -23,10 +34,11 @@ islands as (
     from {{ ref('int_kernel_intervals_merged') }}
     where
         kind in ('compute', 'communication')
+        and {{ traces_to_build() }}
 ),
 
 swept as (
-    {{ sweep_overlap('islands', ['run_id', 'rank', 'iteration']) }}
+    {{ sweep_overlap('islands', ['run_id', 'rank', 'trace_id', 'iteration']) }}
 ),
 
 final as (

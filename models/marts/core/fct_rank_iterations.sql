@@ -2,7 +2,8 @@
     One row per run x rank x iteration (NULL iteration: kernels launched
     outside every ProfilerStep of a trace that has steps). Definitions in
     _core__models.yml; the unions come from int_kernel_intervals_merged, the
-    overlap from int_rank_iterations_swept.
+    overlap from int_rank_iterations_swept (both per trace, summed here:
+    a rank's traces hold disjoint profiling windows).
     A table rebuilt each time from the kernels of every loaded trace.
 #}
 
@@ -21,13 +22,15 @@ islands as (
     from {{ ref('int_kernel_intervals_merged') }}
 ),
 
+{# Overlap is swept per trace; a rank's traces hold disjoint windows. #}
 overlap_totals as (
     select
         run_id,
         rank,
         iteration,
-        overlap_ns
+        sum(overlap_ns) as overlap_ns
     from {{ ref('int_rank_iterations_swept') }}
+    group by 1, 2, 3
 ),
 
 unions as (
