@@ -109,6 +109,10 @@ launched as (
     where launch_ts_ns is not null
 ),
 
+{# Two joins rather than one with `same track or outermost backward`: the
+   first hashes on the thread, the second joins only the few outermost
+   backward steps; an OR would compare every kernel with every step frame
+   of its trace. #}
 same_thread_frames as (
     select
         launched.trace_id,
