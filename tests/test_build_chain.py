@@ -183,3 +183,19 @@ def test_build_takes_dbt_options_without_a_separator(
     assert main(["build", "--warehouse", str(tmp_path / "empty"), "--full-refresh"]) == 1
     assert "no loaded traces" in capsys.readouterr().err
     assert main(["sql", "--warehouse", str(tmp_path / "empty"), "--bogus", "select 1"]) == 2
+
+
+@pytest.mark.parametrize(("variable", "value"), [
+    ("TRACEHOUSE_MEMORY_LIMIT", "lots"),
+    ("TRACEHOUSE_MEMORY_LIMIT", "8GB'; drop table x; --"),
+    ("TRACEHOUSE_DBT_THREADS", "two"),
+    ("TRACEHOUSE_DBT_THREADS", "0"),
+])  # fmt: skip
+def test_bad_resource_settings_are_named_before_dbt_runs(
+    variable: str, value: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv(variable, value)
+    assert run_dbt(["build"], tmp_path / "warehouse") == 2
+    err = capsys.readouterr().err
+    assert variable in err and "Traceback" not in err

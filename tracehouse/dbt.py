@@ -139,6 +139,11 @@ def run_dbt(args: Sequence[str] = (), warehouse: Path | None = None) -> int:
         return EXIT_USAGE
     path_len, click_command = command
 
+    problem = resource_settings_problem()
+    if problem is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+
     lake_overridden = any("lake_root" in arg for arg in argv)
     if (
         argv[0] in _COMMANDS_READING_LAKE
@@ -230,6 +235,30 @@ def _exit_code(result: dbtRunnerResult, argv: Sequence[str], root: Path) -> int:
             f"error: dbt {argv[0]} failed on warehouse {root}: {result.exception}", file=sys.stderr
         )
     return EXIT_FAILED
+
+
+def resource_settings_problem() -> str | None:
+    """What is wrong with the resource variables profiles.yml reads, or None.
+
+    Checked before dbt starts, so a typo reads as one line naming the
+    variable instead of a DuckDB parser error deep in dbt's log.
+    """
+    import duckdb
+
+    limit = os.environ.get("TRACEHOUSE_MEMORY_LIMIT")
+    if limit is not None:
+        con = duckdb.connect()
+        try:
+            con.execute(f"set memory_limit = '{limit.replace(chr(39), chr(39) * 2)}'")
+        except duckdb.Error as exc:
+            return (f"TRACEHOUSE_MEMORY_LIMIT={limit!r} is not a DuckDB memory limit "
+                    f"({str(exc).splitlines()[0]}); write it like 8GB or 60%")
+        finally:
+            con.close()
+    threads = os.environ.get("TRACEHOUSE_DBT_THREADS")
+    if threads is not None and not (threads.strip().isdigit() and int(threads) > 0):
+        return f"TRACEHOUSE_DBT_THREADS={threads!r} is not a positive whole number"
+    return None
 
 
 def build_warehouse(warehouse: Path, args: Sequence[str] = ()) -> None:
