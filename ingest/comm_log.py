@@ -193,6 +193,7 @@ def _row(record: dict[str, Any], index: int, file_rank: int) -> dict[str, Any]:
         "reduce_op": record.get("reduce_op") if isinstance(record.get("reduce_op"), str) else None,
         "group_desc": group_desc, "call_site": call_site,
         "is_emulated": call_site.endswith("(emulated)") if call_site else None,
+        "in_step": record.get("in_step") if isinstance(record.get("in_step"), bool) else None,
         "batch_idx": _opt_int(record.get("batch_idx"), "batch_idx", index),
         "batch_size": _opt_int(record.get("batch_size"), "batch_size", index),
         "coalesced": _opt_int(record.get("coalesced"), "coalesced", index),

@@ -236,6 +236,7 @@ COMM_LOG_EVENTS = pa.schema(
         ("group_desc", pa.string()),  # Megatron's group description, tracehouse logs only
         ("call_site", pa.string()),  # innermost megatron/ frame, tracehouse logs only
         ("is_emulated", pa.bool_()),  # call site mirrors Megatron-LM's training loop
+        ("in_step", pa.bool_()),  # inside the training iteration (NULL: the log does not say)
         ("batch_idx", pa.int64()),  # batch_isend/irecv: position in the batch
         ("batch_size", pa.int64()),
         ("coalesced", pa.int64()),  # ops in the coalesced call this record belongs to

@@ -277,7 +277,8 @@ def run_commtrace(config: CommTraceConfig, out: Path, ranks: Sequence[int] | Non
     result.seconds = time.perf_counter() - started
     topo = build_topology(world=world, tp=config.tp, pp=config.pp, cp=config.cp, ep=config.ep,
                           etp=config.etp, vpp=config.vpp, order=config.order)
-    topo["generator"] = "tracehouse commtrace"
+    # Marked as generated: in a run that also has a job's own topology dump, that one wins.
+    topo["generator"] = "tracehouse topology"
     (out / "topology.json").write_text(topology_json(topo), encoding="utf-8")
     genstack = config.genstack_config()
     _write_json(out / "config.json", genstack)

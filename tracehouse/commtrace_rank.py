@@ -114,6 +114,7 @@ class _State:
     batch: tuple[int, int] | None = None  # (index in the batch, batch size) while batching P2P
     batch_index: int = 0
     emulated: str | None = None  # call site of the Megatron-LM code being mirrored
+    in_step: bool = False  # inside the training iteration (not set-up)
 
 
 def _call_site() -> str | None:
@@ -223,7 +224,7 @@ def _log_c10d(name: str, args: tuple, kwargs: dict) -> None:
                 bytes=max(tensor_in.numel(), tensor_out.numel()) * tensor_in.element_size(),
                 coalesced=len(pairs), coalesced_index=index,
                 group_desc=getattr(group, "group_desc", None) if group is not None else None,
-                call_site=_call_site())
+                call_site=_call_site(), in_step=_State.in_step)
             _State.events.append(item)
         return
     else:
@@ -249,6 +250,7 @@ def _log_c10d(name: str, args: tuple, kwargs: dict) -> None:
     record["bytes"] = max(in_nelems, out_nelems) * size
     record["group_desc"] = getattr(group, "group_desc", None) if group is not None else None
     record["call_site"] = _call_site()
+    record["in_step"] = _State.in_step
     _State.events.append(record)
 
 
@@ -406,7 +408,7 @@ def _patch_object_collectives() -> None:
             "dtype": "torch.uint8", "src_rank": _State.rank, "nelems": size,
             "out_nelems": size * len(ranks), "bytes": size * len(ranks),
             "group_desc": getattr(group, "group_desc", None) if group is not None else None,
-            "call_site": _call_site(),
+            "call_site": _call_site(), "in_step": _State.in_step,
         })
 
     def all_gather_object(object_list: list, obj: Any, group: Any = None) -> None:
@@ -450,6 +452,7 @@ def _trace_rank(spec: RankSpec) -> list[dict[str, Any]]:
 
     _State.events = []
     _State.rank = spec.rank
+    _State.in_step = False
     function_mode, dispatch_mode = _install_shims()
     _patch_batch_p2p()
     _patch_object_collectives()
@@ -527,6 +530,7 @@ def _training_step(spec: RankSpec) -> None:
         with emulating("megatron/training/training.py:build_train_valid_test_data_iterators"):
             flags = torch.tensor([1, 0, 0], dtype=torch.long, device="meta")
             dist.broadcast(flags, 0)
+    _State.in_step = True  # what a profiler around one train_step would see
     for chunk in model:
         chunk.zero_grad_buffer()
     optimizer.zero_grad()

@@ -58,6 +58,7 @@ renamed as (
         is_p2p,
         is_send,
         is_emulated,
+        in_step,
 
         ---------- times (ns)
         mtime_ns,
