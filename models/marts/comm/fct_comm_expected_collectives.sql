@@ -44,7 +44,7 @@ instances as (
         max(bytes) as bytes,
         min(bytes) as min_bytes,
         count(distinct rank) as ranks_logged,
-        count(distinct op) as op_variants,
+        count(distinct case when is_p2p then 'p2p' else op end) as op_variants,
         min(seq) as first_seq,
         min(call_site) as call_site,
         bool_and(coalesce(in_step, true)) as in_step
