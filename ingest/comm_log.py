@@ -197,6 +197,7 @@ def _row(record: dict[str, Any], index: int, file_rank: int) -> dict[str, Any]:
         "batch_idx": _opt_int(record.get("batch_idx"), "batch_idx", index),
         "batch_size": _opt_int(record.get("batch_size"), "batch_size", index),
         "coalesced": _opt_int(record.get("coalesced"), "coalesced", index),
+        "coalesced_index": _opt_int(record.get("coalesced_index"), "coalesced_index", index),
         "log_format": "tracehouse" if "call_site" in record else "genstack",
         "record": json.dumps(record, ensure_ascii=False, separators=(",", ":")),
     }

@@ -240,6 +240,7 @@ COMM_LOG_EVENTS = pa.schema(
         ("batch_idx", pa.int64()),  # batch_isend/irecv: position in the batch
         ("batch_size", pa.int64()),
         ("coalesced", pa.int64()),  # ops in the coalesced call this record belongs to
+        ("coalesced_index", pa.int64()),  # position in that call (0: the call's first op)
         ("log_format", pa.string()),  # tracehouse | genstack
         ("world_size", pa.int64()),  # from config.json beside the log, NULL if absent
         ("tp_size", pa.int64()),

@@ -625,7 +625,13 @@ def _get_batch(spec: RankSpec, vp_stage: int | None) -> tuple[Any, ...]:
     position_ids = torch.empty((mbs, seq), dtype=torch.int64, device="meta")
     first = parallel_state.is_pipeline_first_stage(ignore_virtual=True)
     last = parallel_state.is_pipeline_last_stage(ignore_virtual=True)
-    if spec.pp == 1:
+    # pretrain_gpt.get_batch: a model chunk that is neither the first nor the last
+    # virtual stage gets no batch at all (no broadcasts).
+    chunk_first = parallel_state.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp_stage)
+    chunk_last = parallel_state.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage)
+    if spec.vpp and not chunk_first and not chunk_last:
+        pieces: list[Any] = []
+    elif spec.pp == 1:
         pieces = [tokens, labels, loss_mask, attention_mask, position_ids]
     elif first:
         pieces = [tokens, attention_mask, position_ids]
@@ -637,7 +643,6 @@ def _get_batch(spec: RankSpec, vp_stage: int | None) -> tuple[Any, ...]:
         for piece in pieces:
             dist.broadcast(piece, parallel_state.get_tensor_model_parallel_src_rank(),
                            group=parallel_state.get_tensor_model_parallel_group())
-    _ = vp_stage
     return tokens, labels, loss_mask, attention_mask, position_ids
 
 
@@ -647,7 +652,11 @@ def _forward_step(spec: RankSpec, data_iterator: Any, model: Any) -> tuple[Any, 
 
     if data_iterator is not None:
         next(data_iterator, None)
-    tokens, labels, loss_mask, attention_mask, position_ids = _get_batch(spec, None)
+    module = model
+    while hasattr(module, "module"):  # DDP -> GPTModel
+        module = module.module
+    tokens, labels, loss_mask, attention_mask, position_ids = _get_batch(
+        spec, getattr(module, "vp_stage", None))
     output = model(tokens, position_ids, attention_mask, labels=labels)
 
     def loss_func(output_tensor: Any) -> tuple[Any, Any, dict[str, Any]]:

@@ -41,6 +41,7 @@ events as (
         is_emulated,
         in_step,
         log_format,
+        coalesced_index,
         world_size,
         tp_size,
         pp_size,
@@ -172,6 +173,7 @@ final as (
         is_emulated,
         in_step,
         log_format,
+        coalesced_index,
         world_size
     from kinds
 )

@@ -24,9 +24,14 @@ expected_calls as (
         group_kind,
         group_ranks,
         bytes,
-        call_site
+        call_site,
+        coalesced_index
     from {{ ref('int_comm_calls_grouped') }}
-    where coalesce(in_step, true) and collective <> 'other'
+    where
+        coalesce(in_step, true)
+        and collective <> 'other'
+        {# a coalesced call is one c10d call in a profile: count its first op only #}
+        and coalesce(coalesced_index, 0) = 0
 ),
 
 observed_calls as (

@@ -46,6 +46,7 @@ renamed as (
         batch_idx,
         batch_size,
         coalesced,
+        coalesced_index,
         world_size,
         tp_size,
         pp_size,
