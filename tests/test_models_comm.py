@@ -157,3 +157,15 @@ def test_bytes_per_group_kind(warehouse: Path) -> None:
                sum(case when group_kind = 'dp' then bytes end)
         from fct_comm_group_bytes where run_id = 'tp2_pp2_dp2'""")[0]
     assert tp > 0 and dp > 0
+
+
+def test_report_draws_the_traffic_matrix_and_group_bytes(warehouse: Path, tmp_path: Path) -> None:
+    from tracehouse.cli import main
+
+    out = tmp_path / "report"
+    assert main(["report", "--warehouse", str(warehouse), "--run", "small_dp2_tp2_pp4",
+                 "--out", str(out)]) == 0
+    for slug in ("comm-traffic-matrix", "comm-traffic-group-bytes"):
+        assert (out / f"{slug}.png").stat().st_size > 0, slug
+    html = (out / "index.html").read_text()
+    assert "Traffic matrix (ring plan)" in html and "Bytes per group kind" in html
