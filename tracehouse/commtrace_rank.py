@@ -295,14 +295,14 @@ def _install_shims() -> Any:
                 return args[0] if args[0].is_meta else args[0].to("meta")
             if func is torch.Tensor.type and len(args) == 1 and not kwargs and args[0].is_meta:
                 # megatron-core's optimizers accept torch.cuda.*Tensor type strings only.
-                return func(*args).replace("torch.meta.", "torch.cuda.").replace(
-                    "torch.", "torch.cuda.", 1) if ".meta." not in func(*args) else func(
-                        *args).replace("torch.meta.", "torch.cuda.")
+                name = func(*args)
+                if name.startswith("torch.meta."):
+                    return name.replace("torch.meta.", "torch.cuda.", 1)
+                return name.replace("torch.", "torch.cuda.", 1)
             if "device" in kwargs:
                 kwargs["device"] = to_meta(kwargs["device"])
-            if func is torch.Tensor.to and len(args) > 1 and not isinstance(args[1], torch.dtype
-                                                                          ) and not isinstance(
-                                                                              args[1], torch.Tensor):
+            if (func is torch.Tensor.to and len(args) > 1
+                    and not isinstance(args[1], (torch.dtype, torch.Tensor))):
                 args = (args[0], to_meta(args[1]), *args[2:])
             return func(*args, **kwargs)
 

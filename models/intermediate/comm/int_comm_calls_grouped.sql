@@ -62,15 +62,33 @@ descriptions as (
 keyed as (
     select
         events.*,
-        case when is_p2p then (case when is_send then rank else peer_rank end) end as src_rank,
-        case when is_p2p then (case when is_send then peer_rank else rank end) end as dst_rank,
         case
-            when is_p2p
-                then cast(case when is_send then rank else peer_rank end as varchar)
-                || '->' || cast(case when is_send then peer_rank else rank end as varchar)
-            else array_to_string(group_ranks, ',')
+            when
+                events.is_p2p
+                then (case when events.is_send then events.rank else events.peer_rank end)
+        end as src_rank,
+        case
+            when
+                events.is_p2p
+                then (case when events.is_send then events.peer_rank else events.rank end)
+        end as dst_rank,
+        case
+            when events.is_p2p
+                then
+                    cast(
+                        case
+                            when events.is_send then events.rank else events.peer_rank
+                        end as varchar
+                    )
+                    || '->'
+                    || cast(
+                        case
+                            when events.is_send then events.peer_rank else events.rank
+                        end as varchar
+                    )
+            else array_to_string(events.group_ranks, ',')
         end as group_key,
-        case when is_p2p then 'p2p' else collective end as sequence_family
+        case when events.is_p2p then 'p2p' else events.collective end as sequence_family
     from events
 ),
 
@@ -102,13 +120,13 @@ varying as (
         trace_id,
         seq,
         count(distinct member_rank % tp_size) > 1 as varies_tp,
-        count(distinct (member_rank // tp_size) % coalesce(cp_size, 1)) > 1 as varies_cp,
-        count(distinct (member_rank // (tp_size * coalesce(cp_size, 1))) % dp_size) > 1
+        count(distinct(member_rank // tp_size) % coalesce(cp_size, 1)) > 1 as varies_cp,
+        count(distinct(member_rank // (tp_size * coalesce(cp_size, 1))) % dp_size) > 1
             as varies_dp,
         count(distinct member_rank // (tp_size * coalesce(cp_size, 1) * dp_size)) as pp_stages,
         min(pp_size) as pp_size
     from members
-    group by run_id, trace_id, seq
+    group by 1, 2, 3
 ),
 
 kinds as (
@@ -120,7 +138,8 @@ kinds as (
             case when keyed.group_size = keyed.world_size then 'world' end,
             case
                 when keyed.group_size = 1 then 'single'
-                when varying.pp_stages > 1 and varying.pp_stages < varying.pp_size
+                when
+                    varying.pp_stages > 1 and varying.pp_stages < varying.pp_size
                     and not varying.varies_tp and not varying.varies_dp then 'embedding'
                 when varying.pp_stages > 1 and varying.varies_tp and not varying.varies_dp
                     then 'model'

@@ -44,15 +44,20 @@ calls as (
 positioned as (
     select
         calls.*,
-        array_position(group_ranks, rank) as position
+        array_position(calls.group_ranks, calls.rank) as group_position
     from calls
-    where not is_p2p and group_size > 1
+    where not calls.is_p2p and calls.group_size > 1
 ),
 
 {# Edge slots of one rank: 0 = ring successor, 1 = tree parent, 2 and 3 = tree children. #}
 slots as (
-    select slot
-    from (values (0), (1), (2), (3)) as slot_values (slot)
+    select 0 as edge_slot
+    union all
+    select 1 as edge_slot
+    union all
+    select 2 as edge_slot
+    union all
+    select 3 as edge_slot
 ),
 
 ring_edges as (
@@ -64,34 +69,36 @@ ring_edges as (
             when 'reduce_scatter' then 'ring_reduce_scatter'
             when 'broadcast' then 'ring_broadcast'
         end as algorithm,
-        group_ranks[(position % group_size) + 1] as peer,
+        positioned.group_ranks[(positioned.group_position % positioned.group_size) + 1] as peer,
         case positioned.collective
-            when 'all_reduce' then 2.0 * (group_size - 1) / group_size * bytes
-            when 'broadcast' then 1.0 * bytes
-            else 1.0 * (group_size - 1) / group_size * bytes
+            when
+                'all_reduce'
+                then 2.0 * (positioned.group_size - 1) / positioned.group_size * positioned.bytes
+            when 'broadcast' then 1.0 * positioned.bytes
+            else 1.0 * (positioned.group_size - 1) / positioned.group_size * positioned.bytes
         end as edge_bytes
     from positioned
-    where collective in ('all_reduce', 'all_gather', 'reduce_scatter', 'broadcast')
+    where positioned.collective in ('all_reduce', 'all_gather', 'reduce_scatter', 'broadcast')
 ),
 
 tree_edges as (
     select
         positioned.*,
         'tree_all_reduce' as algorithm,
-        case slots.slot
-            when 1 then group_ranks[((position - 2) // 2) + 1]
-            when 2 then group_ranks[2 * position]
-            when 3 then group_ranks[2 * position + 1]
+        case slots.edge_slot
+            when 1 then positioned.group_ranks[((positioned.group_position - 2) // 2) + 1]
+            when 2 then positioned.group_ranks[2 * positioned.group_position]
+            when 3 then positioned.group_ranks[2 * positioned.group_position + 1]
         end as peer,
-        1.0 * bytes as edge_bytes
+        1.0 * positioned.bytes as edge_bytes
     from positioned
     cross join slots
     where
         positioned.collective = 'all_reduce'
         and (
-            (slots.slot = 1 and position > 1)
-            or (slots.slot = 2 and 2 * position <= group_size)
-            or (slots.slot = 3 and 2 * position + 1 <= group_size)
+            (slots.edge_slot = 1 and positioned.group_position > 1)
+            or (slots.edge_slot = 2 and 2 * positioned.group_position <= positioned.group_size)
+            or (slots.edge_slot = 3 and 2 * positioned.group_position + 1 <= positioned.group_size)
         )
 ),
 
@@ -99,8 +106,8 @@ all_to_all_edges as (
     select
         positioned.*,
         'all_to_all' as algorithm,
-        member.peer as peer,
-        1.0 * bytes / group_size as edge_bytes
+        member.peer,
+        1.0 * positioned.bytes / positioned.group_size as edge_bytes
     from positioned
     cross join unnest(positioned.group_ranks) as member (peer)
     where positioned.collective = 'all_to_all' and member.peer <> positioned.rank
@@ -125,17 +132,50 @@ p2p_edges as (
 ),
 
 collective_edges as (
-    select run_id, rank, seq, collective, group_kind, group_key, group_seq, group_size,
-        in_step, algorithm, peer, edge_bytes
+    select
+        run_id,
+        rank,
+        seq,
+        collective,
+        group_kind,
+        group_key,
+        group_seq,
+        group_size,
+        in_step,
+        algorithm,
+        peer,
+        edge_bytes
     from ring_edges
     where not coalesce(collective = 'broadcast' and peer = root_rank, false)
     union all
-    select run_id, rank, seq, collective, group_kind, group_key, group_seq, group_size,
-        in_step, algorithm, peer, edge_bytes
+    select
+        run_id,
+        rank,
+        seq,
+        collective,
+        group_kind,
+        group_key,
+        group_seq,
+        group_size,
+        in_step,
+        algorithm,
+        peer,
+        edge_bytes
     from tree_edges
     union all
-    select run_id, rank, seq, collective, group_kind, group_key, group_seq, group_size,
-        in_step, algorithm, peer, edge_bytes
+    select
+        run_id,
+        rank,
+        seq,
+        collective,
+        group_kind,
+        group_key,
+        group_seq,
+        group_size,
+        in_step,
+        algorithm,
+        peer,
+        edge_bytes
     from all_to_all_edges
 ),
 

@@ -49,7 +49,7 @@ instances as (
         min(call_site) as call_site,
         bool_and(coalesce(in_step, true)) as in_step
     from calls
-    group by run_id, group_key, case when is_p2p then 'p2p' else collective end, group_seq
+    group by 1, 2, 3, 4
 ),
 
 final as (

@@ -72,7 +72,7 @@ both_runs as (
 observed_keyed as (
     select
         observed_calls.*,
-        {{ comm_collective_family('observed_calls.collective') }} as family,
+        {{ comm_collective_family('observed_calls.collective') }} as observed_collective,
         case
             when {{ comm_collective_family('observed_calls.collective') }} in ('send', 'recv')
                 then 'p2p'
@@ -92,8 +92,13 @@ observed_numbered as (
     select
         observed_keyed.*,
         row_number() over (
-            partition by run_id, rank, iteration, family, match_key
-            order by ts_ns, slice_id
+            partition by
+                observed_keyed.run_id,
+                observed_keyed.rank,
+                observed_keyed.iteration,
+                observed_keyed.observed_collective,
+                observed_keyed.match_key
+            order by observed_keyed.ts_ns, observed_keyed.slice_id
         ) as match_seq
     from observed_keyed
 ),
@@ -110,16 +115,19 @@ expected_numbered as (
     select
         expected_calls.*,
         case
-            when is_p2p then 'p2p'
-            else array_to_string(array_sort(group_ranks), ',')
+            when expected_calls.is_p2p then 'p2p'
+            else array_to_string(array_sort(expected_calls.group_ranks), ',')
         end as match_key,
         row_number() over (
             partition by
                 expected_calls.run_id,
-                rank,
-                collective,
-                case when is_p2p then 'p2p' else array_to_string(array_sort(group_ranks), ',') end
-            order by seq
+                expected_calls.rank,
+                expected_calls.collective,
+                case
+                    when expected_calls.is_p2p then 'p2p'
+                    else array_to_string(array_sort(expected_calls.group_ranks), ',')
+                end
+            order by expected_calls.seq
         ) as match_seq
     from expected_calls
     inner join both_runs
@@ -135,6 +143,12 @@ expected_per_iteration as (
         on
             expected_numbered.run_id = iterations.run_id
             and expected_numbered.rank = iterations.rank
+),
+
+observed_resolved as (
+    select *
+    from observed_numbered
+    where match_key is not null
 ),
 
 {# Pass 1: the same family on the same group (sorted rank set), n-th to n-th. #}
@@ -154,7 +168,7 @@ exact as (
         observed.run_id as observed_run_id,
         observed.rank as observed_rank,
         observed.iteration as observed_iteration,
-        observed.family as observed_family,
+        observed.observed_collective as observed_family,
         observed.match_key as observed_key,
         observed.match_seq as observed_match_seq,
         observed.trace_id as observed_trace_id,
@@ -165,12 +179,12 @@ exact as (
         observed.call_site_file as observed_call_site_file,
         observed.call_site_function as observed_call_site_function
     from expected_per_iteration as expected
-    full outer join (select * from observed_numbered where match_key is not null) as observed
+    full outer join observed_resolved as observed
         on
             expected.run_id = observed.run_id
             and expected.rank = observed.rank
             and expected.iteration = observed.iteration
-            and expected.collective = observed.family
+            and expected.collective = observed.observed_collective
             and expected.match_key = observed.match_key
             and expected.match_seq = observed.match_seq
 ),
@@ -182,22 +196,30 @@ expected_left as (
     select
         exact.*,
         row_number() over (
-            partition by expected_run_id, expected_rank, expected_iteration, expected_collective
-            order by expected_seq
+            partition by
+                exact.expected_run_id,
+                exact.expected_rank,
+                exact.expected_iteration,
+                exact.expected_collective
+            order by exact.expected_seq
         ) as fallback_seq
     from exact
-    where observed_run_id is null
+    where exact.observed_run_id is null
 ),
 
 observed_left as (
     select
         observed_numbered.*,
         row_number() over (
-            partition by run_id, rank, iteration, family
-            order by ts_ns, slice_id
+            partition by
+                observed_numbered.run_id,
+                observed_numbered.rank,
+                observed_numbered.iteration,
+                observed_numbered.observed_collective
+            order by observed_numbered.ts_ns, observed_numbered.slice_id
         ) as fallback_seq
     from observed_numbered
-    where match_key is null
+    where observed_numbered.match_key is null
 ),
 
 by_order as (
@@ -216,7 +238,7 @@ by_order as (
         observed_left.run_id as observed_run_id,
         observed_left.rank as observed_rank,
         observed_left.iteration as observed_iteration,
-        observed_left.family as observed_family,
+        observed_left.observed_collective as observed_family,
         observed_left.match_key as observed_key,
         observed_left.fallback_seq as observed_match_seq,
         observed_left.trace_id as observed_trace_id,
@@ -232,7 +254,7 @@ by_order as (
             expected_left.expected_run_id = observed_left.run_id
             and expected_left.expected_rank = observed_left.rank
             and expected_left.expected_iteration = observed_left.iteration
-            and expected_left.expected_collective = observed_left.family
+            and expected_left.expected_collective = observed_left.observed_collective
             and expected_left.fallback_seq = observed_left.fallback_seq
 ),
 
@@ -280,15 +302,18 @@ final as (
         case
             when pass_status = 'matched' then null
             when pass_status = 'matched_by_order'
-                then 'observed ' || observed_name || ' has no group from its call site; '
-                || 'matched by order to expected ' || expected_op || ' on '
-                || coalesce(expected_group_kind, 'group') || ' [' || expected_key || ']'
+                then
+                    'observed ' || observed_name || ' has no group from its call site; '
+                    || 'matched by order to expected ' || expected_op || ' on '
+                    || coalesce(expected_group_kind, 'group') || ' [' || expected_key || ']'
             when expected_run_id is not null
-                then 'expected ' || expected_op || ' #' || cast(expected_match_seq as varchar)
-                || ' on ' || coalesce(expected_group_kind, 'group') || ' [' || expected_key
-                || '] not observed in this iteration (call site '
-                || coalesce(expected_call_site, 'unknown') || ')'
-            else 'observed ' || observed_name || ' #' || cast(observed_match_seq as varchar)
+                then
+                    'expected ' || expected_op || ' #' || cast(expected_match_seq as varchar)
+                    || ' on ' || coalesce(expected_group_kind, 'group') || ' [' || expected_key
+                    || '] not observed in this iteration (call site '
+                    || coalesce(expected_call_site, 'unknown') || ')'
+            else
+                'observed ' || observed_name || ' #' || cast(observed_match_seq as varchar)
                 || ' on ' || coalesce(observed_group_kind, 'an unresolved group')
                 || coalesce(' [' || observed_key || ']', '')
                 || ' has no expected counterpart in the comm log'

@@ -24,12 +24,12 @@ final as (
         group_kind,
         collective,
         count(*) as instances,
-        count(distinct group_key) as groups,
+        count(distinct group_key) as group_count,
         sum(bytes) as bytes,
         sum(bus_bytes) as bus_bytes,
         sum(case when in_step then bytes else 0 end) as step_bytes
     from instances
-    group by run_id, group_kind, collective
+    group by 1, 2, 3
 )
 
 select * from final

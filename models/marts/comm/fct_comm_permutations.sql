@@ -36,7 +36,8 @@ p2p_numbered as (
         bytes,
         case when dst_rank > src_rank then 'forward' else 'backward' end as direction,
         row_number() over (
-            partition by run_id, src_rank,
+            partition by
+                run_id, src_rank,
                 case when dst_rank > src_rank then 'forward' else 'backward' end
             order by seq
         ) as step_index
@@ -70,13 +71,15 @@ step_pairs as (
         run_id,
         step_key,
         min(group_kind) as group_kind,
-        string_agg(cast(src_rank as varchar) || '->' || cast(dst_rank as varchar), ','
-            order by src_rank, dst_rank) as pairs,
+        string_agg(
+            cast(src_rank as varchar) || '->' || cast(dst_rank as varchar), ','
+            order by src_rank, dst_rank
+        ) as pairs,
         count(*) as pair_count,
         count(distinct src_rank) as senders,
         sum(bytes) as bytes
     from steps
-    group by run_id, step_key
+    group by 1, 2
 ),
 
 final as (
@@ -91,7 +94,7 @@ final as (
         count(*) as occurrences,
         sum(bytes) as bytes
     from step_pairs
-    group by run_id, pairs
+    group by 1, 5
 )
 
 select * from final

@@ -31,7 +31,7 @@ final as (
         min(group_kind) as group_kind,
         count(distinct group_kind) as group_kinds
     from transfers
-    group by run_id, algorithm, src_rank, dst_rank
+    group by 1, 2, 3, 4
 )
 
 select * from final
