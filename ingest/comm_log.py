@@ -19,23 +19,17 @@ Reloads are incremental as for PP-timer logs (path, size, mtime, hash).
 
 from __future__ import annotations
 
-import datetime as dt
-import hashlib
 import json
 import math
-import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
 from tracehouse.warehouse import Warehouse
 
-from . import lake
-from .model import TraceError, display_path
+from .model import TraceError
 from .schema import COMM_LOG_EVENTS
+from .side_files import ManifestEntry, land_rows, read_manifest, read_text
 
 __all__ = [
     "COMM_LOG_NAME",
@@ -224,72 +218,24 @@ def _layout(path: Path) -> dict[str, Any]:
     return layout
 
 
-def file_id_for(run_id: str, path: str) -> str:
-    """Identifier of one comm log in one run (a reload replaces its rows)."""
-    return hashlib.blake2b(f"comm_log\0{run_id}\0{path}".encode("utf-8", "surrogateescape"),
-                           digest_size=8).hexdigest()
-
-
-@dataclass(frozen=True)
-class CommLogManifestEntry:
-    """What the lake knows of one loaded comm log."""
-
-    run_id: str
-    path: str
-    size_bytes: int
-    mtime_ns: int
-    content_hash: str
-
-
-def read_comm_log_manifest(warehouse: Warehouse) -> dict[tuple[str, str], CommLogManifestEntry]:
+def read_comm_log_manifest(warehouse: Warehouse) -> dict[tuple[str, str], ManifestEntry]:
     """Every loaded comm log, keyed by (run, path), read back from the lake table."""
-    import duckdb  # only here, as in lake.read_manifest
-
-    glob = str(warehouse.table_dir("comm_log_events") / "**" / "*.parquet")
-    with duckdb.connect() as con:
-        rows = con.execute(
-            "select distinct run_id, path, size_bytes, mtime_ns, content_hash "
-            "from read_parquet(?, union_by_name = true, hive_partitioning = false)",
-            [glob],
-        ).fetchall()
-    return {(row[0], row[1]): CommLogManifestEntry(*row) for row in rows}
+    return read_manifest(warehouse, "comm_log_events")
 
 
 def load_comm_log_file(warehouse: Warehouse, run_id: str, path: Path, token: str,
-                       known: CommLogManifestEntry | None = None) -> int | None:
+                       known: ManifestEntry | None = None) -> int | None:
     """Parse one comm log and land its rows atomically.
 
     Returns the row count, or None when ``known`` shows the same content is
     already loaded. Raises :class:`TraceError` when the file cannot be read
     or parsed; nothing is written then (an earlier version stays loaded).
     """
-    try:
-        raw = path.read_bytes()
-        stat = path.stat()
-    except OSError as exc:
-        raise TraceError("unreadable", f"cannot read the file: {exc.strerror}",
-                         "check the path and its permissions") from exc
-    content_hash = hashlib.blake2b(raw, digest_size=16).hexdigest()
-    if known is not None and known.content_hash == content_hash:
+    read = read_text(path, known, _bad, "the file is damaged; write it again",
+                     "the tracer's write was cut short; trace the rank again")
+    if read is None:
         return None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise _bad(f"not UTF-8 text (byte {exc.start})", "the file is damaged; write it "
-                   "again") from exc
-    if not text.strip():
-        raise TraceError("empty", "the file is empty", "the tracer's write was cut short; "
-                         "trace the rank again")
+    text, stat, content_hash = read
     rows = parse_comm_log(text, path.name)
-    shown = display_path(path)
-    file_id = file_id_for(run_id, shown)
-    extra = _layout(path) | {
-        "run_id": run_id, "trace_id": file_id, "path": shown, "content_hash": content_hash,
-        "size_bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns,
-        "ingested_at": dt.datetime.now(dt.timezone.utc)}
-    for row in rows:
-        row.update(extra)
-    table = pa.Table.from_pylist(rows, schema=COMM_LOG_EVENTS)
-    final = warehouse.partition_dir("comm_log_events", run_id) / f"{file_id}.parquet"
-    os.replace(lake.write_parquet_tmp(table, final, token), final)
-    return table.num_rows
+    return land_rows(warehouse, "comm_log_events", COMM_LOG_EVENTS, "comm_log", run_id, path,
+                     rows, token, stat, content_hash, extra=_layout(path))

@@ -113,70 +113,14 @@ all_to_all_edges as (
     where positioned.collective = 'all_to_all' and member.peer <> positioned.rank
 ),
 
-p2p_edges as (
-    select
-        run_id,
-        rank,
-        seq,
-        collective,
-        group_kind,
-        group_key,
-        group_seq,
-        group_size,
-        in_step,
-        'p2p' as algorithm,
-        dst_rank as peer,
-        1.0 * bytes as edge_bytes
-    from calls
-    where is_p2p and is_send
-),
-
+{# The three CTEs above share one column list (positioned.*, algorithm, peer, edge_bytes). #}
 collective_edges as (
-    select
-        run_id,
-        rank,
-        seq,
-        collective,
-        group_kind,
-        group_key,
-        group_seq,
-        group_size,
-        in_step,
-        algorithm,
-        peer,
-        edge_bytes
-    from ring_edges
+    select * from ring_edges
     where not coalesce(collective = 'broadcast' and peer = root_rank, false)
     union all
-    select
-        run_id,
-        rank,
-        seq,
-        collective,
-        group_kind,
-        group_key,
-        group_seq,
-        group_size,
-        in_step,
-        algorithm,
-        peer,
-        edge_bytes
-    from tree_edges
+    select * from tree_edges
     union all
-    select
-        run_id,
-        rank,
-        seq,
-        collective,
-        group_kind,
-        group_key,
-        group_seq,
-        group_size,
-        in_step,
-        algorithm,
-        peer,
-        edge_bytes
-    from all_to_all_edges
+    select * from all_to_all_edges
 ),
 
 final as (
@@ -198,7 +142,7 @@ final as (
     select
         run_id,
         rank as src_rank,
-        peer as dst_rank,
+        dst_rank,
         seq,
         collective,
         group_kind,
@@ -206,9 +150,10 @@ final as (
         group_seq,
         group_size,
         in_step,
-        algorithm,
-        edge_bytes as bytes
-    from p2p_edges
+        'p2p' as algorithm,
+        1.0 * bytes as bytes
+    from calls
+    where is_p2p and is_send
 )
 
 select * from final
