@@ -185,11 +185,33 @@ def test_one_rank_of_a_175b_wide_world_runs_alone() -> None:
     assert sends == {111}  # the previous stage, backward
 
 
-def test_cli_rejects_a_layout_megatron_cannot_split(tmp_path: Path,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["commtrace", "--tp", "5", "--pp", "1", "--dp", "1", "--model", "small",
-                 "--out", str(tmp_path / "x")]) == 2
-    assert "12 attention heads do not split over TP 5" in capsys.readouterr().err
+def test_sequence_parallel_moves_activations_by_all_gather_and_reduce_scatter() -> None:
+    """Rank 0 of TP2 x PP2 with sequence parallelism: the TP all-reduces of the
+    layers become all-gathers and reduce-scatters of sequence shards, and the
+    norms' gradients are all-reduced over TP in finalize_model_grads."""
+    config = CommTraceConfig(tp=2, pp=2, dp=1, layers=4, hidden=64, heads=4, seq=32,
+                             vocab=128, vocab_divisible_by=64, sequence_parallel=True)
+    events = [e for e in trace_rank(config.rank_spec(0)) if e["in_step"]]
+    ops = Counter(e["op"] for e in events if e.get("ranks") == [0, 1])
+    assert ops["all_gather_into_tensor"] > 0 and ops["reduce_scatter_tensor"] > 0
+    gathered = next(e for e in events if e["op"] == "all_gather_into_tensor")
+    assert gathered["out_nelems"] == 2 * gathered["nelems"] == 32 * 64
+    sites = {e["call_site"].rsplit(" ", 1)[-1] for e in events if e["op"] == "all_reduce"}
+    assert "_allreduce_non_tensor_model_parallel_grads" in sites
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--tp", "5", "--pp", "1", "--dp", "1", "--model", "small"],
+     "12 attention heads do not split over TP 5"),
+    (["--tp", "1", "--pp", "1", "--dp", "2", "--cp", "2", "--model", "small"],
+     "context parallelism (--cp > 1) is not supported yet"),
+    (["--tp", "1", "--pp", "1", "--dp", "2", "--ep", "2", "--model", "small"],
+     "MoE layouts"),
+])
+def test_cli_rejects_layouts_it_cannot_run(argv: list[str], message: str, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["commtrace", *argv, "--out", str(tmp_path / "x")]) == 2
+    assert message in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
 
 

@@ -121,12 +121,14 @@ class CommTraceConfig:
                              f"{self.vpp or 1}")
         if self.vpp and self.microbatches % self.pp:
             raise ValueError("interleaved schedules need --microbatches a multiple of --pp")
-        if self.ep > 1 and not self.num_experts:
-            raise ValueError("--ep > 1 needs --num-experts")
-        if self.num_experts and self.num_experts % self.ep:
-            raise ValueError(f"{self.num_experts} experts do not split over EP {self.ep}")
-        if self.ep > 1 and (self.tp * self.cp * self.dp) % ((self.etp or self.tp) * self.ep):
-            raise ValueError("EP x ETP must divide TP x CP x DP")
+        if self.cp > 1:
+            raise ValueError("context parallelism (--cp > 1) is not supported yet: megatron-core "
+                             "runs it only in Transformer Engine's attention, which needs CUDA")
+        if self.ep > 1 or self.num_experts:
+            # MoE token routing is data-dependent (masked_select, per-expert token
+            # counts): megatron-core's dispatchers cannot run on meta tensors.
+            raise ValueError("MoE layouts (--ep > 1, --num-experts) are not supported yet: "
+                             "expert routing depends on data, which meta tensors do not hold")
         if self.sequence_parallel and self.tp == 1:
             raise ValueError("--sequence-parallel needs --tp > 1")
 

@@ -30,7 +30,7 @@ def add_parser(sub: Any) -> None:
     for name, default, text in (
             ("--tp", None, "tensor-parallel size"), ("--pp", None, "pipeline-parallel size"),
             ("--dp", None, "data-parallel size"), ("--cp", 1, "context-parallel size"),
-            ("--ep", 1, "expert-parallel size (needs --num-experts)"),
+            ("--ep", 1, "expert-parallel size (MoE: not supported yet)"),
             ("--etp", None, "expert tensor-parallel size (default: --tp)"),
             ("--vpp", None, "virtual pipeline size (interleaved 1F1B)")):
         parser.add_argument(name, type=int, default=default, required=default is None and
@@ -43,7 +43,8 @@ def add_parser(sub: Any) -> None:
                        ("--vocab", "tokenizer vocabulary (default GPT-2's 50257; padded as "
                                    "Megatron pads it)"),
                        ("--ffn-hidden", "MLP hidden size (default 4 x hidden)"),
-                       ("--num-experts", "MoE experts (local spec)"),
+                       ("--num-experts", "MoE experts: rejected for now (routing is "
+                                         "data-dependent; meta tensors hold no data)"),
                        ("--bucket-size", "DDP gradient bucket size in elements")):
         parser.add_argument(name, type=int, default=None, metavar="N", help=text)
     parser.add_argument("--vocab-divisible-by", type=int, default=128, metavar="N",

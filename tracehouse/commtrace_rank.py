@@ -277,6 +277,20 @@ def _install_shims() -> Any:
     torch.cuda.is_available = lambda: False  # type: ignore[assignment]
     torch.cuda.device_count = lambda: 0  # type: ignore[assignment]
 
+    class _Stream:
+        """A CUDA stream that is never used: work runs in order on the meta device."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+        def __getattr__(self, name: str) -> Any:
+            return lambda *args, **kwargs: None
+
+    torch.cuda.Stream = _Stream  # type: ignore[misc,assignment]
+    torch.cuda.Event = _Stream  # type: ignore[misc,assignment]
+    torch.cuda.current_stream = lambda *a, **k: _Stream()  # type: ignore[assignment]
+    torch.cuda.stream = lambda *a, **k: contextlib.nullcontext()  # type: ignore[assignment]
+
     def to_meta(value: Any) -> Any:
         if isinstance(value, int) and not isinstance(value, bool):
             return "meta"
@@ -425,6 +439,36 @@ def _patch_object_collectives() -> None:
     dist.broadcast_object_list = broadcast_object_list
 
 
+def _patch_norm_for_sequence_parallel() -> None:
+    """Let the local spec's torch LayerNorm run under sequence parallelism.
+
+    megatron-core's ``WrappedTorchNorm`` refuses ``sequence_parallel`` only
+    because torch's norm does not mark its parameters; the communication
+    sequence parallelism adds lives in the linear layers (all-gather and
+    reduce-scatter of activations) and in ``finalize_model_grads`` (the TP
+    all-reduce of norm gradients, for parameters marked
+    ``sequence_parallel``). This builds the same torch norm and marks its
+    parameters as Transformer Engine's norm does.
+    """
+    import torch
+    from megatron.core.transformer import torch_norm
+
+    if getattr(torch_norm.WrappedTorchNorm, "_tracehouse", False):
+        return
+
+    def build(cls: Any, config: Any, hidden_size: int, eps: float = 1e-5,
+              persist_layer_norm: bool = False, zero_centered_gamma: bool = False,
+              normalization: str = "LayerNorm") -> Any:
+        norm_class = torch.nn.RMSNorm if config.normalization == "RMSNorm" else torch.nn.LayerNorm
+        norm = norm_class(normalized_shape=hidden_size, eps=eps)
+        for param in norm.parameters():
+            param.sequence_parallel = config.sequence_parallel
+        return norm
+
+    torch_norm.WrappedTorchNorm.__new__ = build  # type: ignore[method-assign]
+    torch_norm.WrappedTorchNorm._tracehouse = True  # type: ignore[attr-defined]
+
+
 def _torch_dtype(name: str) -> Any:
     import torch
 
@@ -456,6 +500,8 @@ def _trace_rank(spec: RankSpec) -> list[dict[str, Any]]:
     function_mode, dispatch_mode = _install_shims()
     _patch_batch_p2p()
     _patch_object_collectives()
+    if spec.sequence_parallel:
+        _patch_norm_for_sequence_parallel()
     tensor_parallel.random._CUDA_RNG_STATE_TRACKER = _NoRngTracker()
     tensor_parallel.random._CUDA_RNG_STATE_TRACKER_INITIALIZED = True
 
