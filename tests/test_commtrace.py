@@ -57,7 +57,6 @@ with warnings.catch_warnings():
 pytest.importorskip("torch.testing._internal.distributed.fake_pg")
 
 from tracehouse.commtrace import CommTraceConfig, run_commtrace  # noqa: E402
-from tracehouse.commtrace_rank import trace_rank  # noqa: E402
 from tracehouse.ingest.comm_log import parse_comm_log  # noqa: E402
 from tracehouse.ingest.model import TraceError  # noqa: E402
 from tracehouse.ingest.runner import ingest_paths  # noqa: E402
@@ -175,23 +174,31 @@ def test_distributed_optimizer_collectives_genstack_misses(tmp_path: Path) -> No
     assert all(r["out_nelems"] == 2 * r["nelems"] for r in gather)
 
 
-def test_one_rank_of_a_175b_wide_world_runs_alone() -> None:
+def _trace_alone(config: CommTraceConfig, rank: int, out: Path) -> list[dict[str, Any]]:
+    """One rank traced in a forked worker (trace_rank patches its process's torch)."""
+    result = run_commtrace(config, out, ranks=[rank], jobs=1)
+    assert not result.failed, result.failed
+    return _log(out, rank)
+
+
+def test_one_rank_of_a_175b_wide_world_runs_alone(tmp_path: Path) -> None:
     """Rank 127 of TP8 x PP8 x DP2 at 175b width: no peers, meta tensors only."""
     config = CommTraceConfig(tp=8, pp=8, dp=2, model="175b", layers=8)
-    events = trace_rank(config.rank_spec(127))
+    events = _trace_alone(config, 127, tmp_path)
     tp = [e for e in events if e["op"] == "all_reduce" and e["ranks"] == list(range(120, 128))]
     assert tp and tp[-1]["bytes"] == 2048 * 1 * 12288 * 4
     sends = {e["peer"] for e in events if e["op"] == "batch_isend"}
     assert sends == {111}  # the previous stage, backward
 
 
-def test_sequence_parallel_moves_activations_by_all_gather_and_reduce_scatter() -> None:
+def test_sequence_parallel_moves_activations_by_all_gather_and_reduce_scatter(
+        tmp_path: Path) -> None:
     """Rank 0 of TP2 x PP2 with sequence parallelism: the TP all-reduces of the
     layers become all-gathers and reduce-scatters of sequence shards, and the
     norms' gradients are all-reduced over TP in finalize_model_grads."""
     config = CommTraceConfig(tp=2, pp=2, dp=1, layers=4, hidden=64, heads=4, seq=32,
                              vocab=128, vocab_divisible_by=64, sequence_parallel=True)
-    events = [e for e in trace_rank(config.rank_spec(0)) if e["in_step"]]
+    events = [e for e in _trace_alone(config, 0, tmp_path) if e["in_step"]]
     ops = Counter(e["op"] for e in events if e.get("ranks") == [0, 1])
     assert ops["all_gather_into_tensor"] > 0 and ops["reduce_scatter_tensor"] > 0
     gathered = next(e for e in events if e["op"] == "all_gather_into_tensor")

@@ -30,7 +30,7 @@ import os
 import resource
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -289,8 +289,3 @@ def run_commtrace(config: CommTraceConfig, out: Path, ranks: Sequence[int] | Non
         "log_files": [log_name(outcome.rank) for outcome in result.ranks if not outcome.error],
     })
     return result
-
-
-def with_overrides(config: CommTraceConfig, **changes: Any) -> CommTraceConfig:
-    """``config`` with some fields changed (a helper for tests and benchmarks)."""
-    return replace(config, **changes)

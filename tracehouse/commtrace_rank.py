@@ -482,7 +482,14 @@ def padded_vocab(vocab: int, divisible_by: int, tp: int) -> int:
 
 
 def trace_rank(spec: RankSpec) -> list[dict[str, Any]]:
-    """Run one training step of ``spec``'s layout as ``spec.rank``; return its comm log."""
+    """Run one training step of ``spec``'s layout as ``spec.rank``; return its comm log.
+
+    It patches this process's torch (``torch.cuda``, ``torch.distributed``
+    object collectives and ``batch_isend_irecv``, megatron-core's norm under
+    sequence parallelism) and leaves them patched: call it in a process of
+    its own, as :func:`tracehouse.commtrace.run_commtrace` does (one forked
+    worker per rank).
+    """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return _trace_rank(spec)
@@ -602,7 +609,6 @@ def _training_step(spec: RankSpec) -> None:
 
 
 def _build_model(spec: RankSpec, dtype: Any) -> tuple[Any, list[Any]]:
-    import torch
     from megatron.core import parallel_state
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
@@ -653,7 +659,6 @@ def _build_model(spec: RankSpec, dtype: Any) -> tuple[Any, list[Any]]:
         )
         chunk.to(dtype)
         chunks.append(chunk)
-    _ = torch
     return config, chunks
 
 
