@@ -187,3 +187,10 @@ def test_comm_models_transpile_to_distributed_engines(warehouse: Path, dialect: 
         out = sqlglot.transpile(path.read_text(), read="duckdb", write=dialect,
                                 unsupported_level=sqlglot.ErrorLevel.RAISE)
         assert out and out[0].strip(), name
+
+
+def test_comm_data_and_unit_tests_pass(warehouse: Path) -> None:
+    """The comm folders' data tests (intermediate ones are tagged internal, left out of
+    a plain build) and the unit test of the expected-vs-observed mart."""
+    assert run_dbt(["test", "--select", "path:models/intermediate/comm",
+                    "path:models/marts/comm"], warehouse) == EXIT_OK

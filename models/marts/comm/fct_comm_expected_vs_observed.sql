@@ -4,9 +4,11 @@
     COMMTRACE_DIR --run RUN`) and profiled traces. Per rank and observed
     iteration, the expected sequence of each collective family on each
     group (the comm log's in-step records, int_comm_calls_grouped) is lined
-    up in order with the CPU collectives the traces show (fct_cpu_collectives,
-    c10d calls; their group from the call site, resolved to ranks through
-    int_process_groups_resolved). Groups compare as sorted rank sets; P2P
+    up in order with the collectives the traces show: the communication
+    kernels of fct_kernels in runs that have them (GPU), else the c10d calls
+    of fct_cpu_collectives (CPU, gloo), each with the group its
+    process-group args or call site give, resolved to ranks through
+    int_process_groups_resolved. Groups compare as sorted rank sets; P2P
     compares per direction family (send, recv) without the peer, which CPU
     traces do not carry. Unmatched rows on either side name the difference.
 #}
@@ -34,7 +36,26 @@ expected_calls as (
         and coalesce(coalesced_index, 0) = 0
 ),
 
-observed_calls as (
+gpu_collectives as (
+    select
+        run_id,
+        rank,
+        trace_id,
+        slice_id,
+        iteration,
+        name,
+        coalesce(collective_name, name) as collective,
+        comm_process_group_kind,
+        comm_group_kind,
+        comm_group_index,
+        cast(null as varchar) as call_site_file,
+        cast(null as varchar) as call_site_function,
+        ts_ns
+    from {{ ref('fct_kernels') }}
+    where kind = 'communication'
+),
+
+cpu_collectives as (
     select
         run_id,
         rank,
@@ -51,6 +72,29 @@ observed_calls as (
         ts_ns
     from {{ ref('fct_cpu_collectives') }}
     where event_type = 'call'
+),
+
+{# A run with communication kernels is compared on the GPU side (its CPU
+   c10d calls launch those kernels and would count twice); a run without
+   (gloo) on the CPU side. #}
+gpu_runs as (
+    select distinct run_id
+    from gpu_collectives
+),
+
+observed_calls as (
+    select
+        *,
+        'gpu' as observed_side
+    from gpu_collectives
+    union all
+    select
+        cpu_collectives.*,
+        'cpu' as observed_side
+    from cpu_collectives
+    left join gpu_runs
+        on cpu_collectives.run_id = gpu_runs.run_id
+    where gpu_runs.run_id is null
 ),
 
 process_groups as (
@@ -171,6 +215,7 @@ exact as (
         observed.observed_collective as observed_family,
         observed.match_key as observed_key,
         observed.match_seq as observed_match_seq,
+        observed.observed_side,
         observed.trace_id as observed_trace_id,
         observed.slice_id as observed_slice_id,
         observed.name as observed_name,
@@ -241,6 +286,7 @@ by_order as (
         observed_left.observed_collective as observed_family,
         observed_left.match_key as observed_key,
         observed_left.fallback_seq as observed_match_seq,
+        observed_left.observed_side,
         observed_left.trace_id as observed_trace_id,
         observed_left.slice_id as observed_slice_id,
         observed_left.name as observed_name,
@@ -288,6 +334,7 @@ final as (
         expected_op,
         expected_bytes,
         expected_call_site,
+        observed_side,
         observed_trace_id,
         observed_slice_id,
         observed_name,
