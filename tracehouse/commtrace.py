@@ -131,6 +131,11 @@ class CommTraceConfig:
                              "expert routing depends on data, which meta tensors do not hold")
         if self.sequence_parallel and self.tp == 1:
             raise ValueError("--sequence-parallel needs --tp > 1")
+        from tracehouse.topology import build_topology
+
+        # The rank order and sizes as megatron-core's RankGenerator accepts them.
+        build_topology(world=self.world, tp=self.tp, pp=self.pp, cp=self.cp, ep=self.ep,
+                       etp=self.etp, vpp=self.vpp, order=self.order)
 
     def rank_spec(self, rank: int) -> RankSpec:
         layers, hidden, heads, seq = self.resolved()

@@ -69,12 +69,29 @@ def add_parser(sub: Any) -> None:
                         help="rank order, fastest first (default tp-cp-ep-dp-pp)")
     parser.add_argument("--ranks", type=_rank_list, default=None, metavar="LIST",
                         help="trace only these ranks (e.g. 0,8-15); default all")
-    parser.add_argument("-j", "--jobs", type=int, default=None, metavar="N",
+    parser.add_argument("-j", "--jobs", type=_positive, default=None, metavar="N",
                         help="ranks traced at once (default: CPU count)")
-    parser.add_argument("--out", type=Path, required=True, metavar="DIR",
+    parser.add_argument("--out", type=_path, required=True, metavar="DIR",
                         help="folder for the logs (created)")
     parser.add_argument("-q", "--quiet", action="store_true", help="no per-rank progress")
     parser.set_defaults(handler=run)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def _path(text: str) -> Path:
+    """An output folder: an empty string is a mistake, not the current folder."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path (give a folder name)")
+    return Path(text)
 
 
 def _rank_list(text: str) -> list[int]:
