@@ -31,11 +31,12 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from tracehouse.warehouse import Warehouse
 
 from . import lake
+from .comm_log import load_comm_log_file, read_comm_log_manifest
 from .discover import discover
 from .kineto import parse_kineto, scanner_available
 from .lean import keep_pandas_out
@@ -81,6 +82,7 @@ class IngestResult:
     failed: list[Failed] = field(default_factory=list)
     topologies: list[tuple[str, str, int]] = field(default_factory=list)  # (path, run, rows)
     pp_timers: list[tuple[str, str, int]] = field(default_factory=list)  # (path, run, rows)
+    comm_logs: list[tuple[str, str, int]] = field(default_factory=list)  # (path, run, rows)
     bytes_read: int = 0
     uncompressed_bytes: int = 0
     seconds: float = 0.0
@@ -94,9 +96,10 @@ class IngestResult:
         mb = self.uncompressed_bytes / 1e6
         rate = mb / self.seconds if self.seconds > 0 else 0.0
         where = f" into {into}" if into is not None else ""
+        comm = f", {len(self.comm_logs)} comm log(s)" if self.comm_logs else ""
         return (f"loaded {len(self.loaded)} trace(s) ({mb:.1f} MB of JSON, {rate:.1f} MB/s), "
                 f"{len(self.topologies)} topology file(s), {len(self.pp_timers)} PP-timer "
-                f"file(s); skipped {len(self.skipped)}, failed {len(self.failed)}{where}")
+                f"file(s){comm}; skipped {len(self.skipped)}, failed {len(self.failed)}{where}")
 
     @property
     def exit_code(self) -> int:
@@ -455,6 +458,7 @@ def ingest_paths(
             bar.close()
         _load_topologies(found.topologies, committer, result, stream)
         _load_pp_timers(found.pp_timers, committer, result, stream, force)
+        _load_comm_logs(found.comm_logs, committer, result, stream, force)
     result.seconds = time.perf_counter() - started
     return result
 
@@ -640,7 +644,24 @@ def _reject_side_file(path: Path, run_id: str, layout: str, exc: TraceError,
 
 def _load_pp_timers(files: list[tuple[Path, str]], committer: _Committer,
                     result: IngestResult, stream: TextIO, force: bool) -> None:
-    """Load every PP-timer log into ``pp_timer_events``, incrementally.
+    """Load every PP-timer log into ``pp_timer_events``, incrementally (see _load_side_files)."""
+    _load_side_files(files, committer, result, stream, force, layout="pp_timer",
+                     read_manifest=read_pp_timer_manifest, load=load_pp_timer_file,
+                     loaded=result.pp_timers)
+
+
+def _load_comm_logs(files: list[tuple[Path, str]], committer: _Committer,
+                    result: IngestResult, stream: TextIO, force: bool) -> None:
+    """Load every comm log into ``comm_log_events``, incrementally (see _load_side_files)."""
+    _load_side_files(files, committer, result, stream, force, layout="comm_log",
+                     read_manifest=read_comm_log_manifest, load=load_comm_log_file,
+                     loaded=result.comm_logs)
+
+
+def _load_side_files(files: list[tuple[Path, str]], committer: _Committer,
+                     result: IngestResult, stream: TextIO, force: bool, *, layout: str,
+                     read_manifest: Any, load: Any, loaded: list[tuple[str, str, int]]) -> None:
+    """Load small per-file tables (PP-timer logs, comm logs) incrementally.
 
     Like traces: a file whose path, size and mtime match what is loaded is
     skipped unread, one whose content hash matches is skipped after
@@ -649,7 +670,7 @@ def _load_pp_timers(files: list[tuple[Path, str]], committer: _Committer,
     """
     if not files:
         return
-    manifest = read_pp_timer_manifest(committer.warehouse)
+    manifest = read_manifest(committer.warehouse)
     for path, run_id in files:
         shown = display_path(path)
         known = None if force else manifest.get((run_id, shown))
@@ -663,15 +684,15 @@ def _load_pp_timers(files: list[tuple[Path, str]], committer: _Committer,
                 result.skipped.append((shown, "already loaded, unchanged"))
                 continue
         try:
-            rows = load_pp_timer_file(committer.warehouse, run_id, path, committer.token, known)
+            rows = load(committer.warehouse, run_id, path, committer.token, known)
         except TraceError as exc:
-            _reject_side_file(path, run_id, "pp_timer", exc, committer, result, stream)
+            _reject_side_file(path, run_id, layout, exc, committer, result, stream)
             continue
         lake.clear_error(committer.warehouse, run_id, shown)
         if rows is None:
             result.skipped.append((shown, "already loaded, same content"))
         else:
-            result.pp_timers.append((shown, run_id, rows))
+            loaded.append((shown, run_id, rows))
 
 
 def _remove_temporaries(wh: Warehouse, token: str) -> None:

@@ -19,6 +19,7 @@ FAMILY_MODULES: tuple[str, ...] = (
     "tracehouse.reports.replica",       # every PP group of a model replica on one axis
     "tracehouse.reports.timeline",      # kernel categories per rank over wall-clock time
     "tracehouse.reports.comm_groups",   # communication time by group kind
+    "tracehouse.reports.comm_traffic",  # expected traffic matrix and bytes (comm logs)
     "tracehouse.reports.kernels",       # top kernels
     "tracehouse.reports.compare",       # two runs side by side (only with a second run)
 )

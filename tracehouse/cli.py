@@ -304,6 +304,9 @@ def build_parser() -> argparse.ArgumentParser:
     from tracehouse.nsys_cli import add_parser as add_nsys_parser
 
     add_nsys_parser(sub, common)
+    from tracehouse.commtrace_cli import add_parser as add_commtrace_parser
+
+    add_commtrace_parser(sub)
     return parser
 
 
