@@ -3,13 +3,17 @@
 Layout inside ``<warehouse>/lake``::
 
     <table>/_empty.parquet                  zero rows, the table's schema
+    <table>/_common_metadata                the schema again, as a Parquet summary file
     <table>/run=<run_id>/<trace_id>.parquet one file per loaded trace
     ingest_errors/run=<run_id>/<key>.parquet one file per failing path
 
 Why this shape: one file per trace makes a load and a reload a matter of
 renaming files (no rewrite of shared files, no lost updates between two
 processes), and ``_empty.parquet`` keeps every glob non-empty so readers
-(dbt sources, ``tracehouse sql``) work on a new warehouse.
+(dbt sources, ``tracehouse sql``) work on a new warehouse. Spark skips
+files whose names start with ``_`` except Parquet summary files, so
+``_common_metadata`` is what gives its readers (the ``spark`` dbt target) the
+schema of a table no trace has rows for yet.
 
 Commit protocol: every table of a trace is written to a hidden temporary
 file in its final folder, then renamed into place with ``traces`` last.
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,18 +40,37 @@ from tracehouse.warehouse import Warehouse
 from .schema import LAKE_TABLES, TRACE_TABLES
 
 EMPTY_FILE = "_empty.parquet"
+SCHEMA_FILE = "_common_metadata"
 TMP_SUFFIX = ".tmp"
 
 
 def init_lake(warehouse: Warehouse) -> None:
-    """Create the lake folders and their ``_empty.parquet`` schema files."""
+    """Create the lake folders and their ``_empty.parquet`` and ``_common_metadata`` schema files.
+
+    Safe with other writers at once, on other hosts too: each file is written
+    to a temporary named with a random token and renamed into place, and all
+    writers write the same bytes' worth of schema.
+    """
+    token = f"init{uuid.uuid4().hex[:12]}"
     for table, table_schema in LAKE_TABLES.items():
         folder = warehouse.table_dir(table)
         folder.mkdir(parents=True, exist_ok=True)
         empty = folder / EMPTY_FILE
         if not empty.exists():
-            tmp = write_parquet_tmp(table_schema.empty_table(), empty, token=f"init{os.getpid()}")
+            tmp = write_parquet_tmp(table_schema.empty_table(), empty, token=token)
             os.replace(tmp, empty)
+        summary = folder / SCHEMA_FILE
+        if not summary.exists() or not _same_schema(summary, table_schema):
+            tmp = summary.with_name(f".{summary.name}.{token}{TMP_SUFFIX}")
+            pq.write_metadata(table_schema, tmp)
+            os.replace(tmp, summary)
+
+
+def _same_schema(summary: Path, table_schema: pa.Schema) -> bool:
+    try:
+        return pq.read_schema(summary).remove_metadata().equals(table_schema.remove_metadata())
+    except (OSError, pa.ArrowException):
+        return False
 
 
 def write_parquet_tmp(table: pa.Table, final: Path, token: str) -> Path:
