@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -174,14 +175,31 @@ def read_manifest(warehouse: Warehouse) -> list[ManifestEntry]:
     return entries
 
 
-def recover(warehouse: Warehouse) -> list[Path]:
-    """Delete temporaries and files of traces without a commit marker; return them."""
+def recover(warehouse: Warehouse, older_than_s: float | None = None) -> list[Path]:
+    """Delete temporaries and files of traces without a commit marker; return them.
+
+    ``older_than_s``: touch only files last modified longer ago than that
+    (a sharded ingest, :mod:`ingest.shard`, must leave other writers'
+    in-flight files alone); None removes every leftover (the one writer
+    holds the warehouse lock).
+    """
     removed: list[Path] = []
     if not warehouse.lake.exists():
         return removed
+    now = time.time()
+
+    def stale(path: Path) -> bool:
+        if older_than_s is None:
+            return True
+        try:
+            return now - path.stat().st_mtime > older_than_s
+        except FileNotFoundError:
+            return False
+
     for tmp in warehouse.lake.rglob(f".*{TMP_SUFFIX}"):
-        tmp.unlink(missing_ok=True)
-        removed.append(tmp)
+        if stale(tmp):
+            tmp.unlink(missing_ok=True)
+            removed.append(tmp)
     committed: set[tuple[str, str]] = set()
     traces_dir = warehouse.table_dir("traces")
     for marker in traces_dir.glob("run=*/*.parquet"):
@@ -190,7 +208,7 @@ def recover(warehouse: Warehouse) -> list[Path]:
         if table == "traces":
             continue
         for data in warehouse.table_dir(table).glob("run=*/*.parquet"):
-            if (data.parent.name, data.stem) not in committed:
+            if (data.parent.name, data.stem) not in committed and stale(data):
                 data.unlink(missing_ok=True)
                 removed.append(data)
     return removed
