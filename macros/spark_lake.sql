@@ -27,7 +27,8 @@
 {%- endmacro %}
 
 {% macro spark__register_lake() -%}
-    {%- if execute -%}
+    {#- `compile` reads no table: no Spark session is started for it. -#}
+    {%- if execute and invocation_args_dict.get('which') != 'compile' -%}
         {%- set root = lake_root() -%}
         {%- do run_query('create database if not exists lake') -%}
         {%- for node in graph.sources.values()
