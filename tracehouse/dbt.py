@@ -187,6 +187,10 @@ def run_dbt(args: Sequence[str] = (), warehouse: Path | None = None) -> int:
     if is_plain_build:
         added += list(PLAIN_BUILD_EXCLUDES)
 
+    if target == "spark" and not _spark_installed():
+        print("error: --target spark needs dbt-spark and pyspark, which are not installed: "
+              "pip install -e '.[spark]' (Spark also needs Java 17)", file=sys.stderr)
+        return EXIT_USAGE
     if target is not None and target != "dev":
         # Another engine (the `spark` target): it writes its own tables, not
         # tracehouse.duckdb, so there is no copy to publish and no build
@@ -307,6 +311,13 @@ def _resolve_command(argv: Sequence[str]) -> tuple[int, click.Command] | None:
             return None
         return 2, command.commands[argv[1]]
     return 1, command
+
+
+def _spark_installed() -> bool:
+    import importlib.util
+
+    return all(importlib.util.find_spec(name) is not None
+               for name in ("pyspark", "dbt.adapters.spark"))
 
 
 def _target(argv: Sequence[str]) -> str | None:

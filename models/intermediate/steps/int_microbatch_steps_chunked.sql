@@ -157,8 +157,9 @@ layout as (
     select
         *,
         {{ integer_divide('phase_steps', 'vpp_size') }} as chunk_microbatches,
+        {% set chunk_microbatches = integer_divide('phase_steps', 'vpp_size') -%}
         greatest(
-            {{ integer_divide(integer_divide('phase_steps', 'vpp_size') ~ ' + group_size - 1', 'group_size') }} - 1,
+            {{ integer_divide(chunk_microbatches ~ ' + group_size - 1', 'group_size') }} - 1,
             0
         ) as full_groups
     from sized

@@ -31,7 +31,8 @@ ranges as (
     from {{ ref('stg_lake__slices') }}
     where
         category = 'nvtx'
-        and cast({{ json_text('args', 'event type') }} as bigint) = {{ var('nsys_push_pop_event_type') }}
+        and cast({{ json_text('args', 'event type') }} as bigint)
+        = {{ var('nsys_push_pop_event_type') }}
         and trace_id in (select traces.trace_id from traces)
 ),
 
