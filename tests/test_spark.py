@@ -115,7 +115,7 @@ def test_readme_commands_build_both_engines(cluster: ClusterRun) -> None:
 def test_spark_ingest_shard_loaded_its_files(cluster: ClusterRun) -> None:
     [spark_line] = [line for line in cluster.outputs if "--engine spark" in line]
     assert "in Spark tasks" in cluster.outputs[spark_line]
-    ranks = query_warehouse(cluster.warehouse, "select distinct rank from traces "
+    ranks = query_warehouse(cluster.warehouse, "select distinct rank from stg_lake__traces "
                             "where run_id = 'cluster_run' order by 1")
     assert [rank for (rank,) in ranks] == [0, 1, 2, 3]
 
