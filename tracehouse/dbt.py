@@ -38,7 +38,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tracehouse.build_state import fingerprint, read_state, write_state
+from tracehouse.build_state import changed_lake_tables, fingerprint, read_state, write_state
 from tracehouse.publish import (
     DATABASE_ENV_VAR,
     build_lock,
@@ -68,6 +68,14 @@ _COMMANDS_BUILDING_MODELS = frozenset({"build", "run"})
 #: What a plain ``tracehouse build`` leaves out (see the module docstring).
 PLAIN_BUILD_EXCLUDES = (
     "--exclude-resource-type", "unit_test", "--exclude", "tag:lake", "tag:internal",
+)
+
+#: What a plain build narrowed to changed lake tables also leaves out: with
+#: the project unchanged, seeds (and their tests) and the staging views
+#: (which only name the lake's files) are already what they would become.
+NARROWED_BUILD_EXCLUDES = (
+    "--exclude-resource-type", "unit_test", "seed",
+    "--exclude", "tag:lake", "tag:internal", "config.materialized:view",
 )
 
 #: Folder inside the warehouse for dbt's artifacts (compiled SQL, manifest,
@@ -184,8 +192,7 @@ def run_dbt(args: Sequence[str] = (), warehouse: Path | None = None) -> int:
             added += [flag, value]
     target = _target(argv)
     is_plain_build = _without_target(argv) == ["build"]
-    if is_plain_build:
-        added += list(PLAIN_BUILD_EXCLUDES)
+    selection = list(PLAIN_BUILD_EXCLUDES) if is_plain_build else []
 
     if target == "spark" and not _spark_installed():
         print("error: --target spark needs dbt-spark and pyspark, which are not installed: "
@@ -196,25 +203,37 @@ def run_dbt(args: Sequence[str] = (), warehouse: Path | None = None) -> int:
         # tracehouse.duckdb, so there is no copy to publish and no build
         # state to keep; the build lock still makes two builds take turns
         # (Spark's Derby metastore takes one process at a time).
-        invocation = [*argv[:path_len], *added, *argv[path_len:]]
+        invocation = [*argv[:path_len], *added, *selection, *argv[path_len:]]
         with build_lock(root), _environment(ENV_VAR, str(root)):
             result = dbtRunner().invoke(invocation)
         return _exit_code(result, argv, root)
 
     if argv[0] not in _COMMANDS_WRITING_DATABASE or {"--help", "-h"} & set(argv):
-        invocation = [*argv[:path_len], *added, *argv[path_len:]]
+        invocation = [*argv[:path_len], *added, *selection, *argv[path_len:]]
         with _environment(ENV_VAR, str(root)):
             result = dbtRunner().invoke(invocation)
         return _exit_code(result, argv, root)
 
     with build_lock(root):
-        state = fingerprint(project, Warehouse(root).lake, argv)
+        state = fingerprint(project, Warehouse(root).lake, argv, location=root)
         last = read_state(artifacts)
         database_exists = Warehouse(root).database.exists()
         if is_plain_build and database_exists and last == state:
             print(f"warehouse {root} is up to date: neither the project nor the lake "
                   "changed since the last build (nothing to do)")
             return EXIT_OK
+        if is_plain_build and database_exists:
+            narrowed = _narrowed_selection(changed_lake_tables(last, state), artifacts)
+            if narrowed == []:
+                print(f"warehouse {root} is up to date: only lake tables no model "
+                      "reads changed since the last build (nothing to do)")
+                write_state(artifacts, state)
+                return EXIT_OK
+            if narrowed is not None:
+                selection = ["--select", *narrowed, *NARROWED_BUILD_EXCLUDES]
+                tables = ", ".join(selector.split(".")[-1].rstrip("+") for selector in narrowed)
+                print(f"lake tables changed since the last build: {tables}; "
+                      "building the models that read them")
         if (argv[0] in _COMMANDS_BUILDING_MODELS and database_exists
                 and (last is None or last.project != state.project)
                 and not _has_flag(argv, "--full-refresh")):
@@ -224,7 +243,7 @@ def run_dbt(args: Sequence[str] = (), warehouse: Path | None = None) -> int:
                    if last is not None else "no record of how this database was built")
             print(f"{why}: rebuilding every incremental table (--full-refresh)")
             added.append("--full-refresh")
-        invocation = [*argv[:path_len], *added, *argv[path_len:]]
+        invocation = [*argv[:path_len], *added, *selection, *argv[path_len:]]
         copy = prepare_copy(root)
         try:
             with _environment(ENV_VAR, str(root)), _environment(DATABASE_ENV_VAR, str(copy)):
@@ -239,6 +258,26 @@ def run_dbt(args: Sequence[str] = (), warehouse: Path | None = None) -> int:
         if result.success and argv[0] in _COMMANDS_BUILDING_MODELS:
             write_state(artifacts, state)
     return _exit_code(result, argv, root)
+
+
+def _narrowed_selection(changed: list[str] | None, artifacts: Path) -> list[str] | None:
+    """dbt selectors (``source:lake.<table>+``) for the changed lake tables that
+    the project reads, per the last build's manifest; None when the build must
+    not be narrowed (no comparable last build, or no manifest to tell which
+    tables are sources)."""
+    if changed is None:
+        return None
+    import json
+
+    try:
+        manifest = json.loads((artifacts / "target" / "manifest.json").read_text())
+        sources = {
+            source["name"]: source["source_name"]
+            for source in manifest["sources"].values()
+        }
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return [f"source:{sources[table]}.{table}+" for table in changed if table in sources]
 
 
 def _exit_code(result: dbtRunnerResult, argv: Sequence[str], root: Path) -> int:

@@ -38,7 +38,9 @@ launch_slices as (
         ts_ns,
         end_ns
     from {{ ref('stg_lake__slices') }}
-    where category in ('cuda_runtime', 'cuda_driver')
+    where
+        category in ('cuda_runtime', 'cuda_driver')
+        and trace_id in (select kernels.trace_id from kernels)
 ),
 
 ranges as (

@@ -37,7 +37,9 @@ kernels as (
         dur_ns,
         end_ns
     from {{ ref('fct_kernels') }}
-    where category = 'kernel'
+    where
+        category = 'kernel'
+        and trace_id in (select traces.trace_id from traces)
 ),
 
 slices as (
@@ -46,7 +48,11 @@ slices as (
         slice_id,
         args
     from {{ ref('stg_lake__slices') }}
-    where category = 'kernel'
+    where
+        category = 'kernel'
+        -- Nsight traces only, named in the scan: the join below would not
+        -- stop the lake's Kineto kernels' args from being read.
+        and trace_id in (select traces.trace_id from traces)
 ),
 
 nccl_ops as (
