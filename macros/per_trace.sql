@@ -53,10 +53,12 @@
 {#- Post-hook: drop the rows of traces no longer in the lake (unloaded, or
     the old version of a changed file). -#}
 {% macro delete_unloaded_traces() -%}
+    {#- ref() outside the condition, so dbt sees the dependency at parse time. -#}
+    {%- set loaded_traces = ref('stg_lake__traces') -%}
     {%- if builds_per_trace() -%}
     delete from {{ this }}
     where trace_id not in (
-        select loaded.trace_id from {{ ref('stg_lake__traces') }} as loaded
+        select loaded.trace_id from {{ loaded_traces }} as loaded
     )
     {%- endif -%}
 {%- endmacro %}
