@@ -29,7 +29,7 @@ import zlib
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -37,16 +37,18 @@ from tracehouse.warehouse import Warehouse
 
 from . import lake
 from .comm_log import load_comm_log_file, read_comm_log_manifest
-from .discover import discover
+from .discover import Discovery, discover
 from .kineto import parse_kineto, scanner_available
 from .lean import keep_pandas_out
 from .model import TraceError, TraceFile, display_path
 from .nsys_load import load_nsys_file
 from .pp_timer import load_pp_timer_file, read_pp_timer_manifest
 from .progress import Progress
+from .shard import STALE_AFTER_S, Shard
+from .spark_tasks import run_tasks_in_spark
 from .topology import load_topology_file
 
-ENGINES = ("native", "perfetto")
+ENGINES = ("native", "perfetto", "spark")
 
 
 @dataclass
@@ -286,10 +288,16 @@ def _load_nsys(task: _Task, started: float) -> _Outcome:
 
 
 @contextmanager
-def warehouse_lock(warehouse: Warehouse, stream: TextIO) -> Iterator[None]:
-    """Hold the warehouse's ingest lock; wait (and say so) if another ingest has it."""
+def warehouse_lock(warehouse: Warehouse, stream: TextIO,
+                   shard: Shard | None = None) -> Iterator[None]:
+    """Hold the warehouse's ingest lock; wait (and say so) if another ingest has it.
+
+    A shard holds its own lock (:mod:`ingest.shard`): shards never wait for
+    each other, and nothing relies on the lock across hosts.
+    """
     warehouse.root.mkdir(parents=True, exist_ok=True)
-    with open(warehouse.lock_file, "a+") as handle:
+    lock_file = warehouse.lock_file if shard is None else warehouse.root / shard.lock_name()
+    with open(lock_file, "a+") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -405,8 +413,15 @@ def ingest_paths(
     engine: str = "native",
     trace_processor_bin: str | None = None,
     stream: TextIO | None = None,
+    shard: Shard | None = None,
 ) -> IngestResult:
     """Load every trace under ``paths`` into the warehouse's lake.
+
+    ``shard``: load only that shard's files (:mod:`ingest.shard`), safely
+    beside the other shards writing the same lake. ``engine="spark"``
+    parses with tracehouse's own parser in Spark tasks
+    (:mod:`ingest.spark_tasks`) instead of local worker processes; the
+    driver commits, as for the other engines.
 
     Raises :class:`ingest.discover.DiscoveryError` for unusable arguments;
     per-file problems are returned in ``IngestResult.failed`` (and recorded
@@ -418,12 +433,15 @@ def ingest_paths(
     wh = warehouse if isinstance(warehouse, Warehouse) else Warehouse.at(warehouse)
     started = time.perf_counter()
     found = discover([Path(p) for p in paths], run=run)
+    if shard is not None:
+        found = _shard_files(found, shard)
     result = IngestResult(skipped=[(display_path(p), why) for p, why in found.skipped])
     token = uuid.uuid4().hex[:12]
+    parser = "native" if engine == "spark" else engine
 
-    with warehouse_lock(wh, stream):
+    with warehouse_lock(wh, stream, shard):
         lake.init_lake(wh)
-        lake.recover(wh)
+        lake.recover(wh, older_than_s=None if shard is None else STALE_AFTER_S)
         committer = _Committer(wh, lake.read_manifest(wh), token)
         todo: list[TraceFile] = []
         for source in found.traces:
@@ -433,7 +451,7 @@ def ingest_paths(
                 todo.append(source)
         bar = Progress(len(todo), sum(s.size_bytes for s in todo), stream, enabled=progress)
         tasks = [
-            _Task(s, str(wh.root), token, committer.known_hash(s, force), engine,
+            _Task(s, str(wh.root), token, committer.known_hash(s, force), parser,
                   trace_processor_bin)
             for s in todo
         ]
@@ -445,7 +463,9 @@ def ingest_paths(
                   file=stream, flush=True)
         deferred: list[_Outcome] = []
         try:
-            for outcome in _run_tasks(tasks, jobs):
+            outcomes = (_run_tasks(tasks, jobs) if engine != "spark"
+                        else run_tasks_in_spark(_load_one, tasks, stream))
+            for outcome in outcomes:
                 if outcome.status == "parsed" and outcome.rank_source == "single_process":
                     deferred.append(outcome)  # rank 0 only if alone in its run: decided last
                     continue
@@ -461,6 +481,16 @@ def ingest_paths(
         _load_comm_logs(found.comm_logs, committer, result, stream, force)
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _shard_files(found: Discovery, shard: Shard) -> Discovery:
+    """The part of a discovery that ``shard`` loads (traces and side files alike)."""
+    return replace(
+        found,
+        traces=[t for t in found.traces if shard.owns(t.run_id, t.path)],
+        topologies=[(p, r) for p, r in found.topologies if shard.owns(r, p)],
+        pp_timers=[(p, r) for p, r in found.pp_timers if shard.owns(r, p)],
+    )
 
 
 def _check_engine_once(tasks: list[_Task], committer: _Committer, result: IngestResult,

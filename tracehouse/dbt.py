@@ -22,6 +22,11 @@ which ``dbt build`` and the test suite still run; and it is
 skipped entirely when neither the project nor the lake changed since the
 last successful one; a changed project rebuilds with ``--full-refresh``
 (:mod:`tracehouse.build_state`).
+
+``--target spark`` runs the same project on Apache Spark (``profiles.yml``;
+the ``spark`` extra): the same exclusions for a plain build, under the same
+lock, but no copy and no skip, since Spark writes its own Parquet tables
+(:mod:`tracehouse.spark_marts` reads them back).
 """
 
 from __future__ import annotations
@@ -185,8 +190,23 @@ def run_dbt(args: Sequence[str] = (), warehouse: Path | None = None) -> int:
     for name, (flag, value) in defaults.items():
         if name in accepted and not _has_flag(argv, flag):
             added += [flag, value]
-    is_plain_build = argv == ["build"]
+    target = _target(argv)
+    is_plain_build = _without_target(argv) == ["build"]
     selection = list(PLAIN_BUILD_EXCLUDES) if is_plain_build else []
+
+    if target == "spark" and not _spark_installed():
+        print("error: --target spark needs dbt-spark and pyspark, which are not installed: "
+              "pip install -e '.[spark]' (Spark also needs Java 17)", file=sys.stderr)
+        return EXIT_USAGE
+    if target is not None and target != "dev":
+        # Another engine (the `spark` target): it writes its own tables, not
+        # tracehouse.duckdb, so there is no copy to publish and no build
+        # state to keep; the build lock still makes two builds take turns
+        # (Spark's Derby metastore takes one process at a time).
+        invocation = [*argv[:path_len], *added, *selection, *argv[path_len:]]
+        with build_lock(root), _environment(ENV_VAR, str(root)):
+            result = dbtRunner().invoke(invocation)
+        return _exit_code(result, argv, root)
 
     if argv[0] not in _COMMANDS_WRITING_DATABASE or {"--help", "-h"} & set(argv):
         invocation = [*argv[:path_len], *added, *selection, *argv[path_len:]]
@@ -330,6 +350,37 @@ def _resolve_command(argv: Sequence[str]) -> tuple[int, click.Command] | None:
             return None
         return 2, command.commands[argv[1]]
     return 1, command
+
+
+def _spark_installed() -> bool:
+    import importlib.util
+
+    return all(importlib.util.find_spec(name) is not None
+               for name in ("pyspark", "dbt.adapters.spark"))
+
+
+def _target(argv: Sequence[str]) -> str | None:
+    """The dbt target named by ``--target NAME``/``-t NAME``/``--target=NAME``, else None."""
+    for index, arg in enumerate(argv):
+        if arg in ("--target", "-t") and index + 1 < len(argv):
+            return argv[index + 1]
+        if arg.startswith("--target="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def _without_target(argv: Sequence[str]) -> list[str]:
+    """``argv`` less its target option (so ``build --target spark`` is a plain build)."""
+    kept: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in ("--target", "-t"):
+            skip = True
+        elif not arg.startswith("--target="):
+            kept.append(arg)
+    return kept
 
 
 def _has_flag(argv: Sequence[str], flag: str) -> bool:
