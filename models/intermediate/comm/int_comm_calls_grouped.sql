@@ -99,10 +99,14 @@ members as (
         keyed.run_id,
         keyed.trace_id,
         keyed.seq,
-        member.rank as member_rank,
-        keyed.tp_size,
-        keyed.cp_size,
-        keyed.dp_size,
+        member.rank % keyed.tp_size as tp_coordinate,
+        {{ integer_divide('member.rank', 'keyed.tp_size') }}
+        % coalesce(keyed.cp_size, 1) as cp_coordinate,
+        {{ integer_divide('member.rank', 'keyed.tp_size * coalesce(keyed.cp_size, 1)') }}
+        % keyed.dp_size as dp_coordinate,
+        {{ integer_divide(
+            'member.rank', 'keyed.tp_size * coalesce(keyed.cp_size, 1) * keyed.dp_size'
+        ) }} as pp_coordinate,
         keyed.pp_size
     from keyed
     cross join unnest(keyed.group_ranks) as member (rank)
@@ -119,11 +123,10 @@ varying as (
         run_id,
         trace_id,
         seq,
-        count(distinct member_rank % tp_size) > 1 as varies_tp,
-        count(distinct(member_rank // tp_size) % coalesce(cp_size, 1)) > 1 as varies_cp,
-        count(distinct(member_rank // (tp_size * coalesce(cp_size, 1))) % dp_size) > 1
-            as varies_dp,
-        count(distinct member_rank // (tp_size * coalesce(cp_size, 1) * dp_size)) as pp_stages,
+        count(distinct tp_coordinate) > 1 as varies_tp,
+        count(distinct cp_coordinate) > 1 as varies_cp,
+        count(distinct dp_coordinate) > 1 as varies_dp,
+        count(distinct pp_coordinate) as pp_stages,
         min(pp_size) as pp_size
     from members
     group by 1, 2, 3

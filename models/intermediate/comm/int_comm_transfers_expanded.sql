@@ -69,7 +69,10 @@ ring_edges as (
             when 'reduce_scatter' then 'ring_reduce_scatter'
             when 'broadcast' then 'ring_broadcast'
         end as algorithm,
-        positioned.group_ranks[(positioned.group_position % positioned.group_size) + 1] as peer,
+        {{ array_element(
+            'positioned.group_ranks',
+            '(positioned.group_position % positioned.group_size) + 1',
+        ) }} as peer,
         case positioned.collective
             when
                 'all_reduce'
@@ -86,9 +89,16 @@ tree_edges as (
         positioned.*,
         'tree_all_reduce' as algorithm,
         case slots.edge_slot
-            when 1 then positioned.group_ranks[((positioned.group_position - 2) // 2) + 1]
-            when 2 then positioned.group_ranks[2 * positioned.group_position]
-            when 3 then positioned.group_ranks[2 * positioned.group_position + 1]
+            when 1 then {{ array_element(
+                'positioned.group_ranks',
+                integer_divide('positioned.group_position - 2', '2') ~ ' + 1',
+            ) }}
+            when 2 then {{ array_element(
+                'positioned.group_ranks', '2 * positioned.group_position',
+            ) }}
+            when 3 then {{ array_element(
+                'positioned.group_ranks', '2 * positioned.group_position + 1',
+            ) }}
         end as peer,
         1.0 * positioned.bytes as edge_bytes
     from positioned
