@@ -26,6 +26,11 @@
 #}
 
 {%- set mode = var('clock_offset_mode') %}
+{%- if mode not in ['auto', 'collectives', 'first_step', 'none'] %}
+    {{ exceptions.raise_compiler_error(
+        "var clock_offset_mode is " ~ mode ~ "; choose auto, collectives, first_step or none"
+    ) }}
+{%- endif %}
 
 with
 
