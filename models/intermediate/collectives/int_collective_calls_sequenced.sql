@@ -101,6 +101,25 @@ bare_kernels as (
     where collective_name is null and launch_slice_id is not null
 ),
 
+{# A trace's CPU calls count only when it has no communication kernels (else they repeat them). #}
+gpu_traces as (
+    select distinct trace_id
+    from kernels
+),
+
+cpu_only_calls as (
+    select *
+    from cpu_calls
+    where trace_id not in (select gpu_traces.trace_id from gpu_traces)
+),
+
+{# Only the slices whose args are read: launches and their parents, CPU-only calls. #}
+needed_traces as (
+    select trace_id from bare_kernels
+    union
+    select trace_id from cpu_only_calls
+),
+
 lake_slices as (
     select
         trace_id,
@@ -109,9 +128,7 @@ lake_slices as (
         name,
         args
     from {{ ref('stg_lake__slices') }}
-    where
-        trace_id in (select bare_kernels.trace_id from bare_kernels)
-        or trace_id in (select cpu_calls.trace_id from cpu_calls)
+    where trace_id in (select needed_traces.trace_id from needed_traces)
 ),
 
 launch_parents as (
@@ -133,22 +150,15 @@ launch_parents as (
             and launches.parent_id = parents.slice_id
 ),
 
-{# A trace's CPU calls count only when it has no communication kernels (else they repeat them). #}
-gpu_traces as (
-    select distinct trace_id
-    from kernels
-),
-
 cpu_call_args as (
     select
-        cpu_calls.*,
+        cpu_only_calls.*,
         lake_slices.args
-    from cpu_calls
+    from cpu_only_calls
     inner join lake_slices
         on
-            cpu_calls.trace_id = lake_slices.trace_id
-            and cpu_calls.slice_id = lake_slices.slice_id
-    where cpu_calls.trace_id not in (select gpu_traces.trace_id from gpu_traces)
+            cpu_only_calls.trace_id = lake_slices.trace_id
+            and cpu_only_calls.slice_id = lake_slices.slice_id
 ),
 
 gpu_rows as (
