@@ -180,8 +180,9 @@ def test_dlrm_names_the_ranks_rank_1_waits_for(warehouse: Path) -> None:
     assert {rank for (rank,) in late} == {2, 6, 7}
     # They are the three last to start that kernel on their own GPUs (clocks agree to ~µs).
     starts = query_warehouse(
-        warehouse, "select rank from fct_kernels as kernels inner join fct_collective_ranks as "
-        "members using (run_id, trace_id, slice_id) where members.run_id = ? and "
+        warehouse, "select kernels.rank from fct_kernels as kernels inner join "
+        "fct_collective_ranks as members using (run_id, trace_id, slice_id) where "
+        "members.run_id = ? and "
         "members.collective_id = ? order by kernels.ts_ns desc limit 3", [DLRM, collective])
     assert {rank for (rank,) in starts} == {2, 6, 7}
 

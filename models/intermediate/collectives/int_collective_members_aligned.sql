@@ -49,13 +49,17 @@ aligned as (
 ordered as (
     select
         aligned.*,
-        count(*) over (partition by run_id, collective_id) as ranks_matched,
-        max(arrival_ns) over (partition by run_id, collective_id) as last_arrival_ns,
+        count(*) over (partition by aligned.run_id, aligned.collective_id) as ranks_matched,
+        max(aligned.arrival_ns)
+            over (partition by aligned.run_id, aligned.collective_id)
+            as last_arrival_ns,
         cast(row_number() over (
-            partition by run_id, collective_id order by arrival_ns, rank
+            partition by aligned.run_id, aligned.collective_id
+            order by aligned.arrival_ns, aligned.rank
         ) as bigint) as arrival_order,
-        arrival_ns - lag(arrival_ns) over (
-            partition by run_id, collective_id order by arrival_ns, rank
+        aligned.arrival_ns - lag(aligned.arrival_ns) over (
+            partition by aligned.run_id, aligned.collective_id
+            order by aligned.arrival_ns, aligned.rank
         ) as gap_ns
     from aligned
 ),
@@ -64,7 +68,10 @@ shares as (
     select
         ordered.*,
         coalesce(
-            cast(arrival_order - 1 as double) * gap_ns / (ranks_matched - arrival_order + 1), 0
+            cast(ordered.arrival_order - 1 as double)
+            * ordered.gap_ns
+            / (ordered.ranks_matched - ordered.arrival_order + 1),
+            0
         ) as gap_share_ns
     from ordered
 ),

@@ -173,10 +173,21 @@ keyed as (
         end as match_basis,
         case
             when peered.peer_rank is not null
-                then peered.group_key || ':'
-                || cast(case when peered.p2p_direction = 'send' then peered.rank else peered.peer_rank end as varchar)
-                || '>'
-                || cast(case when peered.p2p_direction = 'send' then peered.peer_rank else peered.rank end as varchar)
+                then
+                    peered.group_key || ':'
+                    || cast(
+                        case
+                            when peered.p2p_direction = 'send' then peered.rank else
+                                peered.peer_rank
+                        end as varchar
+                    )
+                    || '>'
+                    || cast(
+                        case
+                            when peered.p2p_direction = 'send' then peered.peer_rank else
+                                peered.rank
+                        end as varchar
+                    )
             {# A P2P op in a group of more than two ranks that names no peer cannot be paired. #}
             when peered.is_p2p and coalesce(peered.group_size, 0) != 2
                 then peered.group_key || ':unpaired:' || cast(peered.rank as varchar)
@@ -224,7 +235,8 @@ final as (
         keyed.group_ranks_key as process_group_ranks_key,
         keyed.seq_scope,
         keyed.seq,
-        {# Calls the rank made in this scope and iteration: members that disagree make order matching doubtful. #}
+        {# Calls the rank made in this scope and iteration (members that
+           disagree make matching by order doubtful). #}
         count(*) over (
             partition by
                 keyed.run_id, keyed.instance_group_key, keyed.iteration, keyed.seq_scope, keyed.rank

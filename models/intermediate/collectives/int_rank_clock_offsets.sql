@@ -25,12 +25,7 @@
     A per-run table rebuilt each time.
 #}
 
-{%- set mode = var('clock_offset_mode') %}
-{%- if mode not in ['auto', 'collectives', 'first_step', 'none'] %}
-    {{ exceptions.raise_compiler_error(
-        "var clock_offset_mode is " ~ mode ~ "; choose auto, collectives, first_step or none"
-    ) }}
-{%- endif %}
+{%- set mode = clock_offset_mode() %}
 
 with
 
@@ -180,7 +175,9 @@ two_hop_candidates as (
 ),
 
 two_hop as (
-    {{ first_match('two_hop_candidates', ['run_id', 'host_key'], ['collective_count desc', 'offset_ns']) }}
+    {{ first_match(
+        'two_hop_candidates', ['run_id', 'host_key'], ['collective_count desc', 'offset_ns'],
+    ) }}
 ),
 
 collective_offsets as (
@@ -212,53 +209,55 @@ rank_steps as (
     group by 1, 2, 3
 ),
 
-common_steps as (
+run_rank_counts as (
     select
-        rank_steps.run_id,
-        min(rank_steps.step_number) as step_number
+        run_id,
+        count(distinct rank) as rank_count
     from rank_steps
-    inner join (
-        select
-            run_id,
-            count(distinct rank) as rank_count
-        from rank_steps
-        group by 1
-    ) as run_ranks
-        on rank_steps.run_id = run_ranks.run_id
-    group by rank_steps.run_id, rank_steps.step_number, run_ranks.rank_count
-    having count(distinct rank_steps.rank) = run_ranks.rank_count
+    group by 1
 ),
 
+step_rank_counts as (
+    select
+        run_id,
+        step_number,
+        count(distinct rank) as rank_count,
+        min(step_start_ns) as base_ns
+    from rank_steps
+    group by 1, 2
+),
+
+first_common_steps as (
+    select
+        step_rank_counts.run_id,
+        step_rank_counts.step_number,
+        step_rank_counts.base_ns,
+        row_number() over (
+            partition by step_rank_counts.run_id order by step_rank_counts.step_number
+        ) as step_order
+    from step_rank_counts
+    inner join run_rank_counts
+        on
+            step_rank_counts.run_id = run_rank_counts.run_id
+            and step_rank_counts.rank_count = run_rank_counts.rank_count
+),
+
+{# Step starts relative to the step's first start: small numbers, exact through median. #}
 first_steps as (
     select
         rank_steps.run_id,
         hosts.host_key,
-        median(rank_steps.step_start_ns - first_common.base_ns) as step_start_ns
+        median(rank_steps.step_start_ns - first_common_steps.base_ns) as step_start_ns
     from rank_steps
-    inner join (
-        select
-            common_steps.run_id,
-            common_steps.step_number,
-            min(rank_steps.step_start_ns) as base_ns
-        from common_steps
-        inner join rank_steps
-            on
-                common_steps.run_id = rank_steps.run_id
-                and common_steps.step_number = rank_steps.step_number
-        where common_steps.step_number = (
-            select min(earliest.step_number)
-            from common_steps as earliest
-            where earliest.run_id = common_steps.run_id
-        )
-        group by 1, 2
-    ) as first_common
+    inner join first_common_steps
         on
-            rank_steps.run_id = first_common.run_id
-            and rank_steps.step_number = first_common.step_number
+            rank_steps.run_id = first_common_steps.run_id
+            and rank_steps.step_number = first_common_steps.step_number
     inner join hosts
         on
             rank_steps.run_id = hosts.run_id
             and rank_steps.rank = hosts.rank
+    where first_common_steps.step_order = 1
     group by 1, 2
 ),
 
@@ -266,7 +265,8 @@ first_step_offsets as (
     select
         first_steps.run_id,
         first_steps.host_key,
-        cast(round(reference_steps.step_start_ns - first_steps.step_start_ns) as bigint) as offset_ns
+        cast(round(reference_steps.step_start_ns - first_steps.step_start_ns) as bigint)
+            as offset_ns
     from first_steps
     inner join reference_hosts
         on first_steps.run_id = reference_hosts.run_id
@@ -287,7 +287,9 @@ candidates as (
         coalesce(collective_offsets.collective_count, 0) as collective_count,
         first_step_offsets.offset_ns as first_step_offset_ns,
         max(case when collective_offsets.offset_ns is not null then 1 else 0 end)
-            over (partition by hosts.run_id) = 1 as run_has_collective_offsets
+            over (partition by hosts.run_id)
+        = 1 as run_has_collective_offsets,
+        '{{ mode }}' as requested_mode
     from hosts
     inner join reference_hosts
         on hosts.run_id = reference_hosts.run_id
@@ -304,29 +306,32 @@ candidates as (
 chosen as (
     select
         candidates.*,
-        {%- if mode == 'none' %}
-        'none' as mode
-        {%- elif mode == 'first_step' %}
         case
-            when is_reference_host then 'first_step'
-            when first_step_offset_ns is not null then 'first_step'
+            when candidates.requested_mode = 'none' then 'none'
+            when candidates.requested_mode = 'first_step'
+                then case
+                    when
+                        candidates.is_reference_host
+                        or candidates.first_step_offset_ns is not null
+                        then 'first_step'
+                    else 'none'
+                end
+            when candidates.requested_mode = 'collectives'
+                then case
+                    when
+                        candidates.is_reference_host
+                        or candidates.collectives_offset_ns is not null
+                        then 'collectives'
+                    else 'none'
+                end
+            when candidates.collectives_offset_ns is not null then 'collectives'
+            when
+                candidates.is_reference_host and candidates.run_has_collective_offsets
+                then 'collectives'
+            when candidates.is_reference_host then 'none'
+            when candidates.first_step_offset_ns is not null then 'first_step'
             else 'none'
-        end as mode
-        {%- elif mode == 'collectives' %}
-        case
-            when is_reference_host then 'collectives'
-            when collectives_offset_ns is not null then 'collectives'
-            else 'none'
-        end as mode
-        {%- else %}
-        case
-            when collectives_offset_ns is not null then 'collectives'
-            when is_reference_host and run_has_collective_offsets then 'collectives'
-            when is_reference_host then 'none'
-            when first_step_offset_ns is not null then 'first_step'
-            else 'none'
-        end as mode
-        {%- endif %}
+        end as mode  -- noqa: RF04
     from candidates
 ),
 

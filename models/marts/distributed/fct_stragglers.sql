@@ -100,7 +100,7 @@ final as (
         end as compute_vs_stage_median,
         cast(row_number() over (
             partition by run_id, iteration
-            order by wait_caused_ns desc, times_last desc, rank
+            order by wait_caused_ns desc, times_last desc, rank asc
         ) as bigint) as straggler_rank
     from with_compute
 )
