@@ -251,3 +251,27 @@ def test_ground_truth_records_skew_per_rank(truth: dict) -> None:
         skews.setdefault(row["node"], set()).add(row["clock_skew_us"])
     assert all(len(values) == 1 for values in skews.values())
     assert json.dumps(truth["config"]["clock_skew_us"]) == "200.0"
+
+
+# --------------------------------------------------------------------------- perfetto export
+
+
+def test_export_links_collective_members_and_writes_cpu_calls(warehouse: Path,
+                                                               tmp_path: Path) -> None:
+    """Flow arrows: one chain per matched instance, first arrival to last; CPU calls exported."""
+    from tracehouse.reports.perfetto_export import export_perfetto
+
+    for run in (DLRM, "tp2_pp2_dp2"):
+        out = tmp_path / f"{run}.json"
+        result = export_perfetto(warehouse, run, out, fmt="json")
+        events = json.loads(out.read_bytes())["traceEvents"]
+        phases = [event["ph"] for event in events if event.get("cat") == "collective"]
+        [(instances, middles)] = query_warehouse(
+            warehouse, "select count(*), sum(ranks_matched - 2) from fct_collectives "
+            "where run_id = ? and ranks_matched > 1", [run])
+        assert phases.count("s") == phases.count("f") == instances == result.flows > 0
+        assert phases.count("t") == middles
+        [(calls,)] = query_warehouse(
+            warehouse, "select count(*) from fct_cpu_collectives where run_id = ?", [run])
+        assert result.cpu_collective_slices == calls
+        assert result.offsets_applied
