@@ -63,6 +63,18 @@ INTERVAL_MODELS = {
     "int_kernel_intervals_merged": "int_kernels_classified",
     "int_rank_iterations_swept": "int_kernel_intervals_merged",
 }
+#: The distributed-analysis models (issue 11): their summed execution time is
+#: what they add to a build (printed per build, beside the kernel chain).
+DISTRIBUTED_MODELS = (
+    "int_collective_calls_sequenced",
+    "int_collective_members_matched",
+    "int_rank_clock_offsets",
+    "int_collective_members_aligned",
+    "fct_collectives",
+    "fct_collective_ranks",
+    "fct_stragglers",
+    "dim_rank_clock_offsets",
+)
 #: Where the intermediate models live (macros/generate_schema_name.sql).
 INTERMEDIATE_SCHEMA = "intermediate"
 #: Bigger runs tried by ``--scale`` after the base run: (tp, pp, dp, iterations).
@@ -312,7 +324,8 @@ def measure(
     interval_tables = (*INTERVAL_MODELS, *INTERVAL_MODELS.values())
     intermediate = [f"{INTERMEDIATE_SCHEMA}.{m}" for m in interval_tables]
     figures.rows = count_rows(warehouse, ["fct_kernels", *sorted(set(intermediate)),
-                                          "fct_rank_iterations"])
+                                          "fct_rank_iterations", "fct_collectives",
+                                          "fct_collective_ranks"])
     for model, source in INTERVAL_MODELS.items():
         seconds = figures.build.model_seconds.get(model)
         if seconds:
@@ -465,6 +478,14 @@ def report(all_figures: list[RunFigures]) -> str:
                     if m in build.model_seconds
                 )
                 lines.append(f"  {label}: kernel chain (s): {chain}")
+                mine = {m: build.model_seconds[m] for m in DISTRIBUTED_MODELS
+                        if m in build.model_seconds}
+                if mine:
+                    total = sum(mine.values())
+                    share = total / build.seconds if build.seconds else 0.0
+                    lines.append(
+                        f"  {label}: distributed models {total:.1f} s ({share:.0%} of the "
+                        "build): " + ", ".join(f"{m} {t:.1f}" for m, t in mine.items()))
         if f.rows:
             lines.append(
                 "  rows: "

@@ -8,10 +8,13 @@ communication kernel durations by it (durations summed, so concurrent
 kernels both count — this is load, not wall time; see the heatmaps for
 exposed time). When no kernel's group is known (traces without
 process-group args or topology, e.g. the DLRM job), it draws nothing and
-says why (:class:`~tracehouse.reports.base.NothingToShow`). Up to 64 ranks
+says why (:class:`~tracehouse.reports.base.NothingToShow`). A CPU-only run
+(gloo, no kernels) gets the same bars from its c10d calls in
+``fct_cpu_collectives`` (group kind of the call site; call durations
+summed). Up to 64 ranks
 there is one bar per rank; beyond that one bar per pipeline stage (mean per
 rank), or per block of consecutive ranks when stages are unknown. Reads
-``fct_kernels`` and ``dim_ranks``.
+``fct_kernels``, ``fct_cpu_collectives`` and ``dim_ranks``.
 """
 
 from __future__ import annotations
@@ -62,6 +65,23 @@ _SQL = """
 """
 
 
+#: CPU-only runs: c10d calls (not gloo's waits, which repeat send/recv) by group kind.
+_CPU_SQL = """
+    select
+        calls.rank,
+        coalesce(calls.comm_group_kind, 'unknown') as group_kind,
+        'other' as phase,
+        ranks.pp_stage,
+        count(*) as kernel_count,
+        sum(calls.dur_ns) as dur_ns
+    from fct_cpu_collectives as calls
+    left join dim_ranks as ranks
+        on ranks.run_id = calls.run_id and ranks.rank = calls.rank
+    where calls.run_id = ? and calls.event_type = 'call'
+    group by all
+"""
+
+
 def group_color(kind: str) -> str:
     """Fixed colour of a group kind; grey for one not in :data:`GROUP_COLORS`."""
     return GROUP_COLORS.get(kind, UNKNOWN_COLOR)
@@ -78,13 +98,20 @@ class CommGroupsFamily:
 
     name = "comm_groups"
     title = "Communication time by process-group kind"
-    marts: tuple[str, ...] = ("fct_kernels", "dim_ranks")
+    marts: tuple[str, ...] = ("fct_kernels", "fct_cpu_collectives", "dim_ranks")
 
     def render(self, ctx: ChartContext) -> list[RenderedChart]:
-        """Bars by group kind per rank (or stage), then kind × phase; [] without comm kernels."""
+        """Bars by group kind per rank (or stage), then kind × phase; [] without communication."""
         frame = ctx.df(_SQL, [ctx.run_id])
         if frame.empty:
-            return []
+            if not ctx.has_table("fct_cpu_collectives"):
+                return []
+            frame = ctx.df(_CPU_SQL, [ctx.run_id])
+            if frame.empty or set(frame["group_kind"]) == {"unknown"}:
+                return []
+            apply_theme()
+            frame["ms"] = frame["dur_ns"].astype(float) / 1e6
+            return [self._per_rank(ctx, frame, _group_order(frame["group_kind"]), cpu=True)]
         if set(frame["group_kind"]) == {"unknown"}:
             # One grey bar per rank would say nothing; say why instead.
             raise NothingToShow(
@@ -100,7 +127,7 @@ class CommGroupsFamily:
         return [self._per_rank(ctx, frame, order), self._by_phase(ctx, frame, order)]
 
     def _per_rank(self, ctx: ChartContext, frame: pd.DataFrame,
-                  order: list[str]) -> RenderedChart:
+                  order: list[str], cpu: bool = False) -> RenderedChart:
         ranks = sorted(frame["rank"].unique())
         stages = frame.drop_duplicates("rank")["pp_stage"]
         if len(ranks) <= MAX_ROWS_PER_AXIS:
@@ -136,7 +163,8 @@ class CommGroupsFamily:
         ax.set_yticks(list(range(len(table))))
         ax.set_yticklabels([plain_text(i) for i in table.index], fontsize=8)
         ax.invert_yaxis()
-        ax.set_xlabel("communication kernel time (ms, durations summed over the trace)")
+        ax.set_xlabel("c10d call time (ms, durations summed over the trace)" if cpu else
+                      "communication kernel time (ms, durations summed over the trace)")
         ax.set_ylabel(axis)
         ax.legend(title="group kind", loc="upper left", bbox_to_anchor=(1.0, 1.0))
         ax.set_title(f"Communication by group kind per {axis} — {ctx.run_id}")
@@ -146,8 +174,9 @@ class CommGroupsFamily:
         shares = ", ".join(f"{kind} {100 * ms / whole:.0f} %" for kind, ms in totals.items())
         unknown = (" 'unknown': kernels whose group kind the marts could not derive."
                    if "unknown" in totals.index else "")
-        caption = (f"Summed duration of communication kernels by fct_kernels.comm_group_kind, "
-                   f"{how}. Over the run: {shares}.{unknown}")
+        source = ("c10d calls (CPU-only run: no kernels) by fct_cpu_collectives.comm_group_kind"
+                  if cpu else "communication kernels by fct_kernels.comm_group_kind")
+        caption = f"Summed duration of {source}, {how}. Over the run: {shares}.{unknown}"
         return save_figure(fig, ctx, "comm-groups-per-rank",
                            f"Communication time by group kind per {axis}", caption)
 

@@ -32,15 +32,23 @@ UI in 2025); the export sets it to the kernel kind (``compute``,
 The Chrome JSON option sets the legacy ``cname`` instead, which
 chrome://tracing honours and Perfetto ignores.
 
-Clock offsets (hook): when the warehouse has a table
-``dim_rank_clock_offsets(run_id, rank, offset_ns)`` with rows for the run,
+* one thread track per CPU thread holding c10d collective calls and gloo
+  waits (CPU-only runs: gloo, CPU captures) from the mart
+  ``fct_cpu_collectives``, each named ``c10d::<op> [group kind]``.
+
+Clock offsets: when the warehouse has ``dim_rank_clock_offsets(run_id,
+rank, offset_ns)`` with rows for the run (the distributed marts build it),
 each rank's ``offset_ns`` is added to all of its times (offset = reference
 clock − rank clock, the value that aligns the rank to the reference; a rank
-without a row keeps its own clock). No model builds it yet; the
-collective-matching work will (a dbt model of that name is all it takes).
-Without it, times are the traces' own absolute nanoseconds. Cross-rank flow
-arrows (P2P send → receive, collective instances) will come with the same
-work.
+without a row keeps its own clock). Without it, times are the traces' own
+absolute nanoseconds.
+
+Flow arrows: the members of every collective instance or P2P transfer
+matched across ranks (``fct_collective_ranks``) that are in the export are
+linked by one flow, in arrival order, from the first rank to arrive to the
+last (the one everybody waited for): Perfetto draws the arrows between the
+ranks' slices (protobuf ``flow_ids``/``terminating_flow_ids``; JSON flow
+events ``s``/``t``/``f`` bound to the slices).
 
 Scale: nothing holds a run in memory. Rows stream from DuckDB in batches
 (ordered by rank, track and time; DuckDB sorts out of core within its
@@ -82,6 +90,8 @@ FORMATS = ("proto", "json")
 
 #: Optional table of per-rank clock corrections (see the module docstring).
 OFFSETS_TABLE = "dim_rank_clock_offsets"
+#: Optional table of collective members matched across ranks (flow arrows).
+FLOWS_TABLE = "fct_collective_ranks"
 
 #: pid of rank r is PID_BASE + r: Perfetto treats pid 0 as the idle task.
 PID_BASE = 100_000
@@ -126,6 +136,8 @@ class ExportResult:
     ranks: tuple[int, ...]
     kernel_slices: int = 0
     cpu_step_slices: int = 0
+    cpu_collective_slices: int = 0
+    flows: int = 0
     tracks: int = 0
     overlap_tracks: int = 0
     offsets_applied: bool = False
@@ -137,15 +149,19 @@ class ExportResult:
 
     @property
     def slices(self) -> int:
-        """Kernel slices plus CPU step slices."""
-        return self.kernel_slices + self.cpu_step_slices
+        """Kernel slices plus CPU step and CPU collective slices."""
+        return self.kernel_slices + self.cpu_step_slices + self.cpu_collective_slices
 
     def summary(self) -> str:
         """One line for the command line: what went into the file."""
         ranks = len(self.ranks)
         offsets = ", clock offsets applied" if self.offsets_applied else ""
+        collectives = (f", {self.cpu_collective_slices:,} CPU collective calls"
+                       if self.cpu_collective_slices else "")
+        flows = f", {self.flows:,} collective flows" if self.flows else ""
         return (f"{ranks} rank{'s' if ranks != 1 else ''}, {self.kernel_slices:,} kernel "
-                f"slices and {self.cpu_step_slices:,} CPU steps on {self.tracks:,} tracks "
+                f"slices and {self.cpu_step_slices:,} CPU steps{collectives} on "
+                f"{self.tracks:,} tracks{flows} "
                 f"({self.bytes_written / 1e6:.1f} MB {self.fmt}{offsets})")
 
 
@@ -329,6 +345,8 @@ class _Slice:
     colour: str
     static: tuple[tuple[str, Any], ...]
     dynamic: tuple[tuple[str, Any], ...]
+    #: (flow id, order, members) when the slice is a member of a matched collective.
+    flow: tuple[int, int, int] | None = None
 
 
 class _Lanes:
@@ -398,6 +416,8 @@ def _origin(con: duckdb.DuckDBPyConnection, tables: set[str], run_id: str, ranks
     sources = [("fct_kernels", "ts_ns")]
     if "fct_cpu_steps" in tables:
         sources.append(("fct_cpu_steps", "ts_ns"))
+    if "fct_cpu_collectives" in tables:
+        sources.append(("fct_cpu_collectives", "ts_ns"))
     for table, column in sources:
         offset, join = _offset_join(offsets, "events")
         row = con.execute(
@@ -427,11 +447,21 @@ def _write(con: duckdb.DuckDBPyConnection, tables: set[str], run_id: str,
             lanes.add(item)
             result.cpu_step_slices += 1
 
+    flows = FLOWS_TABLE in tables
+    if "fct_cpu_collectives" in tables:
+        for lanes, item in _grouped(_cpu_collectives(con, run_id, rank_list, offsets, flows),
+                                    by_rank, writer):
+            lanes.add(item)
+            result.cpu_collective_slices += 1
+            result.flows += int(item.flow is not None and item.flow[1] == 1)
+
     kernel_columns = _columns(con, "fct_kernels")
-    for lanes, item in _grouped(_kernels(con, run_id, rank_list, offsets, kernel_columns),
+    for lanes, item in _grouped(_kernels(con, run_id, rank_list, offsets, kernel_columns,
+                                         flows),
                                 by_rank, writer):
         lanes.add(item)
         result.kernel_slices += 1
+        result.flows += int(item.flow is not None and item.flow[1] == 1)
 
 
 def _grouped(rows: Iterator[tuple[int, str, str, _Slice]], by_rank: dict[int, _Rank],
@@ -472,12 +502,88 @@ def _offset_join(offsets: bool, alias: str) -> tuple[str, str]:
             f" and clock.rank = {alias}.rank")
 
 
+def _flow_join(flows: bool, alias: str) -> tuple[str, str, str]:
+    """SQL fragments (fixed text) giving each slice its collective flow: (id, order, members).
+
+    Only members among the exported ranks count: a flow needs two of them.
+    The CTE ``flow_members`` numbers the run's matched instances.
+    """
+    if not flows:
+        return "", "null, null, null", ""
+    cte = f"""
+        with flow_members as (
+            select
+                trace_id, slice_id,
+                dense_rank() over (order by collective_id) as flow_id,
+                row_number() over (
+                    partition by collective_id order by arrival_ns, rank) as flow_order,
+                count(*) over (partition by collective_id) as flow_members
+            from {FLOWS_TABLE}
+            where run_id = ? and rank in (select unnest(?::bigint[]))
+        )
+    """  # noqa: S608 - fixed text
+    join = (f" left join flow_members on flow_members.trace_id = {alias}.trace_id"
+            f" and flow_members.slice_id = {alias}.slice_id")
+    return cte, ("flow_members.flow_id, flow_members.flow_order, flow_members.flow_members"), join
+
+
+def _flow(flow_id: int | None, order: int | None,
+          members: int | None) -> tuple[int, int, int] | None:
+    """(id, arrival order, members) of a slice in a collective flow of two members or more."""
+    if flow_id is None or order is None or members is None or members < 2:
+        return None
+    return int(flow_id), int(order), int(members)
+
+
+def _cpu_collectives(con: duckdb.DuckDBPyConnection, run_id: str, ranks: list[int],
+                     offsets: bool, flows: bool) -> Iterator[tuple[int, str, str, _Slice]]:
+    offset, join = _offset_join(offsets, "calls")
+    cte, flow_columns, flow_join = _flow_join(flows, "calls")
+    sql = f"""{cte}
+        select
+            calls.rank, calls.track_id,
+            calls.ts_ns + {offset} as start_ns,
+            greatest(calls.end_ns, calls.ts_ns) + {offset} as end_ns,
+            calls.name, calls.event_type, calls.comm_group_kind, calls.comm_process_group_kind,
+            calls.comm_group_index, calls.iteration, calls.call_site_function,
+            calls.trace_id, calls.slice_id, {flow_columns}
+        from fct_cpu_collectives as calls{join}{flow_join}
+        where calls.run_id = ? and calls.rank in (select unnest(?::bigint[]))
+        order by calls.rank, calls.track_id, start_ns, end_ns desc, calls.trace_id,
+            calls.slice_id
+    """  # noqa: S608 - fixed fragments only; values are bound
+    params: list[Any] = ([run_id, ranks] if flows else []) + [run_id, ranks]
+    cursor = con.cursor()
+    try:
+        cursor.execute(sql, params)
+        for (rank, track_id, start, end, name, event_type, group, process_group_kind,
+             group_index, iteration, function, trace_id, slice_id, flow_id, flow_order,
+             flow_members) in _fetch(cursor):
+            label = f"CPU collectives · track {track_id}"
+            text = clean_text(name or "")
+            static = (
+                ("call", text), ("event_type", event_type), ("comm_group_kind", group),
+                ("process_group_kind", process_group_kind), ("group_index", group_index),
+                ("iteration", iteration),
+                ("call_site", None if function is None else clean_text(function)),
+                ("trace_id", trace_id),
+            )
+            yield rank, f"collectives/{track_id}", label, _Slice(
+                start=start, end=end, name=f"{text} [{group or '?'}]",
+                category="communication", colour=f"comm {group}" if group else "comm",
+                static=static, dynamic=(("slice_id", slice_id),),
+                flow=_flow(flow_id, flow_order, flow_members))
+    finally:
+        cursor.close()
+
+
 def _kernels(con: duckdb.DuckDBPyConnection, run_id: str, ranks: list[int], offsets: bool,
-             columns: set[str]) -> Iterator[tuple[int, str, str, _Slice]]:
+             columns: set[str], flows: bool = False) -> Iterator[tuple[int, str, str, _Slice]]:
     offset, join = _offset_join(offsets, "kernels")
+    cte, flow_columns, flow_join = _flow_join(flows, "kernels")
     vpp = "kernels.vpp_chunk" if "vpp_chunk" in columns else "null"
     chunk_mb = "kernels.chunk_microbatch" if "chunk_microbatch" in columns else "null"
-    sql = f"""
+    sql = f"""{cte}
         select
             kernels.rank, kernels.device, kernels.stream,
             kernels.ts_ns + {offset} as start_ns,
@@ -486,18 +592,18 @@ def _kernels(con: duckdb.DuckDBPyConnection, run_id: str, ranks: list[int], offs
             kernels.iteration, kernels.microbatch, {vpp} as vpp_chunk,
             {chunk_mb} as chunk_microbatch, kernels.comm_group_kind,
             kernels.process_group_desc, kernels.correlation, kernels.trace_id,
-            kernels.slice_id
-        from fct_kernels as kernels{join}
+            kernels.slice_id, {flow_columns}
+        from fct_kernels as kernels{join}{flow_join}
         where kernels.run_id = ? and kernels.rank in (select unnest(?::bigint[]))
         order by kernels.rank, kernels.device nulls first, kernels.stream nulls first,
             start_ns, dur_ns desc, kernels.trace_id, kernels.slice_id
     """  # noqa: S608 - fixed fragments only; values are bound
     cursor = con.cursor()
     try:
-        cursor.execute(sql, [run_id, ranks])
+        cursor.execute(sql, ([run_id, ranks] if flows else []) + [run_id, ranks])
         for (rank, device, stream, start, dur, name, category, kind, phase, iteration,
              microbatch, vpp_chunk, chunk_microbatch, group, pg_desc, correlation, trace_id,
-             slice_id) in _fetch(cursor):
+             slice_id, flow_id, flow_order, flow_members) in _fetch(cursor):
             full, short = _kernel_names(name)
             kind_label = kind or "kernel"
             if kind == "communication":
@@ -516,7 +622,8 @@ def _kernels(con: duckdb.DuckDBPyConnection, run_id: str, ranks: list[int], offs
             yield rank, f"{device}/{stream}", label, _Slice(
                 start=start, end=start + dur, name=f"{step} · {kind_label} · {short}",
                 category=kind or "kernel", colour=kind_label, static=static,
-                dynamic=(("correlation", correlation), ("slice_id", slice_id)))
+                dynamic=(("correlation", correlation), ("slice_id", slice_id)),
+                flow=_flow(flow_id, flow_order, flow_members))
     finally:
         cursor.close()
 
@@ -731,6 +838,9 @@ class _ProtoSink(_Sink):
         event = self.pb.TrackEvent()
         event.track_uuid = tid
         self._annotate(event, interned, item.dynamic)
+        if item.flow is not None:
+            flow_id, order, members = item.flow
+            (event.terminating_flow_ids if order == members else event.flow_ids).append(flow_id)
         body = static + event.SerializeToString()
         if interned.ByteSize():
             packet.interned_data.CopyFrom(interned)
@@ -857,6 +967,15 @@ class _JsonSink(_Sink):
         times = (f'{{"ts":{_micros(item.start - self.origin)},'
                  f'"dur":{_micros(item.end - item.start)},')
         self._write(times + body[1:])
+        if item.flow is not None:
+            flow_id, order, members = item.flow
+            is_last = order == members
+            phase = "f" if is_last else ("s" if order == 1 else "t")
+            flow = {"ph": phase, "name": "collective", "cat": "collective", "id": flow_id,
+                    "pid": self.pids[tid], "tid": tid}
+            if is_last:
+                flow["bp"] = "e"
+            self._write(f'{{"ts":{_micros(item.start - self.origin)},' + json_dumps(flow)[1:])
 
     def end(self, tid: int, ts: int) -> None:
         """Complete events carry their end already."""

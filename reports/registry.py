@@ -20,6 +20,7 @@ FAMILY_MODULES: tuple[str, ...] = (
     "tracehouse.reports.timeline",      # kernel categories per rank over wall-clock time
     "tracehouse.reports.comm_groups",   # communication time by group kind
     "tracehouse.reports.comm_traffic",  # expected traffic matrix and bytes (comm logs)
+    "tracehouse.reports.stragglers",    # who holds the job back: stragglers, skew, clocks
     "tracehouse.reports.kernels",       # top kernels
     "tracehouse.reports.compare",       # two runs side by side (only with a second run)
 )

@@ -65,12 +65,21 @@ COMPARED_MODELS = [
     "main.fct_cpu_steps",
     "main.fct_pipeline_bubbles",
     "main.fct_cpu_collectives",
+    "intermediate.int_collective_calls_sequenced",
+    "intermediate.int_collective_members_matched",
+    "intermediate.int_rank_clock_offsets",
+    "intermediate.int_collective_members_aligned",
+    "main.fct_collectives",
+    "main.fct_collective_ranks",
+    "main.fct_stragglers",
+    "main.dim_rank_clock_offsets",
 ]
 #: Build only the chain and what it needs, seeds included (the rest of the
 #: project and the dbt tests are covered by other tests).
 SELECT = [
     "--select", "+fct_rank_iterations", "+fct_kernel_summary", "+fct_microbatch_phases",
     "+fct_cpu_steps", "+fct_pipeline_bubbles", "+fct_cpu_collectives",
+    "+fct_collectives", "+fct_collective_ranks", "+fct_stragglers", "+dim_rank_clock_offsets",
     "--resource-type", "seed", "--resource-type", "model",
 ]  # fmt: skip
 #: Per per-trace model: a column overwritten with a marker in iteration 1's
@@ -87,6 +96,7 @@ MARKERS = {
     "intermediate.int_kernel_intervals_merged": ("interval_count", "-1"),
     "intermediate.int_rank_iterations_swept": ("overlap_ns", "-1"),
     "intermediate.int_microbatch_phases_swept": ("overlap_ns", "-1"),
+    "intermediate.int_collective_calls_sequenced": ("collective_name", "'untouched'"),
 }
 
 

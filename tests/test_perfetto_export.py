@@ -110,6 +110,12 @@ def _cpu_counts(warehouse: Path, run_id: str) -> dict[int, int]:
                       "where run_id = ? group by rank", [run_id]))
 
 
+def _collective_counts(warehouse: Path, run_id: str) -> dict[int, int]:
+    """CPU collective calls (c10d, gloo waits) per rank: written on their own tracks."""
+    return dict(_rows(warehouse, "select rank, count(*) from fct_cpu_collectives "
+                      "where run_id = ? group by rank", [run_id]))
+
+
 # --------------------------------------------------------------------------- reading back
 
 
@@ -265,11 +271,14 @@ def test_every_rank_is_a_named_process_with_all_its_slices(warehouse: Path,
     assert len(names) == 8 and names[5] == "rank 5 · pp1 tp1 dp0"
     assert sorted(timeline.processes.values()) == sorted(names.values())
     kernels, cpu = _kernel_counts(warehouse, SIM), _cpu_counts(warehouse, SIM)
+    calls = _collective_counts(warehouse, SIM)
     assert sum(cpu.values()) > 0
     assert timeline.per_process("cpu_step") == {names[r]: n for r, n in cpu.items()}
     gpu = {name: count for name, count in timeline.per_process().items()}
-    assert gpu == {names[r]: kernels[r] + cpu.get(r, 0) for r in kernels}
-    assert len(timeline.slices) == result.slices == sum(kernels.values()) + sum(cpu.values())
+    assert gpu == {names[r]: kernels[r] + cpu.get(r, 0) + calls.get(r, 0) for r in kernels}
+    assert len(timeline.slices) == result.slices == (
+        sum(kernels.values()) + sum(cpu.values()) + sum(calls.values()))
+    assert result.cpu_collective_slices == sum(calls.values())
     assert result.kernel_slices == sum(kernels.values())
     assert all(item.end is not None for item in timeline.slices)
     _assert_nested(timeline)
@@ -279,8 +288,10 @@ def test_kernel_slices_carry_phase_microbatch_group_and_exact_times(
         warehouse: Path, sim_proto: tuple[Path, Any]) -> None:
     out, _ = sim_proto
     written = _by_key(read_proto(out))
+    # Times on the reference clock: the rank's dim_rank_clock_offsets offset added.
     rows = _rows(warehouse, "select trace_id, slice_id, name, kind, phase, microbatch, "
-                 "comm_group_kind, ts_ns, end_ns from fct_kernels where run_id = ?", [SIM])
+                 "comm_group_kind, ts_ns + offset_ns, end_ns + offset_ns from fct_kernels "
+                 "inner join dim_rank_clock_offsets using (run_id, rank) where run_id = ?", [SIM])
     with_microbatch = 0
     for trace_id, slice_id, name, kind, phase, microbatch, group, ts, end in rows:
         item = written[(trace_id, slice_id)]
@@ -385,18 +396,26 @@ def test_clock_offsets_are_applied_when_the_table_exists(warehouse: Path,
                                                          sim_proto: tuple[Path, Any],
                                                          tmp_path: Path) -> None:
     copy = _copy_database(warehouse, tmp_path / "warehouse")
+    bare = _copy_database(warehouse, tmp_path / "bare")
     con = duckdb.connect(str(Warehouse(copy).database))
     try:
-        con.execute("create table dim_rank_clock_offsets as select * from (values "
+        con.execute("create or replace table dim_rank_clock_offsets as select * from (values "
                     "(?, 3::bigint, 1500::bigint), ('other', 0::bigint, 99::bigint)) "
                     "as offsets (run_id, rank, offset_ns)", [SIM])
+    finally:
+        con.close()
+    con = duckdb.connect(str(Warehouse(bare).database))
+    try:
+        con.execute("drop table dim_rank_clock_offsets")
     finally:
         con.close()
     out = tmp_path / "shifted.pftrace"
     result = export_perfetto(copy, SIM, out, ranks=[0, 3])
     assert result.offsets_applied
-    assert not export_perfetto(warehouse, SIM, tmp_path / "plain.pftrace").offsets_applied
-    plain = _by_key(read_proto(sim_proto[0]))
+    assert export_perfetto(warehouse, SIM, tmp_path / "built.pftrace").offsets_applied
+    plain_out = tmp_path / "plain.pftrace"
+    assert not export_perfetto(bare, SIM, plain_out, ranks=[0, 3]).offsets_applied
+    plain = _by_key(read_proto(plain_out))
     shifted = read_proto(out)
     names = _expected_names(warehouse, SIM)
     assert shifted.slices
@@ -492,6 +511,12 @@ def _load(env: dict[str, str], monkeypatch: pytest.MonkeyPatch, path: Path,
                 for key, sql in queries.items()}
 
 
+def _flow_edges(warehouse: Path, run_id: str) -> int:
+    """Arrows a trace processor draws: members - 1 per matched instance of two or more."""
+    return int(_rows(warehouse, "select coalesce(sum(ranks_matched - 1), 0) from fct_collectives "
+                     "where run_id = ? and ranks_matched > 1", [run_id])[0][0])
+
+
 TP_QUERIES = {
     "slices": "select count(*) as n from slice",
     "per_process": """
@@ -508,6 +533,7 @@ TP_QUERIES = {
         where value > 0 and severity in ('error', 'data_loss')
     """,
     "colours": "select distinct display_value as colour from args where key = 'correlation_id'",
+    "flows": "select count(*) as n from flow",
     "hostile": """
         select count(*) as n from args
         where key like '%.kernel' and display_value like '%<script>alert(1)</script>%'
@@ -524,15 +550,19 @@ def test_trace_processor_reads_the_same_tracks_and_slices(
     answers = _load(trace_processor, monkeypatch, out, TP_QUERIES)
     names = _expected_names(warehouse, SIM)
     kernels, cpu = _kernel_counts(warehouse, SIM), _cpu_counts(warehouse, SIM)
+    calls = _collective_counts(warehouse, SIM)
     assert answers["errors"] == []
     assert answers["slices"] == [{"n": result.slices}]
     assert sorted(row["name"] for row in answers["processes"]) == sorted(names.values())
     assert {row["name"]: row["n"] for row in answers["per_process"]} == {
-        names[r]: kernels[r] + cpu.get(r, 0) for r in kernels}
+        names[r]: kernels[r] + cpu.get(r, 0) + calls.get(r, 0) for r in kernels}
+    assert answers["flows"] == [{"n": _flow_edges(warehouse, SIM)}]
     assert answers["hostile"] == [{"n": 1}]
     if fmt == "proto":  # one colour per kind (and communication group); JSON has cname
         kinds = _rows(warehouse, "select distinct case when kind = 'communication' then "
                       "trim('comm ' || coalesce(comm_group_kind, '')) else kind end "
                       "from fct_kernels where run_id = ? union select distinct 'cpu ' || phase"
-                      " from fct_cpu_steps where run_id = ?", [SIM, SIM])
+                      " from fct_cpu_steps where run_id = ? union select distinct trim('comm ' ||"
+                      " coalesce(comm_group_kind, '')) from fct_cpu_collectives where run_id = ?",
+                      [SIM, SIM, SIM])
         assert {row["colour"] for row in answers["colours"]} == {kind for (kind,) in kinds}
