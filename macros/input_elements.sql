@@ -5,10 +5,10 @@
 #}
 {%- macro first_input_elements(args) -%}
     {%- set ns = namespace(parts=[]) -%}
-    {%- for path in ['[0]', '[0][0]'] -%}
+    {%- for tensor in [[0], [0, 0]] -%}
         {%- set dims = [] -%}
         {%- for d in range(4) -%}
-            {%- set expr = "try_cast(json_extract_string(" ~ args ~ ", '$.\"Input Dims\"" ~ path ~ "[" ~ d ~ "]') as bigint)" -%}
+            {%- set expr = "try_cast(" ~ json_text(args, 'Input Dims', tensor + [d]) ~ " as bigint)" -%}
             {%- do dims.append(expr if d == 0 else "coalesce(" ~ expr ~ ", 1)") -%}
         {%- endfor -%}
         {%- do ns.parts.append(dims | join(' * ')) -%}

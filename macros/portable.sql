@@ -108,17 +108,18 @@
 {% macro duckdb__integer_divide(dividend, divisor) -%} (({{ dividend }}) // ({{ divisor }})) {%- endmacro %}
 {% macro spark__integer_divide(dividend, divisor) -%} (({{ dividend }}) div ({{ divisor }})) {%- endmacro %}
 
-{#- The text at a top-level `key` of a JSON object string (NULL when absent
-    or not JSON). `key` is a plain name; spaces are fine. -#}
-{% macro json_text(json, key) -%}
-    {{ return(adapter.dispatch('json_text', 'tracehouse')(json, key)) }}
+{#- The text at a top-level `key` of a JSON object string, or at
+    key[i][j].. with `indexes` (0-based array positions), NULL when absent or
+    not JSON. `key` is a plain name; spaces are fine. -#}
+{% macro json_text(json, key, indexes=[]) -%}
+    {{ return(adapter.dispatch('json_text', 'tracehouse')(json, key, indexes)) }}
 {%- endmacro %}
-{% macro default__json_text(json, key) -%}
-    json_extract_scalar({{ json }}, '$["{{ key }}"]')
+{% macro default__json_text(json, key, indexes=[]) -%}
+    json_extract_scalar({{ json }}, '$["{{ key }}"]{% for i in indexes %}[{{ i }}]{% endfor %}')
 {%- endmacro %}
-{% macro duckdb__json_text(json, key) -%}
-    json_extract_string({{ json }}, '$."{{ key }}"')
+{% macro duckdb__json_text(json, key, indexes=[]) -%}
+    json_extract_string({{ json }}, '$."{{ key }}"{% for i in indexes %}[{{ i }}]{% endfor %}')
 {%- endmacro %}
-{% macro spark__json_text(json, key) -%}
-    get_json_object({{ json }}, "$['{{ key }}']")
+{% macro spark__json_text(json, key, indexes=[]) -%}
+    get_json_object({{ json }}, "$['{{ key }}']{% for i in indexes %}[{{ i }}]{% endfor %}")
 {%- endmacro %}

@@ -136,7 +136,7 @@ launch_parents as (
         bare_kernels.trace_id,
         bare_kernels.launch_slice_id,
         parents.name as parent_name,
-        json_extract_string(parents.args, '$."Input type"[0]') as parent_dtype,
+        {{ json_text('parents.args', 'Input type', [0]) }} as parent_dtype,
         {{ first_input_elements('parents.args') }}
             as parent_nelems
     from bare_kernels
@@ -208,12 +208,12 @@ cpu_rows as (
         cast(null as varchar) as process_group_desc,
         cast(null as varchar) as process_group_ranks_key,
         comm_process_group_kind as group_kind_hint,
-        lower(json_extract_string(args, '$."Input type"[0]')) as dtype,
+        lower({{ json_text('args', 'Input type', [0]) }}) as dtype,
         {{ first_input_elements('args') }}
             as nelems,
         case
             when collective in ('send', 'recv', 'recv_any_source')
-                then try_cast(json_extract_string(args, '$."Concrete Inputs"[2]') as bigint)
+                then try_cast({{ json_text('args', 'Concrete Inputs', [2]) }} as bigint)
         end as peer_index,
         ts_ns as order_ns,
         ts_ns,

@@ -94,7 +94,7 @@ kind_groups as (
             and calls.group_kind_hint = process_groups.group_kind
     where
         not calls.has_group_args
-        and list_contains(process_groups.ranks, calls.rank)
+        and {{ array_has('process_groups.ranks', 'calls.rank') }}
     group by 1, 2, 3
 ),
 
@@ -124,7 +124,9 @@ with_groups as (
         coalesce(process_groups.ranks_key, grouped.process_group_ranks_key) as group_ranks_key,
         coalesce(
             process_groups.group_size,
-            len(string_split(grouped.process_group_ranks_key, ','))
+            -- ranks in the key: one more than its commas
+            length(grouped.process_group_ranks_key)
+            - length(replace(grouped.process_group_ranks_key, ',', '')) + 1
         ) as group_size,
         case
             when grouped.group_kind is not null
@@ -151,11 +153,12 @@ peered as (
             when with_groups.peer_index is null then null
             when
                 with_groups.peer_index >= 0
-                and with_groups.peer_index < len(with_groups.group_ranks)
-                and with_groups.group_ranks[with_groups.peer_index + 1] != with_groups.rank
-                then with_groups.group_ranks[with_groups.peer_index + 1]
+                and with_groups.peer_index < {{ array_length('with_groups.group_ranks') }}
+                and {{ array_element('with_groups.group_ranks', 'with_groups.peer_index + 1') }}
+                != with_groups.rank
+                then {{ array_element('with_groups.group_ranks', 'with_groups.peer_index + 1') }}
             when
-                list_contains(with_groups.group_ranks, with_groups.peer_index)
+                {{ array_has('with_groups.group_ranks', 'with_groups.peer_index') }}
                 and with_groups.peer_index != with_groups.rank
                 then with_groups.peer_index
         end as peer_rank
