@@ -192,88 +192,57 @@ parts as (
     from bounds
 ),
 
-{# Deltas of every lane at each point in time; part boundaries add points. #}
+{# Deltas of every lane at each point in time: +1 at an interval's start,
+   -1 at its end; the four part boundaries add points with no delta. #}
+edges as (
+    select 1 as sign
+    union all
+    select -1 as sign
+),
+
+boundary_numbers as (
+    select 1 as boundary
+    union all
+    select 2 as boundary
+    union all
+    select 3 as boundary
+    union all
+    select 4 as boundary
+),
+
 points as (
     select
-        run_id,
-        rank,
-        iteration,
-        timing_source,
-        ts_ns as at_ns,
-        case when lane = 'work' then 1 else 0 end as work_delta,
-        case when lane = 'p2p' then 1 else 0 end as p2p_delta,
-        case when lane = 'dp' then 1 else 0 end as dp_delta,
-        case when lane = 'collective' then 1 else 0 end as collective_delta,
-        case when lane = 'other_kernel' then 1 else 0 end as other_delta
+        intervals.run_id,
+        intervals.rank,
+        intervals.iteration,
+        intervals.timing_source,
+        case when edges.sign = 1 then intervals.ts_ns else intervals.end_ns end as at_ns,
+        case when intervals.lane = 'work' then edges.sign else 0 end as work_delta,
+        case when intervals.lane = 'p2p' then edges.sign else 0 end as p2p_delta,
+        case when intervals.lane = 'dp' then edges.sign else 0 end as dp_delta,
+        case when intervals.lane = 'collective' then edges.sign else 0 end as collective_delta,
+        case when intervals.lane = 'other_kernel' then edges.sign else 0 end as other_delta
     from intervals
+    cross join edges
     union all
     select
-        run_id,
-        rank,
-        iteration,
-        timing_source,
-        end_ns as at_ns,
-        case when lane = 'work' then -1 else 0 end as work_delta,
-        case when lane = 'p2p' then -1 else 0 end as p2p_delta,
-        case when lane = 'dp' then -1 else 0 end as dp_delta,
-        case when lane = 'collective' then -1 else 0 end as collective_delta,
-        case when lane = 'other_kernel' then -1 else 0 end as other_delta
-    from intervals
-    union all
-    select
-        run_id,
-        rank,
-        iteration,
-        timing_source,
-        group_start_ns as at_ns,
+        parts.run_id,
+        parts.rank,
+        parts.iteration,
+        parts.timing_source,
+        case boundary_numbers.boundary
+            when 1 then parts.group_start_ns
+            when 2 then parts.warmup_end_ns
+            when 3 then parts.cooldown_start_ns
+            else parts.group_end_ns
+        end as at_ns,
         0 as work_delta,
         0 as p2p_delta,
         0 as dp_delta,
         0 as collective_delta,
         0 as other_delta
     from parts
-
-    union all
-    select
-        run_id,
-        rank,
-        iteration,
-        timing_source,
-        warmup_end_ns as at_ns,
-        0 as work_delta,
-        0 as p2p_delta,
-        0 as dp_delta,
-        0 as collective_delta,
-        0 as other_delta
-    from parts
-
-    union all
-    select
-        run_id,
-        rank,
-        iteration,
-        timing_source,
-        cooldown_start_ns as at_ns,
-        0 as work_delta,
-        0 as p2p_delta,
-        0 as dp_delta,
-        0 as collective_delta,
-        0 as other_delta
-    from parts
-
-    union all
-    select
-        run_id,
-        rank,
-        iteration,
-        timing_source,
-        group_end_ns as at_ns,
-        0 as work_delta,
-        0 as p2p_delta,
-        0 as dp_delta,
-        0 as collective_delta,
-        0 as other_delta
-    from parts
+    cross join boundary_numbers
 ),
 
 point_deltas as (
