@@ -155,3 +155,23 @@ def test_straggler_bubble_exceeds_theory_and_the_split_says_why(warehouse: Path)
     downstream_slow = [r for r, c in coords.items() if c[1:] == (coords[straggler][1], 1)]
     downstream_fast = [r for r, c in coords.items() if c[2] == 1 and r not in downstream_slow]
     assert min(p2p[r] for r in downstream_slow) > max(p2p[r] for r in downstream_fast)
+
+
+def test_report_says_where_the_bubble_comes_from(warehouse: Path, tmp_path: Path) -> None:
+    """The bubbles family draws both charts and its caption names the theory and the waits."""
+    import duckdb
+
+    from tracehouse.reports.base import ChartContext
+    from tracehouse.reports.bubbles import FAMILY
+    from tracehouse.warehouse import Warehouse
+
+    con = duckdb.connect(str(Warehouse(warehouse).database), read_only=True)
+    try:
+        charts = FAMILY.render(ChartContext(con=con, run_id="straggler", out_dir=tmp_path))
+    finally:
+        con.close()
+    assert [chart.slug for chart in charts] == ["bubbles-split", "bubbles-parts"]
+    assert all(chart.png.stat().st_size > 0 and chart.svg.exists() for chart in charts)
+    caption = charts[0].caption
+    assert "theoretical 20.0 %" in caption  # (2 - 1) / (4 + 2 - 1)
+    assert "other collectives" in caption and "gradient-sync" in caption

@@ -213,3 +213,19 @@ def test_cpu_only_runs_build_empty_idle_marts(tmp_path: Path) -> None:
         "(select count(*) from fct_kernel_launches)",
     )
     assert (idle, launches) == (0, 0)
+
+
+def test_report_draws_idle_by_cause(warehouse: Path, tmp_path: Path) -> None:
+    import duckdb
+
+    from tracehouse.reports.base import ChartContext
+    from tracehouse.reports.idle import FAMILY
+    from tracehouse.warehouse import Warehouse
+
+    con = duckdb.connect(str(Warehouse(warehouse).database), read_only=True)
+    try:
+        [chart] = FAMILY.render(ChartContext(con=con, run_id="dlrm_8rank", out_dir=tmp_path))
+    finally:
+        con.close()
+    assert chart.png.stat().st_size > 0
+    assert "host wait" in chart.caption and "median launch delay" in chart.caption
