@@ -57,6 +57,7 @@ COMPARED_MODELS = [
     "intermediate.int_microbatch_steps_chunked",
     "intermediate.int_kernel_intervals_merged",
     "intermediate.int_rank_iterations_swept",
+    "intermediate.int_stream_idle_categorized",
     "main.fct_kernels",
     "main.fct_rank_iterations",
     "main.fct_kernel_summary",
@@ -64,13 +65,15 @@ COMPARED_MODELS = [
     "main.fct_cpu_steps",
     "main.fct_pipeline_bubbles",
     "main.fct_cpu_collectives",
+    "main.fct_idle_breakdown",
+    "main.fct_rank_steps",
 ]
 #: Build only the chain and what it needs, seeds included (the rest of the
 #: project and the dbt tests are covered by other tests).
 SELECT = [
     "--select", "+fct_rank_iterations", "+fct_kernel_summary", "+fct_microbatch_phases",
-    "+fct_cpu_steps", "+fct_pipeline_bubbles", "+fct_cpu_collectives",
-    "--resource-type", "seed", "--resource-type", "model",
+    "+fct_cpu_steps", "+fct_pipeline_bubbles", "+fct_cpu_collectives", "+fct_idle_breakdown",
+    "+fct_rank_steps", "--resource-type", "seed", "--resource-type", "model",
 ]  # fmt: skip
 #: Per per-trace model: a column overwritten with a marker in iteration 1's
 #: rows. Rows an incremental build leaves alone keep the marker; recomputed
@@ -85,6 +88,7 @@ MARKERS = {
     "intermediate.int_kernels_classified": ("launch_name", "'untouched'"),
     "intermediate.int_kernel_intervals_merged": ("interval_count", "-1"),
     "intermediate.int_rank_iterations_swept": ("overlap_ns", "-1"),
+    "intermediate.int_stream_idle_categorized": ("gap_count", "-1"),
 }
 
 
