@@ -17,8 +17,9 @@ failing on them. Topology files (``topology*.json``, Megatron-TraceViz's
 ``unique_parallel_groups_*.txt``) are also listed in
 ``Discovery.topologies`` so ingest loads them into ``topology_groups``, and
 PP-timer logs (``event_times_PP*_VPP*_TPxCPxDP_rank_*_pp_rank_*_rank_*.json``)
-in ``Discovery.pp_timers`` for ``pp_timer_events`` (those are loaded, so they
-are not listed as skipped).
+in ``Discovery.pp_timers`` for ``pp_timer_events``, and comm logs
+(``comm_log_rank_<r>.json``) in ``Discovery.comm_logs`` for
+``comm_log_events`` (those are loaded, so they are not listed as skipped).
 
 The run a file belongs to is ``--run`` when given, else the folder holding
 the trace (skipping an ``iteration_N`` folder, and a ``pp_timer_logs``
@@ -32,6 +33,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .comm_log import is_comm_log_name
 from .model import TraceFile
 from .nsys_read import NSYS_SUFFIXES, has_sqlite_magic
 from .pp_timer import is_pp_timer_name
@@ -75,6 +77,9 @@ class Discovery:
     #: PP-timer logs (``event_times_PP*.json``) with their run: loaded into
     #: ``pp_timer_events``.
     pp_timers: list[tuple[Path, str]] = field(default_factory=list)
+    #: Comm logs (``comm_log_rank_<r>.json``, Genstack's or ``tracehouse commtrace``'s)
+    #: with their run: loaded into ``comm_log_events``.
+    comm_logs: list[tuple[Path, str]] = field(default_factory=list)
 
 
 def is_trace_name(name: str) -> bool:
@@ -182,6 +187,9 @@ def discover(paths: list[Path], run: str | None = None) -> Discovery:
                 continue
             if is_pp_timer_name(path.name):
                 found.pp_timers.append((resolved, run or default_run_for(resolved)))
+                continue
+            if is_comm_log_name(path.name):
+                found.comm_logs.append((resolved, run or default_run_for(resolved)))
                 continue
             if TRACEVIZ_TXT_NAME.match(path.name):  # named explicitly
                 found.topologies.append((resolved, run or default_run_for(resolved)))

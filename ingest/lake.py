@@ -3,13 +3,17 @@
 Layout inside ``<warehouse>/lake``::
 
     <table>/_empty.parquet                  zero rows, the table's schema
+    <table>/_common_metadata                the schema again, as a Parquet summary file
     <table>/run=<run_id>/<trace_id>.parquet one file per loaded trace
     ingest_errors/run=<run_id>/<key>.parquet one file per failing path
 
 Why this shape: one file per trace makes a load and a reload a matter of
 renaming files (no rewrite of shared files, no lost updates between two
 processes), and ``_empty.parquet`` keeps every glob non-empty so readers
-(dbt sources, ``tracehouse sql``) work on a new warehouse.
+(dbt sources, ``tracehouse sql``) work on a new warehouse. Spark skips
+files whose names start with ``_`` except Parquet summary files, so
+``_common_metadata`` is what gives its readers (the ``spark`` dbt target) the
+schema of a table no trace has rows for yet.
 
 Commit protocol: every table of a trace is written to a hidden temporary
 file in its final folder, then renamed into place with ``traces`` last.
@@ -23,6 +27,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,18 +41,37 @@ from tracehouse.warehouse import Warehouse
 from .schema import LAKE_TABLES, TRACE_TABLES
 
 EMPTY_FILE = "_empty.parquet"
+SCHEMA_FILE = "_common_metadata"
 TMP_SUFFIX = ".tmp"
 
 
 def init_lake(warehouse: Warehouse) -> None:
-    """Create the lake folders and their ``_empty.parquet`` schema files."""
+    """Create the lake folders and their ``_empty.parquet`` and ``_common_metadata`` schema files.
+
+    Safe with other writers at once, on other hosts too: each file is written
+    to a temporary named with a random token and renamed into place, and all
+    writers write the same bytes' worth of schema.
+    """
+    token = f"init{uuid.uuid4().hex[:12]}"
     for table, table_schema in LAKE_TABLES.items():
         folder = warehouse.table_dir(table)
         folder.mkdir(parents=True, exist_ok=True)
         empty = folder / EMPTY_FILE
         if not empty.exists():
-            tmp = write_parquet_tmp(table_schema.empty_table(), empty, token=f"init{os.getpid()}")
+            tmp = write_parquet_tmp(table_schema.empty_table(), empty, token=token)
             os.replace(tmp, empty)
+        summary = folder / SCHEMA_FILE
+        if not summary.exists() or not _same_schema(summary, table_schema):
+            tmp = summary.with_name(f".{summary.name}.{token}{TMP_SUFFIX}")
+            pq.write_metadata(table_schema, tmp)
+            os.replace(tmp, summary)
+
+
+def _same_schema(summary: Path, table_schema: pa.Schema) -> bool:
+    try:
+        return pq.read_schema(summary).remove_metadata().equals(table_schema.remove_metadata())
+    except (OSError, pa.ArrowException):
+        return False
 
 
 def write_parquet_tmp(table: pa.Table, final: Path, token: str) -> Path:
@@ -150,14 +175,31 @@ def read_manifest(warehouse: Warehouse) -> list[ManifestEntry]:
     return entries
 
 
-def recover(warehouse: Warehouse) -> list[Path]:
-    """Delete temporaries and files of traces without a commit marker; return them."""
+def recover(warehouse: Warehouse, older_than_s: float | None = None) -> list[Path]:
+    """Delete temporaries and files of traces without a commit marker; return them.
+
+    ``older_than_s``: touch only files last modified longer ago than that
+    (a sharded ingest, :mod:`ingest.shard`, must leave other writers'
+    in-flight files alone); None removes every leftover (the one writer
+    holds the warehouse lock).
+    """
     removed: list[Path] = []
     if not warehouse.lake.exists():
         return removed
+    now = time.time()
+
+    def stale(path: Path) -> bool:
+        if older_than_s is None:
+            return True
+        try:
+            return now - path.stat().st_mtime > older_than_s
+        except FileNotFoundError:
+            return False
+
     for tmp in warehouse.lake.rglob(f".*{TMP_SUFFIX}"):
-        tmp.unlink(missing_ok=True)
-        removed.append(tmp)
+        if stale(tmp):
+            tmp.unlink(missing_ok=True)
+            removed.append(tmp)
     committed: set[tuple[str, str]] = set()
     traces_dir = warehouse.table_dir("traces")
     for marker in traces_dir.glob("run=*/*.parquet"):
@@ -166,7 +208,7 @@ def recover(warehouse: Warehouse) -> list[Path]:
         if table == "traces":
             continue
         for data in warehouse.table_dir(table).glob("run=*/*.parquet"):
-            if (data.parent.name, data.stem) not in committed:
+            if (data.parent.name, data.stem) not in committed and stale(data):
                 data.unlink(missing_ok=True)
                 removed.append(data)
     return removed

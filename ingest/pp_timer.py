@@ -24,23 +24,18 @@ mtime and content hash, and :func:`read_pp_timer_manifest` gives them back.
 
 from __future__ import annotations
 
-import datetime as dt
-import hashlib
 import json
 import math
-import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
 from tracehouse.warehouse import Warehouse
 
-from . import lake
-from .model import TraceError, display_path
+from .model import TraceError
 from .schema import PP_TIMER_EVENTS
+from .side_files import ManifestEntry, land_rows, read_manifest, read_text
+from .side_files import file_id_for as side_file_id
 
 __all__ = [
     "PP_TIMER_NAME",
@@ -155,35 +150,18 @@ def parse_pp_timer(text: str, name: str) -> list[dict[str, Any]]:
     return rows
 
 
+#: What the lake knows of one loaded PP-timer file.
+PPTimerManifestEntry = ManifestEntry
+
+
 def file_id_for(run_id: str, path: str) -> str:
     """Identifier of one PP-timer file in one run (a reload replaces its rows)."""
-    return hashlib.blake2b(f"pp_timer\0{run_id}\0{path}".encode("utf-8", "surrogateescape"),
-                           digest_size=8).hexdigest()
-
-
-@dataclass(frozen=True)
-class PPTimerManifestEntry:
-    """What the lake knows of one loaded PP-timer file."""
-
-    run_id: str
-    path: str
-    size_bytes: int
-    mtime_ns: int
-    content_hash: str
+    return side_file_id("pp_timer", run_id, path)
 
 
 def read_pp_timer_manifest(warehouse: Warehouse) -> dict[tuple[str, str], PPTimerManifestEntry]:
     """Every loaded PP-timer file, keyed by (run, path), read back from the lake table."""
-    import duckdb  # only here: ingest workers never need it (see lake.read_manifest)
-
-    glob = str(warehouse.table_dir("pp_timer_events") / "**" / "*.parquet")
-    with duckdb.connect() as con:
-        rows = con.execute(
-            "select distinct run_id, path, size_bytes, mtime_ns, content_hash "
-            "from read_parquet(?, union_by_name = true, hive_partitioning = false)",
-            [glob],
-        ).fetchall()
-    return {(row[0], row[1]): PPTimerManifestEntry(*row) for row in rows}
+    return read_manifest(warehouse, "pp_timer_events")
 
 
 def load_pp_timer_file(warehouse: Warehouse, run_id: str, path: Path, token: str,
@@ -194,31 +172,11 @@ def load_pp_timer_file(warehouse: Warehouse, run_id: str, path: Path, token: str
     already loaded. Raises :class:`TraceError` when the file cannot be read
     or parsed; nothing is written then (a previously loaded version stays).
     """
-    try:
-        raw = path.read_bytes()
-        stat = path.stat()
-    except OSError as exc:
-        raise TraceError("unreadable", f"cannot read the file: {exc.strerror}",
-                         "check the path and its permissions") from exc
-    content_hash = hashlib.blake2b(raw, digest_size=16).hexdigest()
-    if known is not None and known.content_hash == content_hash:
+    read = read_text(path, known, _bad, "the file is damaged; copy it again",
+                     "the timer's write was cut short; time the iteration again")
+    if read is None:
         return None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise _bad(f"not UTF-8 text (byte {exc.start})", "the file is damaged; copy it "
-                   "again") from exc
-    if not text.strip():
-        raise TraceError("empty", "the file is empty", "the timer's write was cut short; "
-                         "time the iteration again")
+    text, stat, content_hash = read
     rows = parse_pp_timer(text, path.name)
-    shown = display_path(path)
-    file_id = file_id_for(run_id, shown)
-    ingested_at = dt.datetime.now(dt.timezone.utc)
-    for row in rows:
-        row.update(run_id=run_id, trace_id=file_id, path=shown, content_hash=content_hash,
-                   size_bytes=stat.st_size, mtime_ns=stat.st_mtime_ns, ingested_at=ingested_at)
-    table = pa.Table.from_pylist(rows, schema=PP_TIMER_EVENTS)
-    final = warehouse.partition_dir("pp_timer_events", run_id) / f"{file_id}.parquet"
-    os.replace(lake.write_parquet_tmp(table, final, token), final)
-    return table.num_rows
+    return land_rows(warehouse, "pp_timer_events", PP_TIMER_EVENTS, "pp_timer", run_id, path,
+                     rows, token, stat, content_hash)

@@ -29,23 +29,26 @@ import zlib
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from tracehouse.warehouse import Warehouse
 
 from . import lake
-from .discover import discover
+from .comm_log import load_comm_log_file, read_comm_log_manifest
+from .discover import Discovery, discover
 from .kineto import parse_kineto, scanner_available
 from .lean import keep_pandas_out
 from .model import TraceError, TraceFile, display_path
 from .nsys_load import load_nsys_file
 from .pp_timer import load_pp_timer_file, read_pp_timer_manifest
 from .progress import Progress
+from .shard import STALE_AFTER_S, Shard
+from .spark_tasks import run_tasks_in_spark
 from .topology import load_topology_file
 
-ENGINES = ("native", "perfetto")
+ENGINES = ("native", "perfetto", "spark")
 
 
 @dataclass
@@ -81,6 +84,7 @@ class IngestResult:
     failed: list[Failed] = field(default_factory=list)
     topologies: list[tuple[str, str, int]] = field(default_factory=list)  # (path, run, rows)
     pp_timers: list[tuple[str, str, int]] = field(default_factory=list)  # (path, run, rows)
+    comm_logs: list[tuple[str, str, int]] = field(default_factory=list)  # (path, run, rows)
     bytes_read: int = 0
     uncompressed_bytes: int = 0
     seconds: float = 0.0
@@ -94,9 +98,10 @@ class IngestResult:
         mb = self.uncompressed_bytes / 1e6
         rate = mb / self.seconds if self.seconds > 0 else 0.0
         where = f" into {into}" if into is not None else ""
+        comm = f", {len(self.comm_logs)} comm log(s)" if self.comm_logs else ""
         return (f"loaded {len(self.loaded)} trace(s) ({mb:.1f} MB of JSON, {rate:.1f} MB/s), "
                 f"{len(self.topologies)} topology file(s), {len(self.pp_timers)} PP-timer "
-                f"file(s); skipped {len(self.skipped)}, failed {len(self.failed)}{where}")
+                f"file(s){comm}; skipped {len(self.skipped)}, failed {len(self.failed)}{where}")
 
     @property
     def exit_code(self) -> int:
@@ -283,10 +288,16 @@ def _load_nsys(task: _Task, started: float) -> _Outcome:
 
 
 @contextmanager
-def warehouse_lock(warehouse: Warehouse, stream: TextIO) -> Iterator[None]:
-    """Hold the warehouse's ingest lock; wait (and say so) if another ingest has it."""
+def warehouse_lock(warehouse: Warehouse, stream: TextIO,
+                   shard: Shard | None = None) -> Iterator[None]:
+    """Hold the warehouse's ingest lock; wait (and say so) if another ingest has it.
+
+    A shard holds its own lock (:mod:`ingest.shard`): shards never wait for
+    each other, and nothing relies on the lock across hosts.
+    """
     warehouse.root.mkdir(parents=True, exist_ok=True)
-    with open(warehouse.lock_file, "a+") as handle:
+    lock_file = warehouse.lock_file if shard is None else warehouse.root / shard.lock_name()
+    with open(lock_file, "a+") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -402,8 +413,15 @@ def ingest_paths(
     engine: str = "native",
     trace_processor_bin: str | None = None,
     stream: TextIO | None = None,
+    shard: Shard | None = None,
 ) -> IngestResult:
     """Load every trace under ``paths`` into the warehouse's lake.
+
+    ``shard``: load only that shard's files (:mod:`ingest.shard`), safely
+    beside the other shards writing the same lake. ``engine="spark"``
+    parses with tracehouse's own parser in Spark tasks
+    (:mod:`ingest.spark_tasks`) instead of local worker processes; the
+    driver commits, as for the other engines.
 
     Raises :class:`ingest.discover.DiscoveryError` for unusable arguments;
     per-file problems are returned in ``IngestResult.failed`` (and recorded
@@ -415,12 +433,15 @@ def ingest_paths(
     wh = warehouse if isinstance(warehouse, Warehouse) else Warehouse.at(warehouse)
     started = time.perf_counter()
     found = discover([Path(p) for p in paths], run=run)
+    if shard is not None:
+        found = _shard_files(found, shard)
     result = IngestResult(skipped=[(display_path(p), why) for p, why in found.skipped])
     token = uuid.uuid4().hex[:12]
+    parser = "native" if engine == "spark" else engine
 
-    with warehouse_lock(wh, stream):
+    with warehouse_lock(wh, stream, shard):
         lake.init_lake(wh)
-        lake.recover(wh)
+        lake.recover(wh, older_than_s=None if shard is None else STALE_AFTER_S)
         committer = _Committer(wh, lake.read_manifest(wh), token)
         todo: list[TraceFile] = []
         for source in found.traces:
@@ -430,7 +451,7 @@ def ingest_paths(
                 todo.append(source)
         bar = Progress(len(todo), sum(s.size_bytes for s in todo), stream, enabled=progress)
         tasks = [
-            _Task(s, str(wh.root), token, committer.known_hash(s, force), engine,
+            _Task(s, str(wh.root), token, committer.known_hash(s, force), parser,
                   trace_processor_bin)
             for s in todo
         ]
@@ -442,7 +463,9 @@ def ingest_paths(
                   file=stream, flush=True)
         deferred: list[_Outcome] = []
         try:
-            for outcome in _run_tasks(tasks, jobs):
+            outcomes = (_run_tasks(tasks, jobs) if engine != "spark"
+                        else run_tasks_in_spark(_load_one, tasks, stream))
+            for outcome in outcomes:
                 if outcome.status == "parsed" and outcome.rank_source == "single_process":
                     deferred.append(outcome)  # rank 0 only if alone in its run: decided last
                     continue
@@ -455,8 +478,19 @@ def ingest_paths(
             bar.close()
         _load_topologies(found.topologies, committer, result, stream)
         _load_pp_timers(found.pp_timers, committer, result, stream, force)
+        _load_comm_logs(found.comm_logs, committer, result, stream, force)
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _shard_files(found: Discovery, shard: Shard) -> Discovery:
+    """The part of a discovery that ``shard`` loads (traces and side files alike)."""
+    return replace(
+        found,
+        traces=[t for t in found.traces if shard.owns(t.run_id, t.path)],
+        topologies=[(p, r) for p, r in found.topologies if shard.owns(r, p)],
+        pp_timers=[(p, r) for p, r in found.pp_timers if shard.owns(r, p)],
+    )
 
 
 def _check_engine_once(tasks: list[_Task], committer: _Committer, result: IngestResult,
@@ -640,7 +674,24 @@ def _reject_side_file(path: Path, run_id: str, layout: str, exc: TraceError,
 
 def _load_pp_timers(files: list[tuple[Path, str]], committer: _Committer,
                     result: IngestResult, stream: TextIO, force: bool) -> None:
-    """Load every PP-timer log into ``pp_timer_events``, incrementally.
+    """Load every PP-timer log into ``pp_timer_events``, incrementally (see _load_side_files)."""
+    _load_side_files(files, committer, result, stream, force, layout="pp_timer",
+                     read_manifest=read_pp_timer_manifest, load=load_pp_timer_file,
+                     loaded=result.pp_timers)
+
+
+def _load_comm_logs(files: list[tuple[Path, str]], committer: _Committer,
+                    result: IngestResult, stream: TextIO, force: bool) -> None:
+    """Load every comm log into ``comm_log_events``, incrementally (see _load_side_files)."""
+    _load_side_files(files, committer, result, stream, force, layout="comm_log",
+                     read_manifest=read_comm_log_manifest, load=load_comm_log_file,
+                     loaded=result.comm_logs)
+
+
+def _load_side_files(files: list[tuple[Path, str]], committer: _Committer,
+                     result: IngestResult, stream: TextIO, force: bool, *, layout: str,
+                     read_manifest: Any, load: Any, loaded: list[tuple[str, str, int]]) -> None:
+    """Load small per-file tables (PP-timer logs, comm logs) incrementally.
 
     Like traces: a file whose path, size and mtime match what is loaded is
     skipped unread, one whose content hash matches is skipped after
@@ -649,7 +700,7 @@ def _load_pp_timers(files: list[tuple[Path, str]], committer: _Committer,
     """
     if not files:
         return
-    manifest = read_pp_timer_manifest(committer.warehouse)
+    manifest = read_manifest(committer.warehouse)
     for path, run_id in files:
         shown = display_path(path)
         known = None if force else manifest.get((run_id, shown))
@@ -663,15 +714,15 @@ def _load_pp_timers(files: list[tuple[Path, str]], committer: _Committer,
                 result.skipped.append((shown, "already loaded, unchanged"))
                 continue
         try:
-            rows = load_pp_timer_file(committer.warehouse, run_id, path, committer.token, known)
+            rows = load(committer.warehouse, run_id, path, committer.token, known)
         except TraceError as exc:
-            _reject_side_file(path, run_id, "pp_timer", exc, committer, result, stream)
+            _reject_side_file(path, run_id, layout, exc, committer, result, stream)
             continue
         lake.clear_error(committer.warehouse, run_id, shown)
         if rows is None:
             result.skipped.append((shown, "already loaded, same content"))
         else:
-            result.pp_timers.append((shown, run_id, rows))
+            loaded.append((shown, run_id, rows))
 
 
 def _remove_temporaries(wh: Warehouse, token: str) -> None:

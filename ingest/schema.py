@@ -211,6 +211,52 @@ PP_TIMER_EVENTS = pa.schema(
     ]
 )
 
+COMM_LOG_EVENTS = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("trace_id", pa.string()),  # id of the comm-log file within the run (not a trace)
+        ("rank", pa.int64()),  # the logging rank (src_rank; else the file name's)
+        ("seq", pa.int64()),  # position of the record in the rank's log, 0-based
+        ("call_id", pa.int64()),  # the log's own counter
+        ("op", pa.string()),  # as logged: all_reduce, batch_isend, reduce_scatter_tensor, ...
+        ("collective", pa.string()),  # family: all_reduce | all_gather | reduce_scatter | ...
+        ("is_setup", pa.bool_()),  # init_process_group / new_group records (no traffic)
+        ("is_p2p", pa.bool_()),
+        ("is_send", pa.bool_()),  # P2P: this rank sends (else receives)
+        ("group_ranks", pa.list_(pa.int64())),  # global ranks of the group (NULL for P2P)
+        ("group_size", pa.int64()),
+        ("peer_rank", pa.int64()),  # P2P: the other rank (global)
+        ("root_rank", pa.int64()),  # broadcast/reduce/gather/scatter root (global), if logged
+        ("dtype", pa.string()),  # torch.float32, ...
+        ("shape", pa.list_(pa.int64())),
+        ("nelems", pa.int64()),  # elements this rank puts in
+        ("out_nelems", pa.int64()),  # elements this rank gets out
+        ("bytes", pa.int64()),  # the collective's full buffer (nccl-tests' size)
+        ("reduce_op", pa.string()),
+        ("group_desc", pa.string()),  # Megatron's group description, tracehouse logs only
+        ("call_site", pa.string()),  # innermost megatron/ frame, tracehouse logs only
+        ("is_emulated", pa.bool_()),  # call site mirrors Megatron-LM's training loop
+        ("in_step", pa.bool_()),  # inside the training iteration (NULL: the log does not say)
+        ("batch_idx", pa.int64()),  # batch_isend/irecv: position in the batch
+        ("batch_size", pa.int64()),
+        ("coalesced", pa.int64()),  # ops in the coalesced call this record belongs to
+        ("coalesced_index", pa.int64()),  # position in that call (0: the call's first op)
+        ("log_format", pa.string()),  # tracehouse | genstack
+        ("world_size", pa.int64()),  # from config.json beside the log, NULL if absent
+        ("tp_size", pa.int64()),
+        ("pp_size", pa.int64()),
+        ("dp_size", pa.int64()),
+        ("cp_size", pa.int64()),
+        ("model_size", pa.string()),
+        ("record", pa.string()),  # the whole record as JSON
+        ("path", pa.string()),
+        ("content_hash", pa.string()),
+        ("size_bytes", pa.int64()),
+        ("mtime_ns", pa.int64()),
+        ("ingested_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
 #: Tables written once per loaded trace, in commit order: ``traces`` last,
 #: because a row there is what marks the trace as loaded.
 TRACE_TABLES: dict[str, pa.Schema] = {
@@ -230,4 +276,6 @@ LAKE_TABLES: dict[str, pa.Schema] = {
     "topology_groups": TOPOLOGY_GROUPS,
     # One file per PP-timer log (event_times_PP*.json) beside the traces (ingest/pp_timer.py).
     "pp_timer_events": PP_TIMER_EVENTS,
+    # One file per comm log (comm_log_rank_<r>.json: Genstack's or `tracehouse commtrace`'s).
+    "comm_log_events": COMM_LOG_EVENTS,
 }

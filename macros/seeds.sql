@@ -2,13 +2,13 @@
     on-run-start: load every seed table that the warehouse lacks straight
     from its CSV, so `dbt run` (which never runs seeds) works on a fresh
     warehouse right after `tracehouse ingest`. Commands that run seeds
-    themselves (`build`, `seed`) are left alone, and a seed table that
+    themselves (`build`, `seed`) and `compile` (which reads no table) are left alone, and a seed table that
     exists is never touched: `dbt seed` refreshes edited CSVs as usual.
     Column types come from the seed's `column_types` config, as `dbt seed`
     would apply them; an empty CSV field is NULL, as for `dbt seed`.
 #}
 {% macro load_missing_seeds() -%}
-    {%- if execute and invocation_args_dict.get('which') not in ('build', 'seed') -%}
+    {%- if execute and invocation_args_dict.get('which') not in ('build', 'seed', 'compile') -%}
         {%- for node in graph.nodes.values()
             if node.resource_type == 'seed' and node.package_name == project_name -%}
             {%- set existing = adapter.get_relation(
@@ -44,4 +44,21 @@
             {%- endfor %}
         }
     )
+{%- endmacro %}
+
+{#- Spark SQL runs one statement at a time: the schema and a view over the
+    CSV first, then the table, cast to the seed's column types (Spark's CSV
+    reader gives an empty field as NULL, as dbt seed does). -#}
+{% macro spark__create_seed_from_csv(relation, csv_path, column_types) -%}
+    {%- do run_query('create database if not exists ' ~ relation.schema) -%}
+    {%- do run_query(
+        'create or replace temporary view tracehouse_seed_csv using csv options (path '
+        ~ spark_string_literal(csv_path) ~ ", header 'true')"
+    ) -%}
+    create table {{ relation }} using parquet as
+    select
+        {%- for name, type in column_types.items() %}
+        cast(`{{ name }}` as {{ type }}) as `{{ name }}`{{ "," if not loop.last }}
+        {%- endfor %}
+    from tracehouse_seed_csv
 {%- endmacro %}

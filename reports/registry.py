@@ -21,6 +21,7 @@ FAMILY_MODULES: tuple[str, ...] = (
     "tracehouse.reports.timeline",      # kernel categories per rank over wall-clock time
     "tracehouse.reports.idle",          # idle time by cause per rank, as HTA (issue 11)
     "tracehouse.reports.comm_groups",   # communication time by group kind
+    "tracehouse.reports.comm_traffic",  # expected traffic matrix and bytes (comm logs)
     "tracehouse.reports.kernels",       # top kernels
     "tracehouse.reports.compare",       # two runs side by side (only with a second run)
 )

@@ -374,7 +374,8 @@ def _runs(con: duckdb.DuckDBPyConnection) -> list[tuple[str, int | None]]:
     parts = []
     for table, column in (("fct_rank_iterations", "last_end_ns"),
                           ("fct_microbatch_phases", "last_end_ns"),
-                          ("dim_ranks", "null::bigint")):
+                          ("dim_ranks", "null::bigint"),
+                          ("fct_comm_group_bytes", "null::bigint")):  # comm logs only
         if _table_exists(con, table):
             parts.append(f"select run_id, {column} as ended_ns from {table}")  # fixed names only
     if not parts:

@@ -51,6 +51,8 @@ VALID = {
     ("export", "table"): ["traces", "--out", "{tmp}/x.csv"],
     ("demo",): [],
     ("nsys",): ["summary", "{tmp}/capture.sqlite"],
+    ("commtrace",): ["--tp", "1", "--pp", "1", "--dp", "1", "--model", "small",
+                     "--out", "{tmp}/ct"],
 }
 
 
@@ -153,6 +155,12 @@ MALFORMED = [
     ["demo", "--out", "{file}", "--warehouse", "{tmp}/wh"],
     ["demo", "--warehouse", "{file}"],
     ["build", "--warehouse", "{file}"],
+    ["commtrace", "--tp", "0", "--pp", "1", "--dp", "1", "--out", "{tmp}/ct"],
+    ["commtrace", "--tp", "1", "--pp", "1", "--dp", "1", "--order", "nope", "--out", "{tmp}/ct"],
+    ["commtrace", "--tp", "1", "--pp", "1", "--dp", "1", "--ranks", "3-1", "--out", "{tmp}/ct"],
+    ["commtrace", "--tp", "1", "--pp", "1", "--dp", "1", "--ranks", "5", "--out", "{tmp}/ct"],
+    ["commtrace", "--tp", "1", "--pp", "1", "--dp", "1", "-j", "0", "--out", "{tmp}/ct"],
+    ["commtrace", "--tp", "1", "--pp", "1", "--dp", "1", "--out", "{file}"],
     ["export"],
     ["nope"],
     [],

@@ -58,6 +58,7 @@ COMPARED_MODELS = [
     "intermediate.int_kernel_intervals_merged",
     "intermediate.int_rank_iterations_swept",
     "intermediate.int_stream_idle_categorized",
+    "intermediate.int_microbatch_phases_swept",
     "main.fct_kernels",
     "main.fct_rank_iterations",
     "main.fct_kernel_summary",
@@ -89,6 +90,7 @@ MARKERS = {
     "intermediate.int_kernel_intervals_merged": ("interval_count", "-1"),
     "intermediate.int_rank_iterations_swept": ("overlap_ns", "-1"),
     "intermediate.int_stream_idle_categorized": ("gap_count", "-1"),
+    "intermediate.int_microbatch_phases_swept": ("overlap_ns", "-1"),
 }
 
 
@@ -347,3 +349,41 @@ def test_changed_topology_recomputes_the_runs_kernels(
     }
     traces = {trace for trace, _ in before}
     assert renumbered == traces
+
+
+def test_plain_build_narrows_to_what_reads_the_changed_lake_tables(
+    runs: Runs, iteration_2_built: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """After a plain build, the next plain build of the same warehouse builds only the
+    models (and tests) downstream of the lake tables whose files changed
+    (tracehouse.build_state.changed_lake_tables): here only the topology file
+    changes, so seeds, staging views and every model that reads no topology are
+    left as they are, yet the run's kernels take the new group numbering and
+    the chain equals a full refresh.
+    """
+    warehouse = _copy(iteration_2_built, tmp_path / "warehouse")
+    _build_plain(warehouse)  # a copy is a new location: builds everything, records its tables
+    topology = runs.main / "topology.json"
+    original = topology.read_text()
+    layout = json.loads(original)
+    layout["groups"]["tp"] = layout["groups"]["tp"][::-1]
+    try:
+        topology.write_text(json.dumps(layout, indent=1) + "\n")
+        _ingest([runs.main], warehouse)
+    finally:
+        topology.write_text(original)
+    capsys.readouterr()
+
+    _build_plain(warehouse)
+    out = capsys.readouterr().out
+    assert "lake tables changed since the last build: topology_groups;" in out, out
+    results = json.loads((Warehouse(warehouse).root / "dbt/target/run_results.json").read_text())
+    ran = {result["unique_id"] for result in results["results"]}
+    assert "model.tracehouse.fct_kernels" in ran
+    assert "model.tracehouse.dim_process_groups" in ran
+    left_alone = {"seed.tracehouse.kernel_kind_patterns", "model.tracehouse.stg_lake__slices",
+                  "model.tracehouse.stg_lake__topology_groups",
+                  "model.tracehouse.int_slices_contextualized",
+                  "model.tracehouse.int_kernels_classified"}
+    assert not ran & left_alone, ran & left_alone
+    _assert_same_as_full_refresh(warehouse, tmp_path)

@@ -13,7 +13,12 @@ the project (every file dbt reads, plus the dbt arguments) and of the lake
   build runs with ``--full-refresh`` (and says so);
 * project and lake both unchanged, and the same arguments → nothing can
   differ, so the build is skipped ("up to date") instead of spending dbt's
-  start-up, every model and every test on the same answer.
+  start-up, every model and every test on the same answer;
+* project, arguments and warehouse location unchanged but some lake tables
+  changed → only what reads those tables needs building
+  (:func:`changed_lake_tables`; the caller selects ``source:lake.<table>+``).
+  This is the idea of dbt's ``source_status:fresher+``, with the lake's file
+  stats in place of a freshness query over every Parquet file.
 """
 
 from __future__ import annotations
@@ -37,9 +42,19 @@ class BuildFingerprint:
     project: str
     lake: str
     args: str
+    #: The warehouse folder the views were created for (they hold its path).
+    location: str = ""
+    #: (lake table, fingerprint of its files), sorted by table.
+    lake_tables: tuple[tuple[str, str], ...] = ()
 
-    def to_json(self) -> dict[str, str]:
-        return {"project": self.project, "lake": self.lake, "args": self.args}
+    def to_json(self) -> dict[str, object]:
+        return {
+            "project": self.project,
+            "lake": self.lake,
+            "args": self.args,
+            "location": self.location,
+            "lake_tables": dict(self.lake_tables),
+        }
 
 
 def _hash_files(paths: Iterable[Path], root: Path, *, content: bool) -> str:
@@ -76,27 +91,78 @@ def _vars_arguments(dbt_args: Sequence[str]) -> list[str]:
     return found
 
 
-def fingerprint(project_dir: Path, lake_dir: Path, dbt_args: Sequence[str]) -> BuildFingerprint:
+def _lake_files_by_table(lake_dir: Path) -> dict[str, list[Path]]:
+    """Every file of the lake, grouped by its table (the lake's top-level folders)."""
+    tables: dict[str, list[Path]] = {}
+    if not lake_dir.is_dir():
+        return tables
+    for dirpath, _, filenames in os.walk(lake_dir):
+        relative = Path(dirpath).relative_to(lake_dir)
+        table = relative.parts[0] if relative.parts else ""
+        tables.setdefault(table, []).extend(Path(dirpath) / name for name in filenames)
+    return tables
+
+
+def fingerprint(
+    project_dir: Path, lake_dir: Path, dbt_args: Sequence[str], location: Path | None = None
+) -> BuildFingerprint:
     """Fingerprint the project's files (by content) with the ``--vars`` given, the lake
-    (by stat) and the arguments."""
+    (by stat, per table and whole), the arguments and the warehouse's location."""
     project = _hash_files(_files_under(project_dir, PROJECT_INPUTS), project_dir, content=True)
     project = hashlib.blake2b(
         (project + json.dumps(_vars_arguments(dbt_args))).encode(), digest_size=16
     ).hexdigest()
-    lake_files = []
-    if lake_dir.is_dir():
-        for dirpath, _, filenames in os.walk(lake_dir):
-            lake_files.extend(Path(dirpath) / name for name in filenames)
-    lake = _hash_files(lake_files, lake_dir, content=False)
+    by_table = _lake_files_by_table(lake_dir)
+    lake_tables = tuple(
+        (table, _hash_files(files, lake_dir, content=False))
+        for table, files in sorted(by_table.items())
+    )
+    lake = hashlib.blake2b(json.dumps(lake_tables).encode(), digest_size=16).hexdigest()
     args = hashlib.blake2b(json.dumps(list(dbt_args)).encode(), digest_size=16).hexdigest()
-    return BuildFingerprint(project=project, lake=lake, args=args)
+    return BuildFingerprint(
+        project=project,
+        lake=lake,
+        args=args,
+        location=str(location.resolve()) if location is not None else "",
+        lake_tables=lake_tables,
+    )
+
+
+def changed_lake_tables(last: BuildFingerprint | None, now: BuildFingerprint) -> list[str] | None:
+    """The lake tables whose files changed since the last build, or None when a
+    build must not be narrowed to them.
+
+    Narrowing is right only when the last successful build ran the same
+    command (so it built everything this one would) with the same project
+    code, in the same folder, and recorded its tables: then a model that
+    reads none of the changed tables would compute exactly what it holds.
+    A table that appeared or disappeared counts as changed.
+    """
+    if (
+        last is None
+        or not last.lake_tables
+        or not last.location
+        or (last.project, last.args, last.location) != (now.project, now.args, now.location)
+    ):
+        return None
+    before, after = dict(last.lake_tables), dict(now.lake_tables)
+    return sorted(
+        table for table in before.keys() | after.keys() if before.get(table) != after.get(table)
+    )
 
 
 def read_state(artifacts: Path) -> BuildFingerprint | None:
     """The fingerprint of the last successful build, or None."""
     try:
         data = json.loads((artifacts / STATE_FILE).read_text())
-        return BuildFingerprint(project=data["project"], lake=data["lake"], args=data["args"])
+        return BuildFingerprint(
+            project=data["project"],
+            lake=data["lake"],
+            args=data["args"],
+            location=str(data.get("location", "")),
+            lake_tables=tuple(sorted((str(k), str(v))
+                                     for k, v in dict(data.get("lake_tables", {})).items())),
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
 

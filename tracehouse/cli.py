@@ -90,8 +90,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help="worker processes (default: number of CPUs, at most 8)")
     ingest.add_argument("--force", action="store_true",
                         help="reload files even if they are already loaded and unchanged")
-    ingest.add_argument("--engine", choices=("native", "perfetto"), default="native",
-                        help="parser: tracehouse's own (default) or Perfetto trace processor")
+    ingest.add_argument("--engine", choices=("native", "perfetto", "spark"), default="native",
+                        help="parser: tracehouse's own (default), Perfetto trace processor, "
+                             "or tracehouse's own in Spark tasks ($TRACEHOUSE_SPARK_MASTER, "
+                             "default local[2]; needs the spark extra)")
+    ingest.add_argument("--shard", metavar="I/N", default=None,
+                        help="load only shard I (0-based) of N: a deterministic 1/N of the "
+                             "files, so N ingests on N machines (e.g. a Slurm array) fill one "
+                             "shared lake without coordination")
     ingest.add_argument("--trace-processor-bin", type=_name, metavar="FILE",
                         help="trace_processor_shell for --engine perfetto "
                              "(default: $TRACE_PROCESSOR_BIN)")
@@ -304,6 +310,9 @@ def build_parser() -> argparse.ArgumentParser:
     from tracehouse.nsys_cli import add_parser as add_nsys_parser
 
     add_nsys_parser(sub, common)
+    from tracehouse.commtrace_cli import add_parser as add_commtrace_parser
+
+    add_commtrace_parser(sub)
     return parser
 
 
@@ -316,6 +325,22 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     if jobs < 1:
         print("error: -j/--jobs must be at least 1", file=sys.stderr)
         return EXIT_USAGE
+    shard = None
+    if args.shard is not None:
+        from tracehouse.ingest.shard import Shard
+
+        try:
+            shard = Shard.parse(args.shard)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+    if args.engine == "spark":
+        import importlib.util
+
+        if importlib.util.find_spec("pyspark") is None:
+            print("error: --engine spark needs pyspark, which is not installed "
+                  "(pip install -e '.[spark]'; Java 17 too)", file=sys.stderr)
+            return EXIT_USAGE
     warehouse = Warehouse.at(args.warehouse)
     try:
         result = ingest_paths(
@@ -327,6 +352,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
             progress=not args.quiet,
             engine=args.engine,
             trace_processor_bin=args.trace_processor_bin,
+            shard=shard,
         )
     except DiscoveryError as exc:
         print(f"error: {exc}", file=sys.stderr)

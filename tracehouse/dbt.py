@@ -22,6 +22,11 @@ which ``dbt build`` and the test suite still run; and it is
 skipped entirely when neither the project nor the lake changed since the
 last successful one; a changed project rebuilds with ``--full-refresh``
 (:mod:`tracehouse.build_state`).
+
+``--target spark`` runs the same project on Apache Spark (``profiles.yml``;
+the ``spark`` extra): the same exclusions for a plain build, under the same
+lock, but no copy and no skip, since Spark writes its own Parquet tables
+(:mod:`tracehouse.spark_marts` reads them back).
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tracehouse.build_state import fingerprint, read_state, write_state
+from tracehouse.build_state import changed_lake_tables, fingerprint, read_state, write_state
 from tracehouse.publish import (
     DATABASE_ENV_VAR,
     build_lock,
@@ -63,6 +68,14 @@ _COMMANDS_BUILDING_MODELS = frozenset({"build", "run"})
 #: What a plain ``tracehouse build`` leaves out (see the module docstring).
 PLAIN_BUILD_EXCLUDES = (
     "--exclude-resource-type", "unit_test", "--exclude", "tag:lake", "tag:internal",
+)
+
+#: What a plain build narrowed to changed lake tables also leaves out: with
+#: the project unchanged, seeds (and their tests) and the staging views
+#: (which only name the lake's files) are already what they would become.
+NARROWED_BUILD_EXCLUDES = (
+    "--exclude-resource-type", "unit_test", "seed",
+    "--exclude", "tag:lake", "tag:internal", "config.materialized:view",
 )
 
 #: Folder inside the warehouse for dbt's artifacts (compiled SQL, manifest,
@@ -177,24 +190,50 @@ def run_dbt(args: Sequence[str] = (), warehouse: Path | None = None) -> int:
     for name, (flag, value) in defaults.items():
         if name in accepted and not _has_flag(argv, flag):
             added += [flag, value]
-    is_plain_build = argv == ["build"]
-    if is_plain_build:
-        added += list(PLAIN_BUILD_EXCLUDES)
+    target = _target(argv)
+    is_plain_build = _without_target(argv) == ["build"]
+    selection = list(PLAIN_BUILD_EXCLUDES) if is_plain_build else []
+
+    if target == "spark" and not _spark_installed():
+        print("error: --target spark needs dbt-spark and pyspark, which are not installed: "
+              "pip install -e '.[spark]' (Spark also needs Java 17)", file=sys.stderr)
+        return EXIT_USAGE
+    if target is not None and target != "dev":
+        # Another engine (the `spark` target): it writes its own tables, not
+        # tracehouse.duckdb, so there is no copy to publish and no build
+        # state to keep; the build lock still makes two builds take turns
+        # (Spark's Derby metastore takes one process at a time).
+        invocation = [*argv[:path_len], *added, *selection, *argv[path_len:]]
+        with build_lock(root), _environment(ENV_VAR, str(root)):
+            result = dbtRunner().invoke(invocation)
+        return _exit_code(result, argv, root)
 
     if argv[0] not in _COMMANDS_WRITING_DATABASE or {"--help", "-h"} & set(argv):
-        invocation = [*argv[:path_len], *added, *argv[path_len:]]
+        invocation = [*argv[:path_len], *added, *selection, *argv[path_len:]]
         with _environment(ENV_VAR, str(root)):
             result = dbtRunner().invoke(invocation)
         return _exit_code(result, argv, root)
 
     with build_lock(root):
-        state = fingerprint(project, Warehouse(root).lake, argv)
+        state = fingerprint(project, Warehouse(root).lake, argv, location=root)
         last = read_state(artifacts)
         database_exists = Warehouse(root).database.exists()
         if is_plain_build and database_exists and last == state:
             print(f"warehouse {root} is up to date: neither the project nor the lake "
                   "changed since the last build (nothing to do)")
             return EXIT_OK
+        if is_plain_build and database_exists:
+            narrowed = _narrowed_selection(changed_lake_tables(last, state), artifacts)
+            if narrowed == []:
+                print(f"warehouse {root} is up to date: only lake tables no model "
+                      "reads changed since the last build (nothing to do)")
+                write_state(artifacts, state)
+                return EXIT_OK
+            if narrowed is not None:
+                selection = ["--select", *narrowed, *NARROWED_BUILD_EXCLUDES]
+                tables = ", ".join(selector.split(".")[-1].rstrip("+") for selector in narrowed)
+                print(f"lake tables changed since the last build: {tables}; "
+                      "building the models that read them")
         if (argv[0] in _COMMANDS_BUILDING_MODELS and database_exists
                 and (last is None or last.project != state.project)
                 and not _has_flag(argv, "--full-refresh")):
@@ -204,7 +243,7 @@ def run_dbt(args: Sequence[str] = (), warehouse: Path | None = None) -> int:
                    if last is not None else "no record of how this database was built")
             print(f"{why}: rebuilding every incremental table (--full-refresh)")
             added.append("--full-refresh")
-        invocation = [*argv[:path_len], *added, *argv[path_len:]]
+        invocation = [*argv[:path_len], *added, *selection, *argv[path_len:]]
         copy = prepare_copy(root)
         try:
             with _environment(ENV_VAR, str(root)), _environment(DATABASE_ENV_VAR, str(copy)):
@@ -219,6 +258,26 @@ def run_dbt(args: Sequence[str] = (), warehouse: Path | None = None) -> int:
         if result.success and argv[0] in _COMMANDS_BUILDING_MODELS:
             write_state(artifacts, state)
     return _exit_code(result, argv, root)
+
+
+def _narrowed_selection(changed: list[str] | None, artifacts: Path) -> list[str] | None:
+    """dbt selectors (``source:lake.<table>+``) for the changed lake tables that
+    the project reads, per the last build's manifest; None when the build must
+    not be narrowed (no comparable last build, or no manifest to tell which
+    tables are sources)."""
+    if changed is None:
+        return None
+    import json
+
+    try:
+        manifest = json.loads((artifacts / "target" / "manifest.json").read_text())
+        sources = {
+            source["name"]: source["source_name"]
+            for source in manifest["sources"].values()
+        }
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return [f"source:{sources[table]}.{table}+" for table in changed if table in sources]
 
 
 def _exit_code(result: dbtRunnerResult, argv: Sequence[str], root: Path) -> int:
@@ -291,6 +350,37 @@ def _resolve_command(argv: Sequence[str]) -> tuple[int, click.Command] | None:
             return None
         return 2, command.commands[argv[1]]
     return 1, command
+
+
+def _spark_installed() -> bool:
+    import importlib.util
+
+    return all(importlib.util.find_spec(name) is not None
+               for name in ("pyspark", "dbt.adapters.spark"))
+
+
+def _target(argv: Sequence[str]) -> str | None:
+    """The dbt target named by ``--target NAME``/``-t NAME``/``--target=NAME``, else None."""
+    for index, arg in enumerate(argv):
+        if arg in ("--target", "-t") and index + 1 < len(argv):
+            return argv[index + 1]
+        if arg.startswith("--target="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def _without_target(argv: Sequence[str]) -> list[str]:
+    """``argv`` less its target option (so ``build --target spark`` is a plain build)."""
+    kept: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in ("--target", "-t"):
+            skip = True
+        elif not arg.startswith("--target="):
+            kept.append(arg)
+    return kept
 
 
 def _has_flag(argv: Sequence[str], flag: str) -> bool:

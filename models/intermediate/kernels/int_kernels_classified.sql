@@ -215,7 +215,7 @@ final as (
         kernels.process_group_desc,
         case
             when kernels.process_group_ranks is not null
-                then array_to_string(list_sort(kernels.process_group_ranks), ',')
+                then {{ sorted_array_key('kernels.process_group_ranks') }}
         end as process_group_ranks_key,
         kernels.dtype,
         kernels.group_size,

@@ -300,10 +300,10 @@ final as (
         name,
         frame_kind,
         case
-            when name like '%): %' then substring(name, 1, strpos(name, '(') - 1)
+            when name like '%): %' then substring(name, 1, instr(name, '(') - 1)
         end as frame_file,
         case
-            when name like '%): %' then substring(name, strpos(name, '): ') + 3)
+            when name like '%): %' then substring(name, instr(name, '): ') + 3)
         end as frame_function,
         case when has_steps then step_number else trace_iteration end as iteration,
         (has_steps and step_number is null) as is_outside_steps,

@@ -156,8 +156,12 @@ sized as (
 layout as (
     select
         *,
-        phase_steps // vpp_size as chunk_microbatches,
-        greatest((phase_steps // vpp_size + group_size - 1) // group_size - 1, 0) as full_groups
+        {{ integer_divide('phase_steps', 'vpp_size') }} as chunk_microbatches,
+        {% set chunk_microbatches = integer_divide('phase_steps', 'vpp_size') -%}
+        greatest(
+            {{ integer_divide(chunk_microbatches ~ ' + group_size - 1', 'group_size') }} - 1,
+            0
+        ) as full_groups
     from sized
 ),
 
@@ -169,11 +173,13 @@ scheduled as (
                 then
                     case
                         when microbatch < full_groups * group_size * vpp_size
-                            then (microbatch // group_size) % vpp_size
+                            then {{ integer_divide('microbatch', 'group_size') }} % vpp_size
                         else
                             least(
-                                (microbatch - full_groups * group_size * vpp_size)
-                                // (chunk_microbatches - full_groups * group_size),
+                                {{ integer_divide(
+                                    'microbatch - full_groups * group_size * vpp_size',
+                                    'chunk_microbatches - full_groups * group_size'
+                                ) }},
                                 vpp_size - 1
                             )
                     end

@@ -106,7 +106,7 @@ group_candidates as (
             and group_keys.process_group_name = process_groups.pg_name
     where
         group_keys.process_group_ranks_key is null
-        and list_contains(process_groups.ranks, group_keys.rank)
+        and {{ array_has('process_groups.ranks', 'group_keys.rank') }}
 ),
 
 group_matches as (

@@ -72,11 +72,19 @@ latest_files as (
         source,
         topology_id,
         path
-    from topology_groups
-    qualify row_number() over (
-        partition by run_id, source
-        order by mtime_ns desc, topology_id desc
-    ) = 1
+    from (
+        select
+            run_id,
+            source,
+            topology_id,
+            path,
+            row_number() over (
+                partition by run_id, source
+                order by mtime_ns desc, topology_id desc
+            ) as recency
+        from topology_groups
+    ) as files
+    where recency = 1
 ),
 
 file_groups as (
@@ -104,9 +112,9 @@ file_world_groups as (
         topology_groups.path,
         'world' as kind,
         cast(0 as bigint) as source_index,
-        range(0, topology_groups.world_size) as ranks,
-        cast(null as varchar) as pg_name,
-        cast(null as varchar) as pg_desc
+        {{ integer_range('0', 'topology_groups.world_size') }} as ranks,
+        cast(null as string) as pg_name,
+        cast(null as string) as pg_desc
     from topology_groups
     inner join latest_files
         on
@@ -142,7 +150,7 @@ ranked as (
     select
         candidates.*,
         source_trust.trust_rank,
-        array_to_string(list_sort(candidates.ranks), ',') as ranks_key
+        {{ sorted_array_key('candidates.ranks') }} as ranks_key
     from candidates
     inner join source_trust
         on candidates.source = source_trust.source
@@ -188,14 +196,11 @@ conflicts as (
         chosen.run_id,
         chosen.kind,
         chosen.ranks_key,
-        string_agg(
-            distinct other.source || ' (' || other.path || ') has ['
-            || other.ranks_key || ']',
-            '; '
-            order by
-                other.source || ' (' || other.path || ') has ['
-                || other.ranks_key || ']'
-        ) as conflicting_sources
+        {% set conflict_text -%}
+            other.source || ' (' || other.path || ') has [' || other.ranks_key || ']'
+        {%- endset -%}
+        {{ string_agg_ordered(conflict_text, "'; '", conflict_text, distinct=true) }}
+            as conflicting_sources
     from chosen
     inner join ranked as other
         on
@@ -203,7 +208,7 @@ conflicts as (
             and chosen.kind = other.kind
             and chosen.trust_rank < other.trust_rank
             and chosen.ranks_key != other.ranks_key
-            and list_has_any(chosen.ranks, other.ranks)
+            and {{ arrays_overlap('chosen.ranks', 'other.ranks') }}
     group by 1, 2, 3
 ),
 
@@ -216,7 +221,7 @@ final as (
             order by
                 chosen.source_index,
                 try_cast(coalesce(chosen.pg_name, trace_names.pg_name) as bigint),
-                chosen.ranks[1],
+                {{ array_element('chosen.ranks', 1) }},
                 chosen.ranks_key
         ) - 1 as bigint) as group_index,
         case
@@ -227,7 +232,7 @@ final as (
         end as kind,
         chosen.ranks,
         chosen.ranks_key,
-        cast(len(chosen.ranks) as bigint) as group_size,
+        cast({{ array_length('chosen.ranks') }} as bigint) as group_size,
         coalesce(chosen.pg_name, trace_names.pg_name) as pg_name,
         coalesce(chosen.pg_desc, trace_names.pg_desc) as pg_desc,
         chosen.source,

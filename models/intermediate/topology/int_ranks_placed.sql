@@ -32,9 +32,8 @@ members as (
         run_id,
         kind,
         group_index,
-        cast(len(ranks) as bigint) as group_size,
-        cast(unnest(ranks) as bigint) as rank,
-        cast(unnest(range(0, len(ranks))) as bigint) as position_in_group
+        cast({{ array_length('ranks') }} as bigint) as group_size,
+        {{ explode_with_position('ranks', 'rank', 'position_in_group') }}
     from process_groups
 ),
 
@@ -63,11 +62,18 @@ hosts as (
         run_id,
         rank,
         host_name
-    from traces
-    where host_name is not null
-    qualify row_number() over (
-        partition by run_id, rank order by trace_start_ns desc
-    ) = 1
+    from (
+        select
+            run_id,
+            rank,
+            host_name,
+            row_number() over (
+                partition by run_id, rank order by trace_start_ns desc
+            ) as recency
+        from traces
+        where host_name is not null
+    ) as named_traces
+    where recency = 1
 ),
 
 coordinates as (

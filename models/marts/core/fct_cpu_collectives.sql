@@ -58,7 +58,7 @@ groups_of_ranks as (
         on
             collectives.run_id = process_groups.run_id
             and collectives.comm_process_group_kind = process_groups.group_kind
-    where list_contains(process_groups.ranks, collectives.rank)
+    where {{ array_has('process_groups.ranks', 'collectives.rank') }}
     group by 1, 2
 ),
 

@@ -10,31 +10,38 @@
     step frames of each phase and microbatch; the kernel columns are NULL.
 
     vpp_chunk and chunk_microbatch (Megatron's microbatch id within the
-    chunk) come with the microbatch: from the kernels (fct_kernels) or the
-    step frames (int_microbatch_steps_chunked). They are functions of the
-    microbatch's step, so they do not change the grain.
-    A table rebuilt each time from the kernels of every loaded trace.
+    chunk) come with the microbatch from the run's lookup
+    (int_microbatch_steps_chunked), keyed by the microbatch's step. They are
+    functions of that step, so they do not change the grain.
+    A table rebuilt each time, but from the per-trace kernel timings of
+    int_microbatch_phases_swept (which merges the kernels once per trace),
+    summed over a rank's traces (they hold disjoint profiling windows).
 #}
 
 with
 
-kernels as (
+gpu_groups as (
     select
         run_id,
         rank,
+        trace_id,
         iteration,
         phase,
         microbatch,
-        vpp_chunk,
-        chunk_microbatch,
-        kind,
-        ts_ns,
-        end_ns
-    from {{ ref('fct_kernels') }}
+        step_slice_id,
+        kernel_count,
+        first_start_ns,
+        last_end_ns,
+        busy_ns,
+        compute_ns,
+        communication_ns,
+        memory_ns,
+        overlap_ns
+    from {{ ref('int_microbatch_phases_swept') }}
 ),
 
 kernel_traces as (
-    select distinct trace_id from {{ ref('fct_kernels') }}
+    select distinct trace_id from gpu_groups
 ),
 
 step_frames as (
@@ -114,88 +121,31 @@ cpu_timings as (
     group by 1, 2, 3, 4, 5, 6, 7
 ),
 
-intervals as (
-    select * from kernels
-    union all
-    select
-        run_id,
-        rank,
-        iteration,
-        phase,
-        microbatch,
-        vpp_chunk,
-        chunk_microbatch,
-        'all' as kind,
-        ts_ns,
-        end_ns
-    from kernels
-),
-
-islands as (
-    {{ merge_intervals(
-        'intervals',
-        ['run_id', 'rank', 'iteration', 'phase', 'microbatch', 'vpp_chunk', 'chunk_microbatch', 'kind'],
-        'ts_ns',
-        'end_ns',
-    ) }}
-),
-
-overlap_totals as (
-    {{ sweep_overlap(
-        'islands',
-        ['run_id', 'rank', 'iteration', 'phase', 'microbatch', 'vpp_chunk', 'chunk_microbatch'],
-    ) }}
-),
-
-unions as (
-    select
-        run_id,
-        rank,
-        iteration,
-        phase,
-        microbatch,
-        vpp_chunk,
-        chunk_microbatch,
-        min(case when kind = 'all' then start_ns end) as first_start_ns,
-        max(case when kind = 'all' then end_ns end) as last_end_ns,
-        sum(case when kind = 'all' then interval_count else 0 end) as kernel_count,
-        sum(case when kind = 'all' then busy_ns else 0 end) as busy_ns,
-        sum(case when kind = 'compute' then busy_ns else 0 end) as compute_ns,
-        sum(case when kind = 'communication' then busy_ns else 0 end) as communication_ns,
-        sum(case when kind = 'memory' then busy_ns else 0 end) as memory_ns
-    from islands
-    group by 1, 2, 3, 4, 5, 6, 7
-),
-
 gpu_timings as (
     select
-        unions.run_id,
-        unions.rank,
-        unions.iteration,
-        unions.phase,
-        unions.microbatch,
-        unions.vpp_chunk,
-        unions.chunk_microbatch,
+        gpu_groups.run_id,
+        gpu_groups.rank,
+        gpu_groups.iteration,
+        gpu_groups.phase,
+        gpu_groups.microbatch,
+        step_chunks.vpp_chunk,
+        step_chunks.chunk_microbatch,
         'gpu' as timing_source,
-        unions.kernel_count,
-        unions.first_start_ns,
-        unions.last_end_ns,
-        unions.last_end_ns - unions.first_start_ns as wall_ns,
-        unions.busy_ns,
-        unions.compute_ns,
-        unions.communication_ns,
-        unions.memory_ns,
-        coalesce(overlap_totals.overlap_ns, 0) as overlap_ns
-    from unions
-    left join overlap_totals
+        sum(gpu_groups.kernel_count) as kernel_count,
+        min(gpu_groups.first_start_ns) as first_start_ns,
+        max(gpu_groups.last_end_ns) as last_end_ns,
+        max(gpu_groups.last_end_ns) - min(gpu_groups.first_start_ns) as wall_ns,
+        sum(gpu_groups.busy_ns) as busy_ns,
+        sum(gpu_groups.compute_ns) as compute_ns,
+        sum(gpu_groups.communication_ns) as communication_ns,
+        sum(gpu_groups.memory_ns) as memory_ns,
+        sum(gpu_groups.overlap_ns) as overlap_ns
+    from gpu_groups
+    left join step_chunks
         on
-            unions.run_id = overlap_totals.run_id
-            and unions.rank = overlap_totals.rank
-            and unions.iteration is not distinct from overlap_totals.iteration
-            and unions.phase = overlap_totals.phase
-            and unions.microbatch is not distinct from overlap_totals.microbatch
-            and unions.vpp_chunk is not distinct from overlap_totals.vpp_chunk
-            and unions.chunk_microbatch is not distinct from overlap_totals.chunk_microbatch
+            gpu_groups.trace_id = step_chunks.trace_id
+            and gpu_groups.step_slice_id = step_chunks.slice_id
+    group by 1, 2, 3, 4, 5, 6, 7
 ),
 
 final as (

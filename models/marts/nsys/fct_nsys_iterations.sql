@@ -38,7 +38,9 @@ launch_slices as (
         ts_ns,
         end_ns
     from {{ ref('stg_lake__slices') }}
-    where category in ('cuda_runtime', 'cuda_driver')
+    where
+        category in ('cuda_runtime', 'cuda_driver')
+        and trace_id in (select kernels.trace_id from kernels)
 ),
 
 ranges as (
@@ -80,7 +82,7 @@ primary_threads as (
     select
         run_id,
         rank,
-        arg_max(launch_track_id, launches) as track_id
+        max_by(launch_track_id, launches) as track_id
     from (
         select
             run_id,
@@ -260,7 +262,7 @@ final as (
         *,
         gpu_end_ns - gpu_start_ns as gpu_span_ns
     from marker_iterations
-    union all by name
+    union all
     select
         *,
         gpu_end_ns - gpu_start_ns as gpu_span_ns

@@ -79,7 +79,7 @@ nvtx_ancestors as (
             and ancestors.ancestor_id = slices.slice_id
     where
         slices.category = 'nvtx'
-        and json_extract(slices.args, '$."event type"')::bigint
+        and cast({{ json_text('slices.args', 'event type') }} as bigint)
         = {{ var('nsys_push_pop_event_type') }}
 ),
 
@@ -87,10 +87,10 @@ innermost as (
     select
         trace_id,
         kernel_slice_id,
-        arg_min(ancestor_id, distance) as nvtx_slice_id,
-        arg_min(name, distance) as nvtx_name,
+        min_by(ancestor_id, distance) as nvtx_slice_id,
+        min_by(name, distance) as nvtx_name,
         count(*) - 1 as nvtx_depth,
-        string_agg(name, ' > ' order by distance desc) as nvtx_path
+        {{ string_agg_ordered('name', "' > '", 'distance desc') }} as nvtx_path
     from nvtx_ancestors
     group by 1, 2
 ),

@@ -37,7 +37,9 @@ kernels as (
         dur_ns,
         end_ns
     from {{ ref('fct_kernels') }}
-    where category = 'kernel'
+    where
+        category = 'kernel'
+        and trace_id in (select traces.trace_id from traces)
 ),
 
 slices as (
@@ -46,7 +48,11 @@ slices as (
         slice_id,
         args
     from {{ ref('stg_lake__slices') }}
-    where category = 'kernel'
+    where
+        category = 'kernel'
+        -- Nsight traces only, named in the scan: the join below would not
+        -- stop the lake's Kineto kernels' args from being read.
+        and trace_id in (select traces.trace_id from traces)
 ),
 
 nccl_ops as (
@@ -73,7 +79,7 @@ windowed as (
         kernels.ts_ns - traces.base_time_ns as capture_ts_ns,
         kernels.end_ns - traces.base_time_ns as capture_end_ns,
         coalesce(
-            json_extract_string(slices.args, '$."short name"'), kernels.name
+            {{ json_text('slices.args', 'short name') }}, kernels.name
         ) as short_name,
         case
             when kernels.kind = 'communication' then 'communication' else 'compute'
@@ -101,7 +107,7 @@ op_matches as (
     select
         windowed.trace_id,
         windowed.slice_id,
-        arg_min(nccl_ops.op, nccl_ops.priority) as nccl_op
+        min_by(nccl_ops.op, nccl_ops.priority) as nccl_op
     from windowed
     inner join nccl_ops
         on {{ regex_matches('windowed.short_name', 'nccl_ops.pattern') }}

@@ -31,7 +31,8 @@ ranges as (
     from {{ ref('stg_lake__slices') }}
     where
         category = 'nvtx'
-        and json_extract(args, '$."event type"')::bigint = {{ var('nsys_push_pop_event_type') }}
+        and cast({{ json_text('args', 'event type') }} as bigint)
+        = {{ var('nsys_push_pop_event_type') }}
         and trace_id in (select traces.trace_id from traces)
 ),
 
@@ -73,7 +74,7 @@ paths as (
         lineage.trace_id,
         lineage.slice_id,
         count(*) - 1 as nvtx_depth,
-        string_agg(ranges.name, ' > ' order by lineage.distance desc) as nvtx_path,
+        {{ string_agg_ordered('ranges.name', "' > '", 'lineage.distance desc') }} as nvtx_path,
         max(case when lineage.distance = 1 then lineage.ancestor_id end) as parent_range_id
     from lineage
     inner join ranges

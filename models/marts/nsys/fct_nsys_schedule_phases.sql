@@ -41,7 +41,7 @@ matched as (
     select
         ranges.trace_id,
         ranges.slice_id,
-        arg_min(markers.phase, markers.priority) as phase
+        min_by(markers.phase, markers.priority) as phase
     from ranges
     inner join markers
         on {{ regex_matches('ranges.name', 'markers.pattern') }}

@@ -37,11 +37,17 @@ latest_files as (
     select
         run_id,
         trace_id
-    from pp_timer_events
-    qualify row_number() over (
-        partition by run_id, rank, pp_rank, tp_cp_dp_rank, iteration
-        order by ingested_at desc, path desc
-    ) = 1
+    from (
+        select
+            run_id,
+            trace_id,
+            row_number() over (
+                partition by run_id, rank, pp_rank, tp_cp_dp_rank, iteration
+                order by ingested_at desc, path desc
+            ) as recency
+        from pp_timer_events
+    ) as files
+    where recency = 1
 ),
 
 final as (

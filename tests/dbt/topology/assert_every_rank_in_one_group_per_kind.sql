@@ -27,7 +27,7 @@ members as (
     select
         run_id,
         kind,
-        unnest(ranks) as rank
+        {{ explode_with_position('ranks', 'rank', 'position_in_group') }}
     from process_groups
 ),
 

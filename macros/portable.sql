@@ -1,0 +1,124 @@
+{#
+    Portable SQL: one macro per construct whose spelling differs between
+    DuckDB and Spark SQL, each dispatched (adapter.dispatch) with a
+    `duckdb__` and a `spark__` implementation (and a `default__` in ANSI or
+    Trino spelling where one exists, for the next adapter). Models call the
+    macro instead of the DuckDB function; tests/test_sql_portability.py
+    compiles every model for Spark and fails, naming the model and the
+    construct, on anything that does not parse as Spark SQL.
+
+    Arrays are 1-based in the argument of `array_element` on every target.
+    Documented one by one in macros/_macros.yml.
+#}
+
+{#- Number of elements of an array (DuckDB `len`, Spark `size`). -#}
+{% macro array_length(array) -%}
+    {{ return(adapter.dispatch('array_length', 'tracehouse')(array)) }}
+{%- endmacro %}
+{% macro default__array_length(array) -%} cardinality({{ array }}) {%- endmacro %}
+{% macro duckdb__array_length(array) -%} len({{ array }}) {%- endmacro %}
+{% macro spark__array_length(array) -%} size({{ array }}) {%- endmacro %}
+
+{#- True when `array` holds `value`. -#}
+{% macro array_has(array, value) -%}
+    {{ return(adapter.dispatch('array_has', 'tracehouse')(array, value)) }}
+{%- endmacro %}
+{% macro default__array_has(array, value) -%} contains({{ array }}, {{ value }}) {%- endmacro %}
+{% macro duckdb__array_has(array, value) -%} list_contains({{ array }}, {{ value }}) {%- endmacro %}
+{% macro spark__array_has(array, value) -%} array_contains({{ array }}, {{ value }}) {%- endmacro %}
+
+{#- True when the two arrays share at least one element. -#}
+{% macro arrays_overlap(left, right) -%}
+    {{ return(adapter.dispatch('arrays_overlap', 'tracehouse')(left, right)) }}
+{%- endmacro %}
+{% macro default__arrays_overlap(left, right) -%} arrays_overlap({{ left }}, {{ right }}) {%- endmacro %}
+{% macro duckdb__arrays_overlap(left, right) -%} list_has_any({{ left }}, {{ right }}) {%- endmacro %}
+
+{#- The `position`-th element (1-based) of an array, NULL past its end. -#}
+{% macro array_element(array, position) -%}
+    {{ return(adapter.dispatch('array_element', 'tracehouse')(array, position)) }}
+{%- endmacro %}
+{% macro default__array_element(array, position) -%} element_at({{ array }}, {{ position }}) {%- endmacro %}
+{% macro duckdb__array_element(array, position) -%} ({{ array }})[{{ position }}] {%- endmacro %}
+{% macro spark__array_element(array, position) -%} try_element_at({{ array }}, {{ position }}) {%- endmacro %}
+
+{#- The elements of an array in ascending order, joined by `separator`
+    into a string: a canonical key of a set of ranks. -#}
+{% macro sorted_array_key(array, separator="','") -%}
+    {{ return(adapter.dispatch('sorted_array_key', 'tracehouse')(array, separator)) }}
+{%- endmacro %}
+{% macro default__sorted_array_key(array, separator) -%}
+    array_join(array_sort({{ array }}), {{ separator }})
+{%- endmacro %}
+{% macro duckdb__sorted_array_key(array, separator) -%}
+    array_to_string(list_sort({{ array }}), {{ separator }})
+{%- endmacro %}
+
+{#- The array [start, start + 1, ..., stop - 1] of bigints (empty when stop <= start). -#}
+{% macro integer_range(start, stop) -%}
+    {{ return(adapter.dispatch('integer_range', 'tracehouse')(start, stop)) }}
+{%- endmacro %}
+{% macro default__integer_range(start, stop) -%}
+    case when {{ stop }} > {{ start }} then sequence(cast({{ start }} as bigint), cast({{ stop }} as bigint) - 1) else array[] end
+{%- endmacro %}
+{% macro duckdb__integer_range(start, stop) -%} range({{ start }}, {{ stop }}) {%- endmacro %}
+{% macro spark__integer_range(start, stop) -%}
+    case
+        when {{ stop }} > {{ start }}
+            then sequence(cast({{ start }} as bigint), cast({{ stop }} as bigint) - 1)
+        else cast(array() as array<bigint>)
+    end
+{%- endmacro %}
+
+{#- Select-list items exploding `array` into one row per element: the
+    element as `value_alias` and its 0-based position as `position_alias`
+    (both bigint). Use in a select whose other items are plain columns. -#}
+{% macro explode_with_position(array, value_alias, position_alias) -%}
+    {{ return(adapter.dispatch('explode_with_position', 'tracehouse')(array, value_alias, position_alias)) }}
+{%- endmacro %}
+{% macro default__explode_with_position(array, value_alias, position_alias) -%}
+    {{ exceptions.raise_compiler_error('explode_with_position has no implementation for ' ~ adapter.type()) }}
+{%- endmacro %}
+{% macro duckdb__explode_with_position(array, value_alias, position_alias) -%}
+    cast(unnest({{ array }}) as bigint) as {{ value_alias }},
+    cast(unnest(range(0, len({{ array }}))) as bigint) as {{ position_alias }}
+{%- endmacro %}
+{% macro spark__explode_with_position(array, value_alias, position_alias) -%}
+    posexplode({{ array }}) as ({{ position_alias }}, {{ value_alias }})
+{%- endmacro %}
+
+{#- Aggregate: the strings of a group joined by `separator` in the order of
+    `order_by` (with `distinct=true`, each distinct string once; then
+    `order_by` must be the expression itself). -#}
+{% macro string_agg_ordered(expression, separator, order_by, distinct=false) -%}
+    {{ return(adapter.dispatch('string_agg_ordered', 'tracehouse')(expression, separator, order_by, distinct)) }}
+{%- endmacro %}
+{% macro default__string_agg_ordered(expression, separator, order_by, distinct) -%}
+    listagg({{ 'distinct ' if distinct }}{{ expression }}, {{ separator }}) within group (order by {{ order_by }})
+{%- endmacro %}
+{% macro duckdb__string_agg_ordered(expression, separator, order_by, distinct) -%}
+    string_agg({{ 'distinct ' if distinct }}{{ expression }}, {{ separator }} order by {{ order_by }})
+{%- endmacro %}
+
+{#- Integer division of non-negative integers, rounding down. -#}
+{% macro integer_divide(dividend, divisor) -%}
+    {{ return(adapter.dispatch('integer_divide', 'tracehouse')(dividend, divisor)) }}
+{%- endmacro %}
+{% macro default__integer_divide(dividend, divisor) -%} ({{ dividend }}) / ({{ divisor }}) {%- endmacro %}
+{% macro duckdb__integer_divide(dividend, divisor) -%} (({{ dividend }}) // ({{ divisor }})) {%- endmacro %}
+{% macro spark__integer_divide(dividend, divisor) -%} (({{ dividend }}) div ({{ divisor }})) {%- endmacro %}
+
+{#- The text at a top-level `key` of a JSON object string (NULL when absent
+    or not JSON). `key` is a plain name; spaces are fine. -#}
+{% macro json_text(json, key) -%}
+    {{ return(adapter.dispatch('json_text', 'tracehouse')(json, key)) }}
+{%- endmacro %}
+{% macro default__json_text(json, key) -%}
+    json_extract_scalar({{ json }}, '$["{{ key }}"]')
+{%- endmacro %}
+{% macro duckdb__json_text(json, key) -%}
+    json_extract_string({{ json }}, '$."{{ key }}"')
+{%- endmacro %}
+{% macro spark__json_text(json, key) -%}
+    get_json_object({{ json }}, "$['{{ key }}']")
+{%- endmacro %}
