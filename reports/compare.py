@@ -41,7 +41,7 @@ CPU_PARTS = (
 RUN_COLORS = ("#4e79a7", "#f28e2b")
 
 _GPU_SQL = f"with {GPU_SCOPE_SQL}" + """
-    select rank, iteration, span_ns as step_ns, compute_ns - overlap_ns as compute_only_ns,
+    select rank, iteration, step_ns, compute_ns - overlap_ns as compute_only_ns,
            overlap_ns, exposed_communication_ns, exposed_memory_ns, idle_ns
     from scoped
 """
@@ -80,7 +80,7 @@ class CompareFamily:
 
     name = "compare"
     title = "Run comparison"
-    marts: tuple[str, ...] = ("fct_rank_iterations", "fct_microbatch_phases")
+    marts: tuple[str, ...] = ("fct_rank_iterations", "fct_rank_steps", "fct_microbatch_phases")
 
     def render(self, ctx: ChartContext) -> list[RenderedChart]:
         """Step time per iteration and the step breakdown of both runs; [] without a second run."""
@@ -133,8 +133,9 @@ class CompareFamily:
         delta = 100 * (means[1] - means[0]) / means[0] if means[0] else float("nan")
         caption = (f"Mean step time {runs[0].run_id}: {means[0]:.2f} ms, {runs[1].run_id}: "
                    f"{means[1]:.2f} ms ({delta:+.1f} % for the second). Iterations are "
-                   "matched by position, not number. GPU runs: span of the rank's kernels "
-                   "per iteration; CPU-only runs: first to last step frame.")
+                   "matched by position, not number. GPU runs: the GPU step (fct_rank_steps: "
+                   "first kernel of a step to the first of the next); CPU-only runs: first "
+                   "to last step frame.")
         return save_figure(fig, ctx, "compare-step-time", "Step time per iteration, both runs",
                            caption)
 

@@ -46,7 +46,7 @@ class Metric:
 
 
 GPU_METRICS = (
-    Metric("span_ns", "step time", "YlOrBr"),
+    Metric("step_ns", "step time", "YlOrBr"),
     Metric("compute_ns", "compute", "Blues"),
     Metric("exposed_communication_ns", "exposed communication", "Reds"),
     Metric("idle_ns", "idle", "Greys"),
@@ -59,7 +59,7 @@ CPU_METRICS = (
 )
 
 _GPU_SQL = f"with {GPU_SCOPE_SQL}" + """
-    select scoped.rank, scoped.iteration, span_ns, compute_ns, exposed_communication_ns,
+    select scoped.rank, scoped.iteration, step_ns, compute_ns, exposed_communication_ns,
            idle_ns, d.pp_stage, d.tp_rank, d.cp_rank, d.dp_rank
     from scoped left join dim_ranks as d on d.run_id = $run and d.rank = scoped.rank
 """
@@ -74,7 +74,8 @@ class HeatmapsFamily:
 
     name = "heatmaps"
     title = "Where each rank's time goes, iteration by iteration"
-    marts: tuple[str, ...] = ("fct_rank_iterations", "fct_microbatch_phases", "dim_ranks")
+    marts: tuple[str, ...] = (
+        "fct_rank_iterations", "fct_rank_steps", "fct_microbatch_phases", "dim_ranks")
 
     def render(self, ctx: ChartContext) -> list[RenderedChart]:
         """One figure (≤ 64 ranks) or one per metric (more ranks); [] without timings."""

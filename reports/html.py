@@ -106,13 +106,21 @@ def pct(ratio: float | None) -> str:
 
 #: The run's GPU rank-iterations: traced iterations only, unless the run has
 #: none (then the rows of kernels outside every step are all there is).
+#: step_ns is the GPU step of fct_rank_steps (first kernel of step N to first
+#: kernel of step N+1: steps tile the GPU timeline), not span_ns, whose
+#: iterations overlap when the GPU runs behind the CPU.
 GPU_SCOPE_SQL = """
     scoped as (
-        select *
-        from fct_rank_iterations
-        where run_id = $run
+        select
+            iterations.*,
+            coalesce(steps.gpu_step_ns, iterations.span_ns) as step_ns
+        from fct_rank_iterations as iterations
+        left join fct_rank_steps as steps
+            on steps.run_id = iterations.run_id and steps.rank = iterations.rank
+            and steps.iteration = iterations.iteration
+        where iterations.run_id = $run
             and (
-                iteration is not null
+                iterations.iteration is not null
                 or not exists (
                     select 1 from fct_rank_iterations
                     where run_id = $run and iteration is not null
@@ -231,7 +239,7 @@ def _gather_gpu(con: duckdb.DuckDBPyConnection, page: Page, params: dict[str, An
         select
             count(distinct rank) as ranks,
             count(distinct iteration) as iterations,
-            avg(span_ns) as mean_step_ns,
+            avg(step_ns) as mean_step_ns,
             sum(compute_ns) / nullif(sum(span_ns), 0) as compute_share,
             sum(exposed_communication_ns) / nullif(sum(span_ns), 0) as exposed_comm_share,
             sum(idle_ns) / nullif(sum(span_ns), 0) as idle_share,
@@ -242,7 +250,8 @@ def _gather_gpu(con: duckdb.DuckDBPyConnection, page: Page, params: dict[str, An
         Figure("ranks", f"{ranks or head['ranks']:,}", page.layout),
         Figure("iterations", f"{head['iterations']:,}", "traced ProfilerSteps"),
         Figure("mean step time", ms(head["mean_step_ns"]),
-               "GPU span per rank and iteration (first kernel start to last kernel end)"),
+               "GPU step per rank and iteration (first kernel of a step to the first of "
+               "the next; fct_rank_steps)"),
         Figure("compute", pct(head["compute_share"]), "share of the step time"),
         Figure("exposed communication", pct(head["exposed_comm_share"]),
                "communication not hidden behind compute"),

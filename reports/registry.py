@@ -16,8 +16,10 @@ FAMILY_MODULES: tuple[str, ...] = (
     "tracehouse.reports.heatmaps",      # rank x iteration: step, compute, exposed comm, idle
     "tracehouse.reports.microbatch",    # compute / comm / overlap per microbatch and phase
     "tracehouse.reports.pipeline",      # pipeline-group Gantt (GPU, CPU steps, PP timer)
+    "tracehouse.reports.bubbles",       # what fills the pipeline bubble (issue 11)
     "tracehouse.reports.replica",       # every PP group of a model replica on one axis
     "tracehouse.reports.timeline",      # kernel categories per rank over wall-clock time
+    "tracehouse.reports.idle",          # idle time by cause per rank, as HTA (issue 11)
     "tracehouse.reports.comm_groups",   # communication time by group kind
     "tracehouse.reports.comm_traffic",  # expected traffic matrix and bytes (comm logs)
     "tracehouse.reports.stragglers",    # who holds the job back: stragglers, skew, clocks

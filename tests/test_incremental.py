@@ -57,6 +57,7 @@ COMPARED_MODELS = [
     "intermediate.int_microbatch_steps_chunked",
     "intermediate.int_kernel_intervals_merged",
     "intermediate.int_rank_iterations_swept",
+    "intermediate.int_stream_idle_categorized",
     "intermediate.int_microbatch_phases_swept",
     "main.fct_kernels",
     "main.fct_rank_iterations",
@@ -73,6 +74,8 @@ COMPARED_MODELS = [
     "main.fct_collective_ranks",
     "main.fct_stragglers",
     "main.dim_rank_clock_offsets",
+    "main.fct_idle_breakdown",
+    "main.fct_rank_steps",
 ]
 #: Build only the chain and what it needs, seeds included (the rest of the
 #: project and the dbt tests are covered by other tests).
@@ -80,6 +83,7 @@ SELECT = [
     "--select", "+fct_rank_iterations", "+fct_kernel_summary", "+fct_microbatch_phases",
     "+fct_cpu_steps", "+fct_pipeline_bubbles", "+fct_cpu_collectives",
     "+fct_collectives", "+fct_collective_ranks", "+fct_stragglers", "+dim_rank_clock_offsets",
+    "+fct_idle_breakdown", "+fct_rank_steps",
     "--resource-type", "seed", "--resource-type", "model",
 ]  # fmt: skip
 #: Per per-trace model: a column overwritten with a marker in iteration 1's
@@ -95,6 +99,7 @@ MARKERS = {
     "intermediate.int_kernels_classified": ("launch_name", "'untouched'"),
     "intermediate.int_kernel_intervals_merged": ("interval_count", "-1"),
     "intermediate.int_rank_iterations_swept": ("overlap_ns", "-1"),
+    "intermediate.int_stream_idle_categorized": ("gap_count", "-1"),
     "intermediate.int_microbatch_phases_swept": ("overlap_ns", "-1"),
     "intermediate.int_collective_calls_sequenced": ("collective_name", "'untouched'"),
 }

@@ -235,8 +235,8 @@ def big_marts(wh: ReportWarehouse) -> Iterator[duckdb.DuckDBPyConnection]:
     """
     mem = duckdb.connect(":memory:")
     mem.execute("attach ? as built (read_only)", [str(Warehouse(wh.root).database)])
-    for table in ("fct_rank_iterations", "dim_ranks", "fct_kernels", "fct_kernel_summary",
-                  "fct_microbatch_phases"):
+    for table in ("fct_rank_iterations", "fct_rank_steps", "dim_ranks", "fct_kernels",
+                  "fct_kernel_summary", "fct_microbatch_phases"):
         mem.execute(f"create table {table} as select * from built.{table} limit 0")
     mem.execute("detach built")
     mem.execute("""
@@ -279,7 +279,7 @@ def test_heatmaps_at_1024_ranks_use_stage_grids(big_marts: duckdb.DuckDBPyConnec
     started = time.perf_counter()
     charts = _render(heatmaps.FAMILY, big_marts, "big", tmp_path)
     seconds = time.perf_counter() - started
-    assert [c.slug for c in charts] == ["heatmaps-span", "heatmaps-compute",
+    assert [c.slug for c in charts] == ["heatmaps-step", "heatmaps-compute",
                                         "heatmaps-exposed-communication", "heatmaps-idle"]
     for chart in charts:
         assert_real_picture(chart)
@@ -316,7 +316,8 @@ def test_many_ranks_without_stages_and_many_iterations(wh: ReportWarehouse,
     """100 ranks, 8 iterations, no topology: square grids of the mean, blocks of ranks."""
     mem = duckdb.connect(":memory:")
     mem.execute("attach ? as built (read_only)", [str(Warehouse(wh.root).database)])
-    for table in ("fct_rank_iterations", "dim_ranks", "fct_kernels", "fct_microbatch_phases"):
+    for table in ("fct_rank_iterations", "fct_rank_steps", "dim_ranks", "fct_kernels",
+                  "fct_microbatch_phases"):
         mem.execute(f"create table {table} as select * from built.{table} limit 0")
     mem.execute("detach built")
     mem.execute("""

@@ -52,6 +52,7 @@ kernels as (
         launch_name,
         launch_track_id,
         launch_ts_ns,
+        launch_end_ns,
         iteration,
         is_outside_steps,
         ts_ns,
@@ -225,6 +226,7 @@ final as (
         kernels.launch_name,
         kernels.launch_track_id,
         kernels.launch_ts_ns,
+        kernels.launch_end_ns,
         kernels.ts_ns,
         kernels.dur_ns,
         kernels.end_ns

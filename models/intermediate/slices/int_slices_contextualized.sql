@@ -18,7 +18,8 @@
     Launch of GPU work: the var('launch_flow_category') flow (`ac2g`) into
     it when there is one (CUDA graphs share one correlation id across many
     kernels), else the CPU slice of the same trace with the same
-    correlation id.
+    correlation id; that slice also wins over a flow starting at a slice
+    with another correlation id (a mis-bound flow, see launch_ids).
     Frames: `path/file.py(N): func` names split into frame_file and
     frame_function; `nn.Module: Name` frames have frame_kind `module`.
     The slices are read in three filtered scans (GPU work, launch
@@ -107,7 +108,8 @@ cpu_slices as (
         slices.track_id,
         slices.name,
         slices.correlation,
-        slices.ts_ns
+        slices.ts_ns,
+        slices.end_ns
     from {{ ref('stg_lake__slices') }} as slices
     left join threads
         on
@@ -174,10 +176,15 @@ kept as (
 
 launches_by_flow as (
     select
-        trace_id,
-        slice_in as slice_id,
-        min(slice_out) as launch_slice_id
+        flows.trace_id,
+        flows.slice_in as slice_id,
+        min(flows.slice_out) as launch_slice_id,
+        min(cpu_slices.correlation) as launch_correlation
     from flows
+    left join cpu_slices
+        on
+            flows.trace_id = cpu_slices.trace_id
+            and flows.slice_out = cpu_slices.slice_id
     group by 1, 2
 ),
 
@@ -185,7 +192,8 @@ launches_by_correlation as (
     select
         gpu_slices.trace_id,
         gpu_slices.slice_id,
-        min(cpu_slices.slice_id) as launch_slice_id
+        min(cpu_slices.slice_id) as launch_slice_id,
+        min(gpu_slices.correlation) as launch_correlation
     from gpu_slices
     inner join cpu_slices
         on
@@ -194,21 +202,39 @@ launches_by_correlation as (
     group by 1, 2
 ),
 
-launch_ids as (
+{# The flow wins (CUDA graphs share one correlation id across many
+   kernels), unless it starts at a CPU slice whose own correlation id
+   differs from the one the work shares with its runtime call: some Kineto
+   traces bind an ac2g flow to a neighbouring call (dlrm_8rank: a memset's
+   flow starts at cudaPeekAtLastError, its correlation names cudaMemsetAsync). #}
+launch_choices as (
     select
         coalesce(launches_by_flow.trace_id, launches_by_correlation.trace_id) as trace_id,
         coalesce(launches_by_flow.slice_id, launches_by_correlation.slice_id) as slice_id,
-        coalesce(
-            launches_by_flow.launch_slice_id, launches_by_correlation.launch_slice_id
-        ) as launch_slice_id,
-        case
-            when launches_by_flow.launch_slice_id is not null then 'flow' else 'correlation'
-        end as launch_source
+        launches_by_flow.launch_slice_id as flow_launch_slice_id,
+        launches_by_correlation.launch_slice_id as correlation_launch_slice_id,
+        launches_by_flow.launch_slice_id is not null
+        and (
+            launches_by_correlation.launch_slice_id is null
+            or launches_by_flow.launch_correlation is null
+            or launches_by_flow.launch_correlation = launches_by_correlation.launch_correlation
+        ) as is_flow_launch
     from launches_by_flow
     full outer join launches_by_correlation
         on
             launches_by_flow.trace_id = launches_by_correlation.trace_id
             and launches_by_flow.slice_id = launches_by_correlation.slice_id
+),
+
+launch_ids as (
+    select
+        trace_id,
+        slice_id,
+        case
+            when is_flow_launch then flow_launch_slice_id else correlation_launch_slice_id
+        end as launch_slice_id,
+        case when is_flow_launch then 'flow' else 'correlation' end as launch_source
+    from launch_choices
 ),
 
 launches as (
@@ -219,7 +245,8 @@ launches as (
         launch_ids.launch_source,
         cpu_slices.name as launch_name,
         cpu_slices.track_id as launch_track_id,
-        cpu_slices.ts_ns as launch_ts_ns
+        cpu_slices.ts_ns as launch_ts_ns,
+        cpu_slices.end_ns as launch_end_ns
     from launch_ids
     inner join cpu_slices
         on
@@ -238,6 +265,7 @@ stepped as (
         launches.launch_name,
         launches.launch_track_id,
         launches.launch_ts_ns,
+        launches.launch_end_ns,
         traces.min_profiler_step is not null as has_steps,
         coalesce(traces.iteration, {{ var('default_iteration') }}) as trace_iteration,
         profiler_steps.step_number
@@ -284,6 +312,7 @@ final as (
         launch_name,
         launch_track_id,
         launch_ts_ns,
+        launch_end_ns,
         correlation,
         device,
         stream,

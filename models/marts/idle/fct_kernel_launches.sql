@@ -1,0 +1,77 @@
+{#
+    One row per run x rank x GPU kernel, copy or fill launched by a CUDA
+    runtime call named in var('kernel_launch_runtime_names')
+    (cudaLaunchKernel, cudaLaunchKernelExC, cudaMemcpyAsync,
+    cudaMemsetAsync): the launch statistics of Holistic Trace Analysis'
+    get_cuda_kernel_launch_stats (hta/analyzers/cuda_kernel_analysis.py).
+    cpu_duration_ns = the runtime call's duration, gpu_duration_ns = the
+    kernel's, launch_delay_ns = kernel start - runtime call end, clipped at
+    0. The launch is the one int_slices_contextualized found (the ac2g flow,
+    else the CPU slice with the same correlation id). Work counted is HTA's
+    (as in int_stream_idle_categorized): on a trace with ProfilerStep
+    ranges, work launched after the last step ends is left out.
+    The flags are HTA's outliers: a kernel shorter than its launch
+    (is_short_kernel), a runtime call longer than
+    var('launch_runtime_outlier_ns'), a delay longer than
+    var('launch_delay_outlier_ns').
+#}
+
+with
+
+kernels as (
+    select
+        run_id,
+        rank,
+        trace_id,
+        slice_id,
+        iteration,
+        name,
+        category,
+        device,
+        stream,
+        correlation,
+        launch_name,
+        launch_ts_ns,
+        launch_end_ns,
+        ts_ns,
+        dur_ns
+    from {{ ref('int_kernels_classified') }}
+    where
+        launch_name in (
+            {%- for name in var('kernel_launch_runtime_names') %}
+                '{{ name }}'{{ "," if not loop.last }}
+            {%- endfor %}
+        )
+),
+
+counted as (
+    {{ hta_counted_work('kernels') }}
+),
+
+final as (
+    select
+        run_id,
+        rank,
+        trace_id,
+        slice_id,
+        iteration,
+        name,
+        category,
+        device,
+        stream,
+        correlation as correlation_id,
+        launch_name,
+        launch_ts_ns,
+        launch_end_ns - launch_ts_ns as cpu_duration_ns,
+        ts_ns,
+        dur_ns as gpu_duration_ns,
+        greatest(ts_ns - launch_end_ns, 0) as launch_delay_ns,
+        dur_ns < launch_end_ns - launch_ts_ns as is_short_kernel,
+        launch_end_ns - launch_ts_ns > {{ var('launch_runtime_outlier_ns') }}
+            as is_runtime_outlier,
+        greatest(ts_ns - launch_end_ns, 0) > {{ var('launch_delay_outlier_ns') }}
+            as is_launch_delay_outlier
+    from counted
+)
+
+select * from final
