@@ -137,6 +137,25 @@ def build_parser() -> argparse.ArgumentParser:
                           "attach); by default it reads only the warehouse")
     sql.set_defaults(handler=_cmd_sql)
 
+    compare = sub.add_parser(
+        "compare",
+        parents=[common],
+        help="two runs' iteration summaries side by side, with the differences",
+        description=(
+            "Print fct_iteration_summary of two runs side by side: step time (the slowest "
+            "rank's step), its difference in ms and %%, exposed communication share, "
+            "pipeline bubble, slowest rank, straggler and worst collective skew. "
+            "Iterations are paired by their order within each run; the last row compares "
+            "the means. An unknown run is a usage error (exit 2)."
+        ),
+    )
+    compare.add_argument("run_a", type=_name, metavar="RUN_A", help="the baseline run")
+    compare.add_argument("run_b", type=_name, metavar="RUN_B", help="the run compared with it")
+    compare.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    compare.add_argument("--wide", action="store_true",
+                         help="table format: never cut long values")
+    compare.set_defaults(handler=_cmd_compare)
+
     simulate = sub.add_parser(
         "simulate",
         help="write a synthetic Megatron-LM run as real-format Kineto traces",
@@ -391,6 +410,14 @@ def _cmd_sql(args: argparse.Namespace) -> int:
             return EXIT_USAGE
     return run_sql(query, resolve_warehouse(args.warehouse), fmt=args.format, wide=args.wide,
                    allow_files=args.allow_files)
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from tracehouse.compare import compare_runs
+    from tracehouse.warehouse import resolve_warehouse
+
+    return compare_runs(args.run_a, args.run_b, resolve_warehouse(args.warehouse),
+                        fmt=args.format, wide=args.wide)
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
