@@ -18,6 +18,9 @@
     gpu_busy_ns = length of the union of the iteration's own kernels
     (int_kernel_intervals_merged, kind `all`, as fct_rank_iterations).
     Kernels outside every ProfilerStep (NULL iteration) start no step.
+    clock_offset_ns (int_rank_clock_offsets, 0 when none) puts the rank's
+    step starts on the run's reference clock (aligned_*_start_ns), so ranks
+    on hosts with different clocks line up; durations need no correction.
 #}
 
 with
@@ -134,6 +137,14 @@ steps as (
             and cpu_steps.iteration = gpu_steps.iteration
 ),
 
+clock_offsets as (
+    select
+        run_id,
+        rank,
+        offset_ns
+    from {{ ref('int_rank_clock_offsets') }}
+),
+
 final as (
     select
         traces.run_id,
@@ -158,10 +169,19 @@ final as (
         case
             when steps.gpu_step_start_ns is not null then 'gpu_kernels'
             else steps.cpu_step_source
-        end as step_source
+        end as step_source,
+        coalesce(clock_offsets.offset_ns, 0) as clock_offset_ns,
+        steps.cpu_step_start_ns + coalesce(clock_offsets.offset_ns, 0)
+            as aligned_cpu_step_start_ns,
+        steps.gpu_step_start_ns + coalesce(clock_offsets.offset_ns, 0)
+            as aligned_gpu_step_start_ns
     from steps
     inner join traces
         on steps.trace_id = traces.trace_id
+    left join clock_offsets
+        on
+            traces.run_id = clock_offsets.run_id
+            and traces.rank = clock_offsets.rank
     left join busy
         on
             steps.trace_id = busy.trace_id
