@@ -43,6 +43,7 @@ VALID = {
     ("ingest",): ["{tmp}/traces"],
     ("build",): [],
     ("sql",): ["select 1"],
+    ("compare",): ["run_a", "run_b"],
     ("simulate",): ["--tp", "1", "--pp", "1", "--dp", "1", "--microbatches", "1",
                     "--iterations", "1", "--out", "{tmp}/sim"],
     ("topology",): ["--world", "1", "--tp", "1", "--pp", "1"],
@@ -106,7 +107,8 @@ def test_missing_arguments_are_a_usage_error(command: tuple[str, ...],
     _check(list(command), capsys, codes=(2,))
 
 
-@pytest.mark.parametrize("command", [("sql",), ("ingest",)], ids=lambda value: " ".join(value))
+@pytest.mark.parametrize("command", [("sql",), ("ingest",), ("compare",)],
+                         ids=lambda value: " ".join(value))
 def test_empty_positional_is_a_usage_error(command: tuple[str, ...], tmp_path: Path,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     _check([*command, "", "--warehouse", str(tmp_path / "wh")], capsys, codes=(2,))
@@ -117,6 +119,9 @@ MALFORMED = [
     ["sql", "selec 1 frm", "--warehouse", "{tmp}/wh"],
     ["sql", "select 1", "--warehouse", "{file}"],
     ["sql", "select * from nowhere", "--warehouse", "{tmp}/missing"],
+    ["compare", "a", "b", "--warehouse", "{tmp}/missing"],
+    ["compare", "a", "b", "--warehouse", "{file}"],
+    ["compare", "a", "b", "--format", "xml"],
     ["ingest", "{tmp}/missing"],
     ["ingest", "{tmp}/traces", "--warehouse", "{file}"],
     ["ingest", "{tmp}/traces", "-j", "0"],
