@@ -19,6 +19,23 @@
 {% macro duckdb__array_length(array) -%} len({{ array }}) {%- endmacro %}
 {% macro spark__array_length(array) -%} size({{ array }}) {%- endmacro %}
 
+{#- An array of the given SQL expressions (a list of strings), in order:
+    DuckDB `list_value(..)` (a LIST, as `[a, b]`), Spark and ANSI `array(..)`. -#}
+{% macro make_array(items) -%}
+    {{ return(adapter.dispatch('make_array', 'tracehouse')(items)) }}
+{%- endmacro %}
+{% macro default__make_array(items) -%} array[{{ items | join(', ') }}] {%- endmacro %}
+{% macro duckdb__make_array(items) -%} list_value({{ items | join(', ') }}) {%- endmacro %}
+{% macro spark__make_array(items) -%} array({{ items | join(', ') }}) {%- endmacro %}
+
+{#- The elements of an array in their own order, as text joined by
+    `separator`: DuckDB `array_to_string`, Spark and ANSI `array_join`. -#}
+{% macro array_to_text(array, separator="','") -%}
+    {{ return(adapter.dispatch('array_to_text', 'tracehouse')(array, separator)) }}
+{%- endmacro %}
+{% macro default__array_to_text(array, separator) -%} array_join({{ array }}, {{ separator }}) {%- endmacro %}
+{% macro duckdb__array_to_text(array, separator) -%} array_to_string({{ array }}, {{ separator }}) {%- endmacro %}
+
 {#- True when `array` holds `value`. -#}
 {% macro array_has(array, value) -%}
     {{ return(adapter.dispatch('array_has', 'tracehouse')(array, value)) }}
@@ -40,7 +57,7 @@
 {%- endmacro %}
 {% macro default__array_element(array, position) -%} element_at({{ array }}, {{ position }}) {%- endmacro %}
 {% macro duckdb__array_element(array, position) -%} ({{ array }})[{{ position }}] {%- endmacro %}
-{% macro spark__array_element(array, position) -%} try_element_at({{ array }}, {{ position }}) {%- endmacro %}
+{% macro spark__array_element(array, position) -%} try_element_at({{ array }}, cast({{ position }} as int)) {%- endmacro %}
 
 {#- The elements of an array in ascending order, joined by `separator`
     into a string: a canonical key of a set of ranks. -#}

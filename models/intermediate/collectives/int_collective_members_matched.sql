@@ -130,7 +130,7 @@ with_groups as (
         ) as group_size,
         case
             when grouped.group_kind is not null
-                then grouped.group_kind || ':' || cast(grouped.group_index as varchar)
+                then grouped.group_kind || ':' || cast(grouped.group_index as string)
             when grouped.process_group_ranks_key is not null
                 then 'ranks:' || grouped.process_group_ranks_key
             when grouped.has_group_args
@@ -182,18 +182,18 @@ keyed as (
                         case
                             when peered.p2p_direction = 'send' then peered.rank else
                                 peered.peer_rank
-                        end as varchar
+                        end as string
                     )
                     || '>'
                     || cast(
                         case
                             when peered.p2p_direction = 'send' then peered.peer_rank else
                                 peered.rank
-                        end as varchar
+                        end as string
                     )
             {# A P2P op in a group of more than two ranks that names no peer cannot be paired. #}
             when peered.is_p2p and coalesce(peered.group_size, 0) != 2
-                then peered.group_key || ':unpaired:' || cast(peered.rank as varchar)
+                then peered.group_key || ':unpaired:' || cast(peered.rank as string)
             else peered.group_key
         end as instance_group_key
     from peered
@@ -215,9 +215,9 @@ final as (
     select
         keyed.run_id,
         keyed.instance_group_key
-        || '/' || coalesce(cast(keyed.iteration as varchar), '-')
+        || '/' || coalesce(cast(keyed.iteration as string), '-')
         || '/' || keyed.seq_scope
-        || '/' || cast(keyed.seq as varchar) as collective_id,
+        || '/' || cast(keyed.seq as string) as collective_id,
         keyed.rank,
         keyed.trace_id,
         keyed.slice_id,

@@ -68,7 +68,7 @@ hosts as (
     select
         run_id,
         rank,
-        coalesce(host_name, 'rank ' || cast(rank as varchar)) as host_key
+        coalesce(host_name, 'rank ' || cast(rank as string)) as host_key
     from ranks
 ),
 

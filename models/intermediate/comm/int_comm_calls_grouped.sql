@@ -78,15 +78,15 @@ keyed as (
                     cast(
                         case
                             when events.is_send then events.rank else events.peer_rank
-                        end as varchar
+                        end as string
                     )
                     || '->'
                     || cast(
                         case
                             when events.is_send then events.peer_rank else events.rank
-                        end as varchar
+                        end as string
                     )
-            else array_to_string(events.group_ranks, ',')
+            else {{ array_to_text('events.group_ranks') }}
         end as group_key,
         case when events.is_p2p then 'p2p' else events.collective end as sequence_family
     from events
@@ -94,28 +94,39 @@ keyed as (
 
 {# Coordinates of every member along tp, cp, dp, pp (default order), to name
    the dimensions a group varies along when no description is logged. #}
-members as (
+member_ranks as (
     select
         keyed.run_id,
         keyed.trace_id,
         keyed.seq,
-        member.rank % keyed.tp_size as tp_coordinate,
-        {{ integer_divide('member.rank', 'keyed.tp_size') }}
-        % coalesce(keyed.cp_size, 1) as cp_coordinate,
-        {{ integer_divide('member.rank', 'keyed.tp_size * coalesce(keyed.cp_size, 1)') }}
-        % keyed.dp_size as dp_coordinate,
-        {{ integer_divide(
-            'member.rank', 'keyed.tp_size * coalesce(keyed.cp_size, 1) * keyed.dp_size'
-        ) }} as pp_coordinate,
-        keyed.pp_size
+        keyed.tp_size,
+        keyed.cp_size,
+        keyed.dp_size,
+        keyed.pp_size,
+        {{ explode_with_position('keyed.group_ranks', 'member_rank', 'member_position') }}
     from keyed
-    cross join unnest(keyed.group_ranks) as member (rank)
     where
         not keyed.is_p2p
         and keyed.group_desc is null
         and keyed.tp_size is not null
         and keyed.pp_size is not null
         and keyed.dp_size is not null
+),
+
+members as (
+    select
+        run_id,
+        trace_id,
+        seq,
+        member_rank % tp_size as tp_coordinate,
+        {{ integer_divide('member_rank', 'tp_size') }}
+        % coalesce(cp_size, 1) as cp_coordinate,
+        {{ integer_divide('member_rank', 'tp_size * coalesce(cp_size, 1)') }}
+        % dp_size as dp_coordinate,
+        {{ integer_divide('member_rank', 'tp_size * coalesce(cp_size, 1) * dp_size') }}
+            as pp_coordinate,
+        pp_size
+    from member_ranks
 ),
 
 varying as (
@@ -176,7 +187,9 @@ final as (
         is_send,
         group_kind,
         group_key,
-        case when is_p2p then [src_rank, dst_rank] else group_ranks end as group_ranks,
+        case
+            when is_p2p then {{ make_array(['src_rank', 'dst_rank']) }} else group_ranks
+        end as group_ranks,
         case when is_p2p then 2 else group_size end as group_size,
         row_number() over (
             partition by run_id, rank, group_key, sequence_family

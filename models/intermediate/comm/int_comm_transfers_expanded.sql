@@ -112,15 +112,28 @@ tree_edges as (
         )
 ),
 
+{# Positions 1..largest group, to pair each all-to-all member with every other. #}
+member_positions as (
+    select {{ explode_with_position(
+        integer_range(1, 'largest_group + 1'), 'member_position', 'position_index'
+    ) }}
+    from (select max(group_size) as largest_group from positioned) as sizes
+),
+
 all_to_all_edges as (
     select
         positioned.*,
         'all_to_all' as algorithm,
-        member.peer,
+        {{ array_element('positioned.group_ranks', 'member_positions.member_position') }}
+            as peer,
         1.0 * positioned.bytes / positioned.group_size as edge_bytes
     from positioned
-    cross join unnest(positioned.group_ranks) as member (peer)
-    where positioned.collective = 'all_to_all' and member.peer <> positioned.rank
+    cross join member_positions
+    where
+        positioned.collective = 'all_to_all'
+        and member_positions.member_position <= positioned.group_size
+        and {{ array_element('positioned.group_ranks', 'member_positions.member_position') }}
+        <> positioned.rank
 ),
 
 {# The three CTEs above share one column list (positioned.*, algorithm, peer, edge_bytes). #}

@@ -48,8 +48,8 @@ gpu_collectives as (
         comm_process_group_kind,
         comm_group_kind,
         comm_group_index,
-        cast(null as varchar) as call_site_file,
-        cast(null as varchar) as call_site_function,
+        cast(null as string) as call_site_file,
+        cast(null as string) as call_site_function,
         ts_ns
     from {{ ref('fct_kernels') }}
     where kind = 'communication'
@@ -120,7 +120,7 @@ observed_keyed as (
         case
             when {{ comm_collective_family('observed_calls.collective') }} in ('send', 'recv')
                 then 'p2p'
-            else array_to_string(array_sort(process_groups.ranks), ',')
+            else {{ sorted_array_key('process_groups.ranks') }}
         end as match_key
     from observed_calls
     inner join both_runs
@@ -160,7 +160,7 @@ expected_numbered as (
         expected_calls.*,
         case
             when expected_calls.is_p2p then 'p2p'
-            else array_to_string(array_sort(expected_calls.group_ranks), ',')
+            else {{ sorted_array_key('expected_calls.group_ranks') }}
         end as match_key,
         row_number() over (
             partition by
@@ -169,7 +169,7 @@ expected_numbered as (
                 expected_calls.collective,
                 case
                     when expected_calls.is_p2p then 'p2p'
-                    else array_to_string(array_sort(expected_calls.group_ranks), ',')
+                    else {{ sorted_array_key('expected_calls.group_ranks') }}
                 end
             order by expected_calls.seq
         ) as match_seq
@@ -355,12 +355,12 @@ final as (
                     || coalesce(expected_group_kind, 'group') || ' [' || expected_key || ']'
             when expected_run_id is not null
                 then
-                    'expected ' || expected_op || ' #' || cast(expected_match_seq as varchar)
+                    'expected ' || expected_op || ' #' || cast(expected_match_seq as string)
                     || ' on ' || coalesce(expected_group_kind, 'group') || ' [' || expected_key
                     || '] not observed in this iteration (call site '
                     || coalesce(expected_call_site, 'unknown') || ')'
             else
-                'observed ' || observed_name || ' #' || cast(observed_match_seq as varchar)
+                'observed ' || observed_name || ' #' || cast(observed_match_seq as string)
                 || ' on ' || coalesce(observed_group_kind, 'an unresolved group')
                 || coalesce(' [' || observed_key || ']', '')
                 || ' has no expected counterpart in the comm log'

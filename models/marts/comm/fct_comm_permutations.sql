@@ -52,7 +52,7 @@ steps as (
         dst_rank,
         group_kind,
         bytes,
-        algorithm || ':' || group_kind || ':' || cast(group_seq as varchar) as step_key
+        algorithm || ':' || group_kind || ':' || cast(group_seq as string) as step_key
     from transfers
     where algorithm <> 'p2p'
     union all
@@ -62,7 +62,7 @@ steps as (
         dst_rank,
         group_kind,
         bytes,
-        'p2p:' || direction || ':' || cast(step_index as varchar) as step_key
+        'p2p:' || direction || ':' || cast(step_index as string) as step_key
     from p2p_numbered
 ),
 
@@ -71,10 +71,11 @@ step_pairs as (
         run_id,
         step_key,
         min(group_kind) as group_kind,
-        string_agg(
-            cast(src_rank as varchar) || '->' || cast(dst_rank as varchar), ','
-            order by src_rank, dst_rank
-        ) as pairs,
+        {{ string_agg_ordered(
+            "cast(src_rank as string) || '->' || cast(dst_rank as string)",
+            "','",
+            'src_rank, dst_rank',
+        ) }} as pairs,
         count(*) as pair_count,
         count(distinct src_rank) as senders,
         sum(bytes) as bytes
