@@ -51,6 +51,7 @@ def test_summary_names_what_the_distributed_marts_say(wh: ReportWarehouse) -> No
         from fct_iteration_summary as s
         left join fct_stragglers as f
             on f.run_id = s.run_id and f.iteration = s.iteration and f.straggler_rank = 1
+                and f.wait_caused_ns > 0
         left join (
             select run_id, iteration, max(start_skew_ns) as worst
             from fct_collectives group by 1, 2
@@ -58,6 +59,10 @@ def test_summary_names_what_the_distributed_marts_say(wh: ReportWarehouse) -> No
         where s.straggler_rank is distinct from f.rank
             or s.worst_skew_ns is distinct from c.worst""")
     assert mismatched == []
+    [(blameless,)] = query_warehouse(wh.root, "select count(*) from fct_iteration_summary "
+                                     "where straggler_rank is not null "
+                                     "and not straggler_wait_caused_ns > 0")
+    assert blameless == 0, "a straggler that held nobody back"
     [(named,)] = query_warehouse(wh.root, "select count(*) from fct_iteration_summary "
                                  "where straggler_rank is not null and worst_skew_ns > 0")
     assert named >= 4  # both simulated runs' iterations at least

@@ -9,7 +9,8 @@
     slowest_rank is the rank with the longest step (lowest rank on ties).
     straggler_rank: the rank that holds the job back most by arrival
     order (fct_stragglers.straggler_rank = 1), with the waiting its late
-    arrivals cost the others. A slow step is not always the straggler's:
+    arrivals cost the others; NULL when no rank caused any waiting. A slow
+    step is not always the straggler's:
     a victim waits inside its collectives.
     worst_skew_*: the collective of the iteration whose members started
     furthest apart (fct_collectives.start_skew_ns), its op, group and the
@@ -87,7 +88,9 @@ stragglers as (
         wait_caused_ns as straggler_wait_caused_ns,
         times_last as straggler_times_last
     from {{ ref('fct_stragglers') }}
-    where straggler_rank = 1
+    -- A rank that cost nobody any waiting (one member, or all arriving
+    -- together) holds nothing back: no straggler then.
+    where straggler_rank = 1 and wait_caused_ns > 0
 ),
 
 skews as (
