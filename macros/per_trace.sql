@@ -37,17 +37,92 @@
     {{ return(false) }}
 {%- endmacro %}
 
-{#- A predicate on `trace_id` selecting the traces this model must compute.
-    A trace whose rows come out empty (e.g. a CPU-only trace in a kernel
-    model) is computed again by the next build: cheap, since it has none of
-    the rows the model looks for. -#}
+{#- A predicate on `trace_id` selecting the traces this model must compute:
+    on an incremental run the committed traces it has no rows for yet, read
+    at run time and written into the SQL as literals, so that DuckDB skips
+    the Parquet files and row groups of every other trace (a
+    `not in (select ...)` subquery cannot be pushed into a scan, and made
+    every incremental model read the whole lake). A trace whose rows come
+    out empty (e.g. a CPU-only trace in a kernel model) is computed again by
+    the next build: cheap, since it has none of the rows the model looks for.
+    A model filtering several scans, each on its own qualified column, reads
+    the list once: `{% set pending = traces_pending() %}` then
+    `{{ trace_filter(pending, 'slices.trace_id') }}`. -#}
 {% macro traces_to_build(column='trace_id') -%}
-    {#- dbt unit tests render the model as the unit test: they see the full query. -#}
-    {%- if builds_per_trace() -%}
-        {{ column }} not in (select distinct built.trace_id from {{ this }} as built)
-    {%- else -%}
-        true
+    {{ trace_filter(traces_pending(), column) }}
+{%- endmacro %}
+
+{#- The traces this model must compute: none for all of them (a full build,
+    a unit test, Spark), else {'ids': [...]} or, above
+    var('max_literal_traces'), {'query': the subquery listing them}. -#}
+{% macro traces_pending() -%}
+    {#- dbt unit tests render the model as the unit test: they see the full
+        query and need no inputs beyond their own. Elsewhere ref() stays
+        outside the condition, so dbt sees the dependency at parse time. -#}
+    {%- if model.resource_type == 'unit_test' -%}
+        {{ return(none) }}
     {%- endif -%}
+    {%- set loaded_traces = ref('stg_lake__traces') -%}
+    {%- if not builds_per_trace() -%}
+        {{ return(none) }}
+    {%- endif -%}
+    {{ return(loaded_trace_ids(loaded_traces, 'true', this)) }}
+{%- endmacro %}
+
+{#- `column` restricted to `pending` (see traces_pending): `true` for all,
+    `false` for no trace, else an IN list of literals (or the subquery). -#}
+{% macro trace_filter(pending, column='trace_id') -%}
+    {%- if pending is none -%}
+        true
+    {%- elif 'query' in pending -%}
+        {{ column }} in ({{ pending['query'] }})
+    {%- elif pending['ids'] | length == 0 -%}
+        false
+    {%- else -%}
+        {{ column }} in (
+            {%- for id in pending['ids'] -%}
+                '{{ id | replace("'", "''") }}'{{ ", " if not loop.last }}
+            {%- endfor -%}
+        )
+    {%- endif -%}
+{%- endmacro %}
+
+{#- A predicate on `trace_id` naming the loaded traces that satisfy
+    `condition` (SQL on stg_lake__traces' columns, e.g.
+    "file_format = 'nsys'"), as literals read at run time: a model that
+    needs a few traces of the lake (the Nsight marts on a warehouse of
+    Kineto traces) then reads none of the others' files, and nothing at all
+    when there are none. Outside a run (parse, a unit test, a warehouse whose
+    staging views do not exist yet, Spark) it is the equivalent subquery. -#}
+{% macro loaded_traces_where(condition, column='trace_id') -%}
+    {%- set loaded_traces = ref('stg_lake__traces') -%}
+    {%- if execute and model.resource_type != 'unit_test' and target.type == 'duckdb'
+        and adapter.get_relation(loaded_traces.database, loaded_traces.schema,
+                                 loaded_traces.identifier) is not none -%}
+        {{ trace_filter(loaded_trace_ids(loaded_traces, condition), column) }}
+    {%- else -%}
+        {{ column }} in (select loaded.trace_id from {{ loaded_traces }} as loaded
+                         where {{ condition }})
+    {%- endif -%}
+{%- endmacro %}
+
+{#- The traces of `loaded_traces` satisfying `condition` and, when `built`
+    is given, having no row in it, read now: {'ids': sorted list}, or
+    {'query': the subquery} above var('max_literal_traces') ids, where a huge
+    IN list costs more to plan than the pruning saves. -#}
+{% macro loaded_trace_ids(loaded_traces, condition, built=none) -%}
+    {%- set pending -%}
+        select loaded.trace_id from {{ loaded_traces }} as loaded
+        where {{ condition }}
+        {%- if built is not none %}
+            and loaded.trace_id not in (select distinct done.trace_id from {{ built }} as done)
+        {%- endif %}
+    {%- endset -%}
+    {%- set ids = run_query(pending).columns[0].values() | list -%}
+    {%- if ids | length > var('max_literal_traces') -%}
+        {{ return({'query': pending}) }}
+    {%- endif -%}
+    {{ return({'ids': ids | sort}) }}
 {%- endmacro %}
 
 {#- Post-hook: drop the rows of traces no longer in the lake (unloaded, or

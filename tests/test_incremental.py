@@ -23,6 +23,7 @@ warehouse, so no test depends on what another one left behind.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -76,6 +77,7 @@ COMPARED_MODELS = [
     "main.dim_rank_clock_offsets",
     "main.fct_idle_breakdown",
     "main.fct_rank_steps",
+    "main.fct_kernel_launches",
 ]
 #: Build only the chain and what it needs, seeds included (the rest of the
 #: project and the dbt tests are covered by other tests).
@@ -83,7 +85,7 @@ SELECT = [
     "--select", "+fct_rank_iterations", "+fct_kernel_summary", "+fct_microbatch_phases",
     "+fct_cpu_steps", "+fct_pipeline_bubbles", "+fct_cpu_collectives",
     "+fct_collectives", "+fct_collective_ranks", "+fct_stragglers", "+dim_rank_clock_offsets",
-    "+fct_idle_breakdown", "+fct_rank_steps",
+    "+fct_idle_breakdown", "+fct_rank_steps", "+fct_kernel_launches",
     "--resource-type", "seed", "--resource-type", "model",
 ]  # fmt: skip
 #: Per per-trace model: a column overwritten with a marker in iteration 1's
@@ -102,6 +104,7 @@ MARKERS = {
     "intermediate.int_stream_idle_categorized": ("gap_count", "-1"),
     "intermediate.int_microbatch_phases_swept": ("overlap_ns", "-1"),
     "intermediate.int_collective_calls_sequenced": ("collective_name", "'untouched'"),
+    "main.fct_kernel_launches": ("gpu_duration_ns", "-1"),
 }
 
 
@@ -250,6 +253,27 @@ def test_adding_an_iteration_matches_full_refresh_and_keeps_the_others(
     assert ranks == WORLD
 
 
+def test_incremental_build_names_the_new_traces_so_scans_skip_the_others(
+    iteration_2_built: Path,
+) -> None:
+    # The per-trace models list the traces they compute as literals (DuckDB
+    # prunes the other traces' Parquet files and row groups on them; a
+    # subquery cannot be pushed into a scan).
+    compiled = Warehouse(iteration_2_built).root / "dbt/target/compiled/tracehouse/models"
+    new_traces = {
+        trace_id
+        for (trace_id,) in _query(
+            iteration_2_built, "select trace_id from stg_lake__traces where iteration = 2"
+        )
+    }
+    assert len(new_traces) == WORLD
+    for model in ("slices/int_slices_contextualized", "slices/int_profiler_steps",
+                  "kernels/int_kernels_classified"):
+        sql = (compiled / f"intermediate/{model}.sql").read_text()
+        assert set(re.findall(r"'([0-9a-f]{16})'", sql)) == new_traces, model
+        assert "not in (select distinct built" not in sql, model
+
+
 def test_changed_trace_is_recomputed_and_unloaded_trace_disappears(
     runs: Runs, iteration_2_built: Path, tmp_path: Path
 ) -> None:
@@ -374,6 +398,11 @@ def test_plain_build_narrows_to_what_reads_the_changed_lake_tables(
     """
     warehouse = _copy(iteration_2_built, tmp_path / "warehouse")
     _build_plain(warehouse)  # a copy is a new location: builds everything, records its tables
+    # The Nsight marts name the Nsight traces at run time: on this Kineto-only
+    # warehouse, none, so they read no lake file at all.
+    nsys = (Warehouse(warehouse).root / "dbt/target/compiled/tracehouse/models/marts/nsys"
+            / "fct_nsys_kernels.sql").read_text()
+    assert re.search(r"category = 'kernel'\s+and false\b", nsys), nsys[:2000]
     topology = runs.main / "topology.json"
     original = topology.read_text()
     layout = json.loads(original)

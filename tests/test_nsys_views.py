@@ -306,3 +306,16 @@ def test_megatron_schedule_phases_and_emit_nvtx_steps(nsys_warehouse) -> None:
     (step,) = query_view(root, "iters", trace_ids["phases"])
     assert (step["text"], step["heuristic"], step["kernel_count"]) == (
         "ProfilerStep#7, op_id = 3", False, 2)
+
+
+def test_nsys_marts_name_the_nsys_traces_they_read(nsys_warehouse) -> None:
+    # The marts find the Nsight traces at run time and name them in their
+    # scans (macros/per_trace.sql, loaded_traces_where), so on a mixed
+    # warehouse DuckDB reads only those traces' Parquet files.
+    import re
+
+    root, trace_ids = nsys_warehouse
+    compiled = root / "dbt/target/compiled/tracehouse/models/marts/nsys/fct_nsys_kernels.sql"
+    sql = compiled.read_text()
+    nsys_traces = {trace_id for ids in trace_ids.values() for trace_id in ids}
+    assert set(re.findall(r"'([0-9a-f]{16})'", sql)) == nsys_traces

@@ -29,6 +29,9 @@
     post_hook="{{ delete_unloaded_traces() }}",
 ) }}
 
+{#- The traces to compute, read once for every scan (macros/per_trace.sql). -#}
+{%- set new_traces = traces_to_build() %}
+
 with
 
 kernels as (
@@ -54,7 +57,7 @@ kernels as (
     from {{ ref('int_kernels_classified') }}
     where
         kind = 'communication'
-        and {{ traces_to_build() }}
+        and {{ new_traces }}
 ),
 
 cpu_calls as (
@@ -72,7 +75,7 @@ cpu_calls as (
     from {{ ref('int_cpu_collectives_classified') }}
     where
         event_type = 'call'
-        and {{ traces_to_build() }}
+        and {{ new_traces }}
 ),
 
 ops as (
@@ -128,7 +131,9 @@ lake_slices as (
         name,
         args
     from {{ ref('stg_lake__slices') }}
-    where trace_id in (select needed_traces.trace_id from needed_traces)
+    where
+        trace_id in (select needed_traces.trace_id from needed_traces)
+        and {{ new_traces }}
 ),
 
 launch_parents as (

@@ -26,6 +26,9 @@
     post_hook="{{ delete_unloaded_traces() }}",
 ) }}
 
+{#- The traces to compute, read once for every scan (macros/per_trace.sql). -#}
+{%- set new_traces = traces_to_build() %}
+
 with
 
 kernels as (
@@ -65,7 +68,7 @@ kernels as (
                 '{{ category }}'{{ "," if not loop.last }}
             {%- endfor %}
         )
-        and {{ traces_to_build() }}
+        and {{ new_traces }}
 ),
 
 kernel_names as (
@@ -89,7 +92,7 @@ step_frames as (
         ts_ns,
         end_ns
     from {{ ref('int_cpu_steps_classified') }}
-    where trace_id in (select kernels.trace_id from kernels)
+    where {{ new_traces }}
 ),
 
 patterns as (

@@ -12,6 +12,9 @@
     post_hook="{{ delete_unloaded_traces() }}",
 ) }}
 
+{#- The traces to compute, read once for every scan (macros/per_trace.sql). -#}
+{%- set new_traces = traces_to_build() %}
+
 with
 
 slices as (
@@ -25,7 +28,7 @@ slices as (
     from {{ ref('stg_lake__slices') }}
     where
         {{ regex_matches('name', "'^" ~ var('profiler_step_prefix') ~ "[0-9]+$'") }}
-        and {{ traces_to_build() }}
+        and {{ new_traces }}
 ),
 
 threads as (
@@ -34,7 +37,7 @@ threads as (
         track_id,
         is_gpu
     from {{ ref('stg_lake__threads') }}
-    where {{ traces_to_build() }}
+    where {{ new_traces }}
 ),
 
 cpu_steps as (

@@ -35,6 +35,12 @@
     post_hook="{{ delete_unloaded_traces() }}",
 ) }}
 
+{#- The traces to compute, as a predicate on each scan's own column (read
+    once, named as literals: see macros/per_trace.sql). -#}
+{%- set pending = traces_pending() %}
+{%- set new_traces = trace_filter(pending) %}
+{%- set new_slice_traces = trace_filter(pending, 'slices.trace_id') %}
+
 with
 
 traces as (
@@ -43,7 +49,7 @@ traces as (
         iteration,
         min_profiler_step
     from {{ ref('stg_lake__traces') }}
-    where {{ traces_to_build() }}
+    where {{ new_traces }}
 ),
 
 threads as (
@@ -52,7 +58,7 @@ threads as (
         track_id,
         is_gpu
     from {{ ref('stg_lake__threads') }}
-    where trace_id in (select traces.trace_id from traces)
+    where {{ new_traces }}
 ),
 
 flows as (
@@ -63,7 +69,7 @@ flows as (
     from {{ ref('stg_lake__flows') }}
     where
         category = '{{ var("launch_flow_category") }}'
-        and trace_id in (select traces.trace_id from traces)
+        and {{ new_traces }}
 ),
 
 profiler_steps as (
@@ -73,7 +79,7 @@ profiler_steps as (
         ts_ns,
         window_end_ns
     from {{ ref('int_profiler_steps') }}
-    where trace_id in (select traces.trace_id from traces)
+    where {{ new_traces }}
 ),
 
 flow_sources as (
@@ -96,7 +102,7 @@ gpu_slices as (
             and slices.track_id = threads.track_id
     where
         threads.is_gpu
-        and slices.trace_id in (select traces.trace_id from traces)
+        and {{ new_slice_traces }}
 ),
 
 {# Scan 2: CPU slices that can launch GPU work: those with a correlation id
@@ -122,7 +128,7 @@ cpu_slices as (
     where
         not coalesce(threads.is_gpu, false)
         and (slices.correlation is not null or flow_sources.slice_out is not null)
-        and slices.trace_id in (select traces.trace_id from traces)
+        and {{ new_slice_traces }}
 ),
 
 {# Scan 3: the slices kept (see above), every column. #}
@@ -163,7 +169,7 @@ kept as (
             slices.trace_id = threads.trace_id
             and slices.track_id = threads.track_id
     where
-        slices.trace_id in (select traces.trace_id from traces)
+        {{ new_slice_traces }}
         and (
             coalesce(threads.is_gpu, false)
             or slices.name like '%): %'

@@ -269,19 +269,17 @@ segments as (
         timing_source,
         at_ns,
         lead(at_ns) over sweep as next_at_ns,
-        sum(work_delta) over running as open_work,
-        sum(p2p_delta) over running as open_p2p,
-        sum(dp_delta) over running as open_dp,
-        sum(collective_delta) over running as open_collective,
-        sum(other_delta) over running as open_other
+        sum(work_delta) over sweep as open_work,
+        sum(p2p_delta) over sweep as open_p2p,
+        sum(dp_delta) over sweep as open_dp,
+        sum(collective_delta) over sweep as open_collective,
+        sum(other_delta) over sweep as open_other
     from point_deltas
+    {# One window for the lead and the running sums (one sort): at_ns is
+       unique within a partition after point_deltas, so the default frame
+       (range up to the current row) is the running sum up to this point. #}
     window
-        sweep as (partition by run_id, rank, iteration, timing_source order by at_ns),
-        running as (
-            partition by run_id, rank, iteration, timing_source
-            order by at_ns
-            rows between unbounded preceding and current row
-        )
+        sweep as (partition by run_id, rank, iteration, timing_source order by at_ns)
 ),
 
 classified as (

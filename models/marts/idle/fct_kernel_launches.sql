@@ -14,7 +14,16 @@
     (is_short_kernel), a runtime call longer than
     var('launch_runtime_outlier_ns'), a delay longer than
     var('launch_delay_outlier_ns').
+    Every row depends on its own trace only, so the mart is built per trace
+    (macros/per_trace.sql): delete+insert on trace_id.
 #}
+
+{{ config(
+    materialized='incremental',
+    incremental_strategy='delete+insert',
+    unique_key='trace_id',
+    post_hook="{{ delete_unloaded_traces() }}",
+) }}
 
 with
 
@@ -37,7 +46,8 @@ kernels as (
         dur_ns
     from {{ ref('int_kernels_classified') }}
     where
-        launch_name in (
+        {{ traces_to_build() }}
+        and launch_name in (
             {%- for name in var('kernel_launch_runtime_names') %}
                 '{{ name }}'{{ "," if not loop.last }}
             {%- endfor %}

@@ -40,7 +40,7 @@ launch_slices as (
     from {{ ref('stg_lake__slices') }}
     where
         category in ('cuda_runtime', 'cuda_driver')
-        and trace_id in (select kernels.trace_id from kernels)
+        and {{ loaded_traces_where("file_format = '" ~ var('nsys_file_format') ~ "'") }}
 ),
 
 ranges as (

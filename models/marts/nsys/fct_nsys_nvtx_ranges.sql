@@ -10,12 +10,6 @@
 
 with recursive
 
-traces as (
-    select trace_id
-    from {{ ref('stg_lake__traces') }}
-    where file_format = '{{ var("nsys_file_format") }}'
-),
-
 ranges as (
     select
         run_id,
@@ -33,7 +27,7 @@ ranges as (
         category = 'nvtx'
         and cast({{ json_text('args', 'event type') }} as bigint)
         = {{ var('nsys_push_pop_event_type') }}
-        and trace_id in (select traces.trace_id from traces)
+        and {{ loaded_traces_where("file_format = '" ~ var('nsys_file_format') ~ "'") }}
 ),
 
 kernel_ranges as (
