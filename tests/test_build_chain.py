@@ -199,3 +199,33 @@ def test_bad_resource_settings_are_named_before_dbt_runs(
     assert run_dbt(["build"], tmp_path / "warehouse") == 2
     err = capsys.readouterr().err
     assert variable in err and "Traceback" not in err
+
+
+def test_database_wide_settings_are_set_once_not_on_every_cursor(tmp_path: Path) -> None:
+    """dbt-duckdb runs a profile's `settings` on every new cursor, and DuckDB refuses to
+    set temp_directory again once a query has spilled into it: a large build that
+    spilled then failed on the next model ("Cannot switch temporary directory after the
+    current one has been used", 1,024 ranks x 4 iterations). The database-wide settings
+    are therefore `config_options`, given once when the database opens; what stays in
+    `settings` must be settable on a new cursor after a spill."""
+    import duckdb
+    import yaml
+
+    profile = yaml.safe_load((REPO_ROOT / "profiles.yml").read_text())
+    dev = profile["tracehouse"]["outputs"]["dev"]
+    assert {"memory_limit", "temp_directory", "preserve_insertion_order"} <= set(
+        dev["config_options"])
+    per_cursor = dev.get("settings") or {}
+    assert not {"memory_limit", "temp_directory"} & set(per_cursor)
+
+    spill = tmp_path / "spill"
+    con = duckdb.connect(str(tmp_path / "db.duckdb"), config={
+        "temp_directory": str(spill), "memory_limit": "64MB", "preserve_insertion_order": False})
+    con.execute("create table t as select range as a, random() as b from range(6000000)")
+    con.execute("create table sorted as select a, b from t order by b")
+    assert any(spill.iterdir()), "the sort did not spill: the test proves nothing"
+    cursor = con.cursor()
+    with pytest.raises(duckdb.Error, match="temporary directory"):
+        cursor.execute(f"set temp_directory = '{spill}'")
+    for key, value in per_cursor.items():
+        con.cursor().execute(f"set {key} = '{value}'")
