@@ -103,14 +103,23 @@ patterns as (
     from {{ ref('megatron_step_patterns') }}
 ),
 
+{# Its own narrow scan, not a select from `kernels`: a CTE read twice is
+   materialized, and `kernels` carries every column. #}
 launched as (
     select
         trace_id,
         slice_id,
         launch_track_id,
         launch_ts_ns
-    from kernels
-    where launch_ts_ns is not null
+    from {{ ref('int_slices_contextualized') }}
+    where
+        category in (
+            {%- for category in var('kernel_categories') %}
+                '{{ category }}'{{ "," if not loop.last }}
+            {%- endfor %}
+        )
+        and launch_ts_ns is not null
+        and {{ new_traces }}
 ),
 
 {# Two joins rather than one with `same track or outermost backward`: the
@@ -194,6 +203,23 @@ microbatches as (
     ) }}
 ),
 
+{# Phase and microbatch in one narrow row per kernel that has a step frame,
+   so the wide kernel rows are joined once. #}
+kernel_steps as (
+    select
+        phases.trace_id,
+        phases.slice_id,
+        phases.phase,
+        phases.phase_group_kind,
+        microbatches.microbatch,
+        microbatches.step_slice_id
+    from phases
+    left join microbatches
+        on
+            phases.trace_id = microbatches.trace_id
+            and phases.slice_id = microbatches.slice_id
+),
+
 final as (
     select
         kernels.run_id,
@@ -204,11 +230,11 @@ final as (
         kernels.category,
         kernel_names.kind,
         kernel_names.pattern_id as kind_pattern_id,
-        coalesce(phases.phase, 'other') as phase,
-        phases.phase_group_kind,
+        coalesce(kernel_steps.phase, 'other') as phase,
+        kernel_steps.phase_group_kind,
         kernels.iteration,
-        microbatches.microbatch,
-        microbatches.step_slice_id,
+        kernel_steps.microbatch,
+        kernel_steps.step_slice_id,
         kernels.is_outside_steps,
         kernels.device,
         kernels.stream,
@@ -238,14 +264,10 @@ final as (
         on
             kernels.category = kernel_names.category
             and kernels.name = kernel_names.name
-    left join phases
+    left join kernel_steps
         on
-            kernels.trace_id = phases.trace_id
-            and kernels.slice_id = phases.slice_id
-    left join microbatches
-        on
-            kernels.trace_id = microbatches.trace_id
-            and kernels.slice_id = microbatches.slice_id
+            kernels.trace_id = kernel_steps.trace_id
+            and kernels.slice_id = kernel_steps.slice_id
 )
 
 select * from final
