@@ -22,6 +22,9 @@
     kernel (or frame) and the part boundaries: no pairwise interval joins.
 #}
 
+{#- The lanes of the sweep, whose open counts are packed into one number. -#}
+{%- set lanes = ['work', 'p2p', 'dp', 'collective', 'other_kernel'] %}
+
 with
 
 stages as (
@@ -216,12 +219,13 @@ points as (
         intervals.rank,
         intervals.iteration,
         intervals.timing_source,
-        case when edges.sign = 1 then intervals.ts_ns else intervals.end_ns end as at_ns,
-        case when intervals.lane = 'work' then edges.sign else 0 end as work_delta,
-        case when intervals.lane = 'p2p' then edges.sign else 0 end as p2p_delta,
-        case when intervals.lane = 'dp' then edges.sign else 0 end as dp_delta,
-        case when intervals.lane = 'collective' then edges.sign else 0 end as collective_delta,
-        case when intervals.lane = 'other_kernel' then edges.sign else 0 end as other_delta
+        {# An end before its start (a clock glitch) would make a count
+           negative, which packed counts cannot hold: it ends at its start. #}
+        case
+            when edges.sign = 1 then intervals.ts_ns
+            else greatest(intervals.ts_ns, intervals.end_ns)
+        end as at_ns,
+        {{ packed_count_delta('intervals.lane', lanes, 'edges.sign') }} as lane_delta
     from intervals
     cross join edges
     union all
@@ -236,11 +240,7 @@ points as (
             when 3 then parts.cooldown_start_ns
             else parts.group_end_ns
         end as at_ns,
-        0 as work_delta,
-        0 as p2p_delta,
-        0 as dp_delta,
-        0 as collective_delta,
-        0 as other_delta
+        0 as lane_delta
     from parts
     cross join boundary_numbers
 ),
@@ -252,11 +252,7 @@ point_deltas as (
         iteration,
         timing_source,
         at_ns,
-        sum(work_delta) as work_delta,
-        sum(p2p_delta) as p2p_delta,
-        sum(dp_delta) as dp_delta,
-        sum(collective_delta) as collective_delta,
-        sum(other_delta) as other_delta
+        sum(lane_delta) as lane_delta
     from points
     group by 1, 2, 3, 4, 5
 ),
@@ -269,15 +265,13 @@ segments as (
         timing_source,
         at_ns,
         lead(at_ns) over sweep as next_at_ns,
-        sum(work_delta) over sweep as open_work,
-        sum(p2p_delta) over sweep as open_p2p,
-        sum(dp_delta) over sweep as open_dp,
-        sum(collective_delta) over sweep as open_collective,
-        sum(other_delta) over sweep as open_other
+        sum(lane_delta) over sweep as open_lanes
     from point_deltas
-    {# One window for the lead and the running sums (one sort): at_ns is
+    {# One window for the lead and the running sum (one sort): at_ns is
        unique within a partition after point_deltas, so the default frame
-       (range up to the current row) is the running sum up to this point. #}
+       (range up to the current row) is the running sum up to this point.
+       The five lanes' open counts are packed into that one sum
+       (macros/packed_counts.sql). #}
     window
         sweep as (partition by run_id, rank, iteration, timing_source order by at_ns)
 ),
@@ -294,11 +288,13 @@ classified as (
             else 'steady'
         end as schedule_part,
         case
-            when segments.open_work > 0 then 'busy'
-            when segments.open_p2p > 0 then 'p2p_wait'
-            when segments.open_dp > 0 then 'dp_wait'
-            when segments.open_collective > 0 then 'collective_wait'
-            when segments.open_other > 0 then 'other_kernel'
+            when {{ packed_count('segments.open_lanes', lanes, 'work') }} > 0 then 'busy'
+            when {{ packed_count('segments.open_lanes', lanes, 'p2p') }} > 0 then 'p2p_wait'
+            when {{ packed_count('segments.open_lanes', lanes, 'dp') }} > 0 then 'dp_wait'
+            when {{ packed_count('segments.open_lanes', lanes, 'collective') }} > 0
+                then 'collective_wait'
+            when {{ packed_count('segments.open_lanes', lanes, 'other_kernel') }} > 0
+                then 'other_kernel'
             else 'idle'
         end as state,
         segments.next_at_ns - segments.at_ns as length_ns
