@@ -6,7 +6,9 @@ One command, prints figures (benchmarks/README.md says what each means):
 1. simulate a run (default TP4 x PP8 x DP8 = 256 ranks, 16 microbatches,
    2 iterations, plus one more iteration kept aside) with ``tracehouse
    simulate``'s library call;
-2. ingest the first iterations into a fresh warehouse (``-j 2``);
+2. ingest the first iterations into a fresh warehouse (``-j 2``), and time
+   ``dbt parse`` with an empty parse cache (the scratch folder's own), which
+   the first build from a checkout pays once;
 3. ``tracehouse build`` (``tracehouse.dbt.run_dbt(["build"])``: every model
    and data test) in a child process pinned to ``--cores`` CPUs: wall time,
    peak RSS (the child's ``ru_maxrss`` from ``wait4``, exact, DuckDB included
@@ -119,6 +121,10 @@ class RunFigures:
     trace_mib: float = 0.0
     ingest_seconds: float = 0.0
     ingest_files: int = 0
+    #: ``dbt parse`` on an empty warehouse with an empty parse cache: what the
+    #: first build from a checkout spends parsing; every build timed here
+    #: starts from the parse it saved (tracehouse/parse_cache.py).
+    cold_parse: BuildFigures | None = None
     build: BuildFigures | None = None
     #: The same build again, nothing changed.
     unchanged_build: BuildFigures | None = None
@@ -166,6 +172,8 @@ def _child_build(warehouse: str, cores: int, memory_limit: str, dbt_args: list[s
         return 0 if result.success else 1
     from tracehouse.dbt import run_dbt
 
+    if dbt_args[:1] == ["parse"]:
+        return run_dbt(["parse"], Path(warehouse))
     return run_dbt(["build", *dbt_args] if dbt_args else ["build"], Path(warehouse))
 
 
@@ -310,6 +318,14 @@ def measure(
         return figures
     _say(f"  ingest -j {args.jobs}: {figures.ingest_seconds:.1f} s, {len(result.loaded)} files")
 
+    # The parse cache is the scratch folder's own (main), so the first build
+    # of a checkout is measured apart: parse once in another warehouse.
+    warmup = scratch / name / "parse_warmup"
+    warmup.mkdir()
+    figures.cold_parse = run_build(warmup, args.cores, args.timeout, args.memory_limit,
+                                   scratch / name / "parse.log", ("parse",))
+    _say(f"  dbt parse, empty parse cache: {figures.cold_parse.seconds:.1f} s (once per "
+         "checkout; the builds below start from the parse it saved)")
     figures.build = run_build(
         warehouse, args.cores, args.timeout, args.memory_limit, scratch / name / "build.log"
     )
@@ -433,6 +449,12 @@ def report(all_figures: list[RunFigures]) -> str:
         lines.append(f"\ntp{f.tp}_pp{f.pp}_dp{f.dp} x {f.iterations} iterations:")
         if f.broke_at:
             lines.append(f"  BROKE at {f.broke_at}")
+        if f.cold_parse and f.build:
+            lines.append(
+                f"  `dbt parse` alone, empty parse cache: {f.cold_parse.seconds:.1f} s (start-up "
+                f"included; the full build below reuses its parse, as every build after the "
+                f"first from a checkout does)"
+            )
         if f.build and f.unchanged_build:
             lines.append(
                 f"  nothing changed: {f.unchanged_build.seconds:.1f} s = "
@@ -564,6 +586,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     scratch = Path(tempfile.mkdtemp(prefix="tracehouse-models-bench-", dir=args.tmp))
+    # Build children inherit this: no build depends on the user's parse cache.
+    os.environ["TRACEHOUSE_CACHE_DIR"] = str(scratch / "dbt-parse-cache")
     configs = [(args.tp, args.pp, args.dp, args.iterations)]
     if args.scale:
         configs += [c for c in SCALE_LADDER if c != configs[0]]

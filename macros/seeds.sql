@@ -19,7 +19,9 @@
                     database=node.database, schema=node.schema, identifier=node.alias,
                     type='table',
                 ) -%}
-                {%- set csv_path = (flags.PROJECT_DIR or '.') ~ '/' ~ node.original_file_path -%}
+                {#- The seed's absolute path: dbt may run from another folder
+                    (tracehouse runs it beside the database). -#}
+                {%- set csv_path = node.root_path ~ '/' ~ node.original_file_path -%}
                 {%- do log('loading missing seed ' ~ node.alias ~ ' from ' ~ csv_path, info=true) -%}
                 {%- do run_query(create_seed_from_csv(relation, csv_path, node.config.column_types)) -%}
             {%- endif -%}

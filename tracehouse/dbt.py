@@ -38,6 +38,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tracehouse import parse_cache
 from tracehouse.build_state import changed_lake_tables, fingerprint, read_state, write_state
 from tracehouse.publish import (
     DATABASE_ENV_VAR,
@@ -150,6 +151,9 @@ def run_dbt(args: Sequence[str] = (), warehouse: Path | None = None) -> int:
         )
         return EXIT_USAGE
     path_len, click_command = command
+    # dbt runs from the database's folder (parse_cache.beside_database), so
+    # the paths the user gave are made absolute first.
+    argv = _absolute_path_options(argv, click_command)
 
     problem = resource_settings_problem()
     if problem is not None:
@@ -207,10 +211,12 @@ def run_dbt(args: Sequence[str] = (), warehouse: Path | None = None) -> int:
             result = _invoke(invocation)
         return _exit_code(result, argv, root)
 
+    own_target = artifacts / "target" if "--target-path" in added else None
     if argv[0] not in _COMMANDS_WRITING_DATABASE or {"--help", "-h"} & set(argv):
         invocation = [*argv[:path_len], *added, *selection, *argv[path_len:]]
+        database = Path(os.environ.get(DATABASE_ENV_VAR) or Warehouse(root).database)
         with _environment(ENV_VAR, str(root)):
-            result = _invoke(invocation)
+            result = _invoke(invocation, database, own_target, project)
         return _exit_code(result, argv, root)
 
     with build_lock(root):
@@ -245,8 +251,8 @@ def run_dbt(args: Sequence[str] = (), warehouse: Path | None = None) -> int:
         invocation = [*argv[:path_len], *added, *selection, *argv[path_len:]]
         copy = prepare_copy(root)
         try:
-            with _environment(ENV_VAR, str(root)), _environment(DATABASE_ENV_VAR, str(copy)):
-                result = _invoke(invocation)
+            with _environment(ENV_VAR, str(root)):
+                result = _invoke(invocation, copy, own_target, project)
         except BaseException:
             discard_copy(root)
             raise
@@ -259,8 +265,15 @@ def run_dbt(args: Sequence[str] = (), warehouse: Path | None = None) -> int:
     return _exit_code(result, argv, root)
 
 
-def _invoke(invocation: list[str]) -> dbtRunnerResult:
+def _invoke(invocation: list[str], duckdb_database: Path | None = None,
+            target: Path | None = None, project: Path | None = None) -> dbtRunnerResult:
     """Run dbt in-process, then close the database it opened.
+
+    ``duckdb_database``: the DuckDB file dbt writes or reads; dbt runs from
+    its folder with the profile's paths relative to it, so that the parse
+    saved from another warehouse stays valid; ``target`` (tracehouse's
+    own target folder) starts from the last saved parse of ``project``,
+    which is kept again afterwards (:mod:`tracehouse.parse_cache`).
 
     profiles.yml keeps dbt-duckdb's database open for the whole run
     (``keep_open: true``) so that its ~180 nodes share one DuckDB instance
@@ -272,10 +285,17 @@ def _invoke(invocation: list[str]) -> dbtRunnerResult:
     """
     from dbt.cli.main import dbtRunner
 
+    if target is not None and project is not None:
+        parse_cache.restore(target, project)
     try:
-        return dbtRunner().invoke(invocation)
+        if duckdb_database is None:
+            return dbtRunner().invoke(invocation)
+        with parse_cache.beside_database(DATABASE_ENV_VAR, duckdb_database):
+            return dbtRunner().invoke(invocation)
     finally:
         _release_duckdb()
+        if target is not None and project is not None:
+            parse_cache.save(target, project)
 
 
 def _release_duckdb() -> None:
@@ -362,6 +382,30 @@ def build_warehouse(warehouse: Path, args: Sequence[str] = ()) -> None:
             f"dbt build failed on warehouse {Path(warehouse).resolve()} (exit code {code}); "
             "see the dbt output above"
         )
+
+
+def _absolute_path_options(argv: Sequence[str], click_command: click.Command) -> list[str]:
+    """``argv`` with the values of the command's path options (``--state``,
+    ``--target-path``, ...) made absolute against the current folder."""
+    import click
+
+    path_options = {opt for param in click_command.params
+                    if isinstance(param.type, click.Path) for opt in param.opts}
+    absolute: list[str] = []
+    expects_path = False
+    for arg in argv:
+        if expects_path:
+            absolute.append(os.path.abspath(arg))
+            expects_path = False
+        elif arg in path_options:
+            absolute.append(arg)
+            expects_path = True
+        elif "=" in arg and arg.split("=", 1)[0] in path_options:
+            option, value = arg.split("=", 1)
+            absolute.append(f"{option}={os.path.abspath(value)}")
+        else:
+            absolute.append(arg)
+    return absolute
 
 
 def _resolve_command(argv: Sequence[str]) -> tuple[int, click.Command] | None:
