@@ -6,9 +6,10 @@ Every number on the page is a column of a mart (models/marts/summary:
 fct_run_summary, fct_rank_summary, fct_stage_summary,
 fct_run_kernel_summary), never computed here nor from chart data: the
 timing scope, the step rule, shares, medians and the peer rule live in the
-models, and this module only picks rows (the worst offenders) and formats. The page is a Jinja2 template (``templates/index.html.j2``) with
-autoescape on, so every string that may come from a trace (run names,
-kernel names, captions, error messages) is escaped by default.
+models, and this module only picks rows (the worst offenders) and formats.
+The page is a Jinja2 template (``templates/index.html.j2``) with autoescape
+on, so every string that may come from a trace (run names, kernel names,
+captions, error messages) is escaped by default.
 The page is self-contained: inline CSS, no scripts, no web fonts, images
 referenced by relative file name, so it opens offline and from any folder.
 """
@@ -171,7 +172,7 @@ def gather_page(con: duckdb.DuckDBPyConnection, run_id: str,
 
     if _has(con, "fct_run_kernel_summary"):
         page.top_kernels = _all(con, """
-            select name, kind, calls, ranks, total_ns, share
+            select name, kind, calls, ranks, total_ns, share_ratio as share
             from fct_run_kernel_summary where run_id = $run
             order by total_ns desc, name
             limit $limit

@@ -62,7 +62,7 @@ placed as (
 
 medians as (
     select
-        placed.*,
+        *,
         median(compute_ns) over (partition by run_id) as median_compute_ns,
         median(compute_ns) over (partition by run_id, pp_stage) as stage_compute_median,
         count(*) over (partition by run_id, pp_stage) as stage_rank_count,
@@ -74,7 +74,7 @@ medians as (
 
 peers as (
     select
-        medians.*,
+        *,
         case when pp_stage is not null then stage_rank_count end as stage_ranks,
         case when pp_stage is not null then stage_compute_median end
             as stage_median_compute_ns,

@@ -29,7 +29,7 @@ final as (
         cast(calls as bigint) as calls,
         ranks,
         cast(total_ns as bigint) as total_ns,
-        total_ns / nullif(sum(total_ns) over (partition by run_id), 0) as share
+        total_ns / nullif(sum(total_ns) over (partition by run_id), 0) as share_ratio
     from per_name
 )
 

@@ -35,10 +35,16 @@ per_stage as (
     group by 1, 2
 ),
 
+{# Summed in stage order, so that the double-precision total (and the
+   table) is the same however the rows arrive: incremental = full refresh. #}
 others as (
     select
-        per_stage.*,
-        sum(case when compute_ns > 0 then compute_ns else 0 end) over (partition by run_id)
+        *,
+        sum(case when compute_ns > 0 then compute_ns else 0 end)
+            over (
+                partition by run_id order by pp_stage
+                rows between unbounded preceding and unbounded following
+            )
         - case when compute_ns > 0 then compute_ns else 0 end as others_compute_total,
         sum(case when compute_ns > 0 then 1 else 0 end) over (partition by run_id)
         - case when compute_ns > 0 then 1 else 0 end as others_with_compute
