@@ -2,8 +2,8 @@
 
 Why: most questions are comparative — did the new schedule, the bigger
 microbatch or the fixed straggler make steps faster, and which part moved?
-Both charts use the same definitions as the rest of the report
-(``GPU_SCOPE_SQL`` / ``CPU_SCOPE_SQL`` of :mod:`tracehouse.reports.html`), so
+Both charts read the same rows as the rest of the report
+(``fct_step_breakdown``: the run's timing scope and step rule), so
 a run with GPU kernels is broken down into compute, overlap, exposed
 communication, exposed memory and idle (which add up to the step), and a
 CPU-only run into its step frames. Renders only when the report has a
@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from tracehouse.reports.base import ChartContext, RenderedChart, save_figure
-from tracehouse.reports.html import CPU_SCOPE_SQL, GPU_SCOPE_SQL, timing_source
+from tracehouse.reports.html import timing_source
 from tracehouse.reports.kernels import plain_text
 from tracehouse.reports.style import KIND_COLORS, PHASE_COLORS, apply_theme
 
@@ -40,14 +40,15 @@ CPU_PARTS = (
 )
 RUN_COLORS = ("#4e79a7", "#f28e2b")
 
-_GPU_SQL = f"with {GPU_SCOPE_SQL}" + """
-    select rank, iteration, step_ns, compute_ns - overlap_ns as compute_only_ns,
-           overlap_ns, exposed_communication_ns, exposed_memory_ns, idle_ns
-    from scoped
+_GPU_SQL = """
+    select rank, iteration, step_ns, compute_only_ns, overlap_ns, exposed_communication_ns,
+           exposed_memory_ns, idle_ns
+    from fct_step_breakdown where run_id = $run
 """
-_CPU_SQL = f"with {CPU_SCOPE_SQL}" + """
-    select *, greatest(step_ns - compute_ns - comm_ns - optimizer_ns, 0) as other_ns
-    from scoped
+_CPU_SQL = """
+    select rank, iteration, step_ns, compute_ns, comm_frames_ns as comm_ns, optimizer_ns,
+           other_ns
+    from fct_step_breakdown where run_id = $run
 """
 
 
@@ -80,7 +81,7 @@ class CompareFamily:
 
     name = "compare"
     title = "Run comparison"
-    marts: tuple[str, ...] = ("fct_rank_iterations", "fct_rank_steps", "fct_microbatch_phases")
+    marts: tuple[str, ...] = ("fct_run_summary", "fct_step_breakdown")
 
     def render(self, ctx: ChartContext) -> list[RenderedChart]:
         """Step time per iteration and the step breakdown of both runs; [] without a second run."""

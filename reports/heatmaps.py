@@ -2,9 +2,10 @@
 
 Why heatmaps: a straggler is a dark row, a bad iteration a dark column,
 and a slow pipeline stage a band; one picture shows all three. The numbers
-are ``fct_rank_iterations`` as they are (GPU kernels); a CPU-only run
-(no kernels) gets the same picture from Megatron's step frames in
-``fct_microbatch_phases`` instead, so it is never left without one.
+are ``fct_step_breakdown``'s, the report's rows per rank and iteration:
+``fct_rank_iterations`` as they are (GPU kernels), with the GPU step; a
+CPU-only run (no kernels) gets the same picture from Megatron's step
+frames in ``fct_microbatch_phases`` instead, so it is never left without one.
 
 Readable at any size: up to :data:`~tracehouse.reports.base.MAX_ROWS_PER_AXIS`
 ranks, one row per rank, labelled with its coordinates; above that each
@@ -25,7 +26,7 @@ import pandas as pd
 import seaborn as sns
 
 from tracehouse.reports.base import MAX_ROWS_PER_AXIS, ChartContext, RenderedChart, save_figure
-from tracehouse.reports.html import CPU_SCOPE_SQL, GPU_SCOPE_SQL, timing_source
+from tracehouse.reports.html import timing_source
 from tracehouse.reports.style import apply_theme
 
 #: Above this many cells per panel the values are not written into the cells.
@@ -58,14 +59,21 @@ CPU_METRICS = (
     Metric("optimizer_ns", "optimizer", "Greens"),
 )
 
-_GPU_SQL = f"with {GPU_SCOPE_SQL}" + """
-    select scoped.rank, scoped.iteration, step_ns, compute_ns, exposed_communication_ns,
-           idle_ns, d.pp_stage, d.tp_rank, d.cp_rank, d.dp_rank
-    from scoped left join dim_ranks as d on d.run_id = $run and d.rank = scoped.rank
+_GPU_SQL = """
+    select steps.rank, steps.iteration, steps.step_ns, steps.compute_ns,
+           steps.exposed_communication_ns, steps.idle_ns,
+           d.pp_stage, d.tp_rank, d.cp_rank, d.dp_rank
+    from fct_step_breakdown as steps
+    left join dim_ranks as d on d.run_id = steps.run_id and d.rank = steps.rank
+    where steps.run_id = $run
 """
-_CPU_SQL = f"with {CPU_SCOPE_SQL}" + """
-    select scoped.*, d.pp_stage, d.tp_rank, d.cp_rank, d.dp_rank
-    from scoped left join dim_ranks as d on d.run_id = $run and d.rank = scoped.rank
+_CPU_SQL = """
+    select steps.rank, steps.iteration, steps.step_ns, steps.compute_ns,
+           steps.comm_frames_ns as comm_ns, steps.optimizer_ns,
+           d.pp_stage, d.tp_rank, d.cp_rank, d.dp_rank
+    from fct_step_breakdown as steps
+    left join dim_ranks as d on d.run_id = steps.run_id and d.rank = steps.rank
+    where steps.run_id = $run
 """
 
 
@@ -74,8 +82,7 @@ class HeatmapsFamily:
 
     name = "heatmaps"
     title = "Where each rank's time goes, iteration by iteration"
-    marts: tuple[str, ...] = (
-        "fct_rank_iterations", "fct_rank_steps", "fct_microbatch_phases", "dim_ranks")
+    marts: tuple[str, ...] = ("fct_run_summary", "fct_step_breakdown", "dim_ranks")
 
     def render(self, ctx: ChartContext) -> list[RenderedChart]:
         """One figure (≤ 64 ranks) or one per metric (more ranks); [] without timings."""

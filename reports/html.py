@@ -2,10 +2,14 @@
 
 Why a separate module: :mod:`tracehouse.reports.report` decides *what* is
 rendered and when; this module decides what a person reads, top to bottom.
-Every number on the page is SQL over the marts (never recomputed from chart
-data). The page is a Jinja2 template (``templates/index.html.j2``) with
-autoescape on, so every string that may come from a trace (run names,
-kernel names, captions, error messages) is escaped by default.
+Every number on the page is a column of a mart (models/marts/summary:
+fct_run_summary, fct_rank_summary, fct_stage_summary,
+fct_run_kernel_summary), never computed here nor from chart data: the
+timing scope, the step rule, shares, medians and the peer rule live in the
+models, and this module only picks rows (the worst offenders) and formats.
+The page is a Jinja2 template (``templates/index.html.j2``) with autoescape
+on, so every string that may come from a trace (run names, kernel names,
+captions, error messages) is escaped by default.
 The page is self-contained: inline CSS, no scripts, no web fonts, images
 referenced by relative file name, so it opens offline and from any folder.
 """
@@ -104,271 +108,140 @@ def pct(ratio: float | None) -> str:
     return "—" if ratio is None else f"{100 * ratio:.1f} %"
 
 
-#: The run's GPU rank-iterations: traced iterations only, unless the run has
-#: none (then the rows of kernels outside every step are all there is).
-#: step_ns is the GPU step of fct_rank_steps (first kernel of step N to first
-#: kernel of step N+1: steps tile the GPU timeline), not span_ns, whose
-#: iterations overlap when the GPU runs behind the CPU.
-GPU_SCOPE_SQL = """
-    scoped as (
-        select
-            iterations.*,
-            coalesce(steps.gpu_step_ns, iterations.span_ns) as step_ns
-        from fct_rank_iterations as iterations
-        left join fct_rank_steps as steps
-            on steps.run_id = iterations.run_id and steps.rank = iterations.rank
-            and steps.iteration = iterations.iteration
-        where iterations.run_id = $run
-            and (
-                iterations.iteration is not null
-                or not exists (
-                    select 1 from fct_rank_iterations
-                    where run_id = $run and iteration is not null
-                )
-            )
-    )
-"""
-
-#: The run's CPU-only rank-iterations from Megatron's step frames: step =
-#: first frame start to last frame end; compute = forward/backward/recompute
-#: frames; communication frames = pp_p2p and dp_sync.
-CPU_SCOPE_SQL = """
-    scoped as (
-        select
-            rank,
-            iteration,
-            max(last_end_ns) - min(first_start_ns) as step_ns,
-            coalesce(sum(busy_ns) filter (
-                where phase in ('forward', 'backward', 'recompute')), 0) as compute_ns,
-            coalesce(sum(busy_ns) filter (where phase in ('pp_p2p', 'dp_sync')), 0) as comm_ns,
-            coalesce(sum(busy_ns) filter (where phase = 'optimizer'), 0) as optimizer_ns
-        from fct_microbatch_phases
-        where run_id = $run and timing_source = 'cpu'
-        group by rank, iteration
-    )
-"""
-
-
 def timing_source(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
-    """``gpu`` when the run has kernel marts, ``cpu`` when only CPU step frames, else ``none``."""
-    if _has(con, "fct_rank_iterations") and con.execute(
-            "select count(*) from fct_rank_iterations where run_id = ?", [run_id]).fetchone()[0]:
-        return "gpu"
-    if _has(con, "fct_microbatch_phases") and con.execute(
-            "select count(*) from fct_microbatch_phases where run_id = ? and timing_source = 'cpu'",
-            [run_id]).fetchone()[0]:
-        return "cpu"
-    return "none"
+    """``gpu`` (kernels), ``cpu`` (only CPU step frames) or ``none``: fct_run_summary's rule."""
+    if not _has(con, "fct_run_summary"):
+        return "none"
+    row = con.execute("select timing_source from fct_run_summary where run_id = ?",
+                      [run_id]).fetchone()
+    return str(row[0]) if row else "none"
 
 
-def rank_label_sql() -> str:
-    """SQL expression (over ``per_rank`` and dim_ranks ``d``) naming a rank with its coordinates."""
-    return ("'rank ' || per_rank.rank || coalesce(' · pp' || d.pp_stage || ' tp' || d.tp_rank"
-            " || ' dp' || d.dp_rank, '')")
+def rank_label(row: dict[str, Any]) -> str:
+    """A rank named with its coordinates (``rank 3 · pp1 tp1 dp0``) when they are known."""
+    label = f"rank {row['rank']}"
+    coordinates = (row.get("pp_stage"), row.get("tp_rank"), row.get("dp_rank"))
+    if all(value is not None for value in coordinates):
+        label += " · pp{} tp{} dp{}".format(*coordinates)
+    return label
+
+
+def layout(run: dict[str, Any]) -> str:
+    """``TP2 × PP2 × DP1`` from fct_run_summary's sizes (CP only when above 1); '' unknown."""
+    if not run.get("pp_size"):
+        return ""
+    sizes = {name: run.get(f"{name}_size") for name in ("tp", "cp", "pp", "dp")}
+    return " × ".join(f"{name.upper()}{size}" for name, size in sizes.items()
+                      if size and (size > 1 or name in ("tp", "pp", "dp")))
 
 
 def gather_page(con: duckdb.DuckDBPyConnection, run_id: str,
                 compare_run_id: str | None = None) -> Page:
     """Headline numbers, worst offenders and top kernels of ``run_id``, from the marts."""
     page = Page(run_id=run_id, compare_run_id=compare_run_id)
-    page.timing = timing_source(con, run_id)
     params = {"run": run_id}
-    ranks = _one(con, """
-        select
-            count(*) as ranks,
-            max(tp_rank) + 1 as tp, max(pp_stage) + 1 as pp, max(dp_rank) + 1 as dp,
-            max(cp_rank) + 1 as cp
-        from dim_ranks where run_id = $run and coalesce(has_trace, true)
-    """, params) if _has(con, "dim_ranks") else {}
-    if ranks.get("pp"):
-        dims = [f"{name.upper()}{ranks[name]}" for name in ("tp", "cp", "pp", "dp")
-                if ranks.get(name) and (ranks[name] > 1 or name in ("tp", "pp", "dp"))]
-        page.layout = " × ".join(dims)
+    run = _one(con, "select * from fct_run_summary where run_id = $run",
+               params) if _has(con, "fct_run_summary") else {}
+    page.timing = run.get("timing_source") or "none"
+    page.layout = layout(run)
+    ranks = _all(con, "select * from fct_rank_summary where run_id = $run order by rank",
+                 params) if _has(con, "fct_rank_summary") else []
+    stages = _all(con, "select * from fct_stage_summary where run_id = $run order by pp_stage",
+                  params) if _has(con, "fct_stage_summary") else []
+    for row in ranks:
+        row["label"] = rank_label(row)
 
     if page.timing == "gpu":
-        _gather_gpu(con, page, params, ranks.get("ranks"))
+        _gather_gpu(page, run, ranks, stages)
     elif page.timing == "cpu":
-        _gather_cpu(con, page, params, ranks.get("ranks"))
+        _gather_cpu(page, run, ranks, stages)
         page.notes.append(
             "This run has no GPU kernels (a CPU-only capture): the numbers below come from "
             "Megatron's forward/backward step frames on the CPU, not from kernels.")
     else:
         page.notes.append("This run has neither GPU kernels nor Megatron step frames in the "
                           "marts; only the topology is known.")
-        if ranks.get("ranks"):
-            page.headline.append(Figure("ranks", f"{ranks['ranks']:,}"))
+        if run.get("ranks"):
+            page.headline.append(Figure("ranks", f"{run['ranks']:,}"))
 
-    if _has(con, "fct_pipeline_bubbles"):
-        bubble = _one(con, """
-            select
-                count(*) as rows_,
-                sum(bubble_ns) / nullif(sum(group_span_ns), 0) as bubble_ratio,
-                avg(theoretical_bubble_ratio) as theoretical,
-                string_agg(distinct timing_source, ', ') as sources
-            from fct_pipeline_bubbles where run_id = $run
-        """, params)
-        if bubble.get("rows_"):
-            page.headline.append(Figure(
-                "pipeline bubble", pct(bubble["bubble_ratio"]),
-                f"idle share of the pipeline groups' spans ({bubble['sources']} timings); "
-                f"theoretical (p−1)/(v·m+p−1) = {pct(bubble['theoretical'])}"))
+    if run.get("bubble_rows"):
+        page.headline.append(Figure(
+            "pipeline bubble", pct(run["bubble_ratio"]),
+            f"idle share of the pipeline groups' spans ({run['bubble_timing_sources']} "
+            f"timings); theoretical (p−1)/(v·m+p−1) = {pct(run['theoretical_bubble_ratio'])}"))
 
-    if _has(con, "fct_kernel_summary"):
+    if _has(con, "fct_run_kernel_summary"):
         page.top_kernels = _all(con, """
-            with per_name as (
-                select
-                    name,
-                    min(kind) as kind,
-                    sum(kernel_count) as calls,
-                    count(distinct rank) as ranks,
-                    sum(total_dur_ns) as total_ns
-                from fct_kernel_summary where run_id = $run
-                group by name
-            )
-            select *, total_ns / sum(total_ns) over () as share
-            from per_name
+            select name, kind, calls, ranks, total_ns, share_ratio as share
+            from fct_run_kernel_summary where run_id = $run
             order by total_ns desc, name
             limit $limit
         """, {**params, "limit": TOP_KERNELS})
     return page
 
 
-def _gather_gpu(con: duckdb.DuckDBPyConnection, page: Page, params: dict[str, Any],
-                ranks: int | None) -> None:
-    head = _one(con, f"with {GPU_SCOPE_SQL}" + """
-        select
-            count(distinct rank) as ranks,
-            count(distinct iteration) as iterations,
-            avg(step_ns) as mean_step_ns,
-            sum(compute_ns) / nullif(sum(span_ns), 0) as compute_share,
-            sum(exposed_communication_ns) / nullif(sum(span_ns), 0) as exposed_comm_share,
-            sum(idle_ns) / nullif(sum(span_ns), 0) as idle_share,
-            sum(overlap_ns) / nullif(sum(communication_ns), 0) as overlap_ratio
-        from scoped
-    """, params)
+def _gather_gpu(page: Page, run: dict[str, Any], ranks: list[dict[str, Any]],
+                stages: list[dict[str, Any]]) -> None:
     page.headline += [
-        Figure("ranks", f"{ranks or head['ranks']:,}", page.layout),
-        Figure("iterations", f"{head['iterations']:,}", "traced ProfilerSteps"),
-        Figure("mean step time", ms(head["mean_step_ns"]),
+        Figure("ranks", f"{run['ranks']:,}", page.layout),
+        Figure("iterations", f"{run['iterations']:,}", "traced ProfilerSteps"),
+        Figure("mean step time", ms(run["mean_step_ns"]),
                "GPU step per rank and iteration (first kernel of a step to the first of "
                "the next; fct_rank_steps)"),
-        Figure("compute", pct(head["compute_share"]), "share of the step time"),
-        Figure("exposed communication", pct(head["exposed_comm_share"]),
+        Figure("compute", pct(run["compute_share"]), "share of the step time"),
+        Figure("exposed communication", pct(run["exposed_communication_share"]),
                "communication not hidden behind compute"),
-        Figure("idle", pct(head["idle_share"]), "no kernel running"),
-        Figure("overlap ratio", pct(head["overlap_ratio"]),
+        Figure("idle", pct(run["idle_share"]), "no kernel running"),
+        Figure("overlap ratio", pct(run["overlap_ratio"]),
                "communication overlapped by compute (HTA's comp_comm_overlap)"),
     ]
-    per_rank = _all(con, f"with {GPU_SCOPE_SQL}" + f"""
-        , per_rank as (
-            select rank, avg(compute_ns) as compute_ns,
-                   avg(exposed_communication_ns) as exposed_ns,
-                   sum(exposed_communication_ns) / nullif(sum(span_ns), 0) as exposed_share
-            from scoped group by rank
-        )
-        select per_rank.*, {rank_label_sql()} as label,
-               median(compute_ns) over () as median_compute_ns,
-               median(compute_ns) over (partition by d.pp_stage) as peer_median_ns,
-               count(*) over (partition by d.pp_stage) as peers,
-               d.pp_stage,
-               median(exposed_ns) over () as median_exposed_ns
-        from per_rank left join dim_ranks as d on d.run_id = $run and d.rank = per_rank.rank
-    """, params)
-    if per_rank:
-        page.offenders.append(_slowest_rank(per_rank, "compute time per iteration"))
-        worst = max(per_rank, key=lambda r: (r["exposed_ns"] or 0, -r["rank"]))
+    if ranks:
+        page.offenders.append(_slowest_rank(ranks, "compute time per iteration"))
+        worst = max(ranks, key=lambda r: (r["exposed_communication_ns"] or 0, -r["rank"]))
         page.offenders.append(Offender(
-            "most exposed communication", worst["label"], ms(worst["exposed_ns"]),
-            f"{pct(worst['exposed_share'])} of its step time; "
-            + _versus(worst["exposed_ns"], worst["median_exposed_ns"]), "family-heatmaps"))
-    stages = _all(con, f"with {GPU_SCOPE_SQL}" + """
-        select d.pp_stage, count(distinct scoped.rank) as ranks,
-               avg(scoped.compute_ns) as compute_ns, avg(scoped.span_ns) as span_ns
-        from scoped join dim_ranks as d on d.run_id = $run and d.rank = scoped.rank
-        where d.pp_stage is not null
-        group by d.pp_stage order by d.pp_stage
-    """, params)
+            "most exposed communication", worst["label"], ms(worst["exposed_communication_ns"]),
+            f"{pct(worst['exposed_communication_share'])} of its step time; "
+            + _versus(worst["exposed_communication_vs_median"]), "family-heatmaps"))
     _stage_offender(page, stages, "mean compute per rank and iteration")
 
 
-def _gather_cpu(con: duckdb.DuckDBPyConnection, page: Page, params: dict[str, Any],
-                ranks: int | None) -> None:
-    head = _one(con, f"with {CPU_SCOPE_SQL}" + """
-        select
-            count(distinct rank) as ranks,
-            count(distinct iteration) as iterations,
-            avg(step_ns) as mean_step_ns,
-            sum(compute_ns) / nullif(sum(step_ns), 0) as compute_share,
-            sum(comm_ns) / nullif(sum(step_ns), 0) as comm_share,
-            sum(optimizer_ns) / nullif(sum(step_ns), 0) as optimizer_share
-        from scoped
-    """, params)
+def _gather_cpu(page: Page, run: dict[str, Any], ranks: list[dict[str, Any]],
+                stages: list[dict[str, Any]]) -> None:
     page.headline += [
-        Figure("ranks", f"{ranks or head['ranks']:,}", page.layout),
-        Figure("iterations", f"{head['iterations']:,}", "traced iterations"),
-        Figure("mean step time", ms(head["mean_step_ns"]),
+        Figure("ranks", f"{run['ranks']:,}", page.layout),
+        Figure("iterations", f"{run['iterations']:,}", "traced iterations"),
+        Figure("mean step time", ms(run["mean_step_ns"]),
                "CPU: first to last Megatron step frame per rank and iteration"),
-        Figure("forward + backward", pct(head["compute_share"]),
+        Figure("forward + backward", pct(run["compute_share"]),
                "share of the step in forward/backward/recompute frames (CPU)"),
-        Figure("communication frames", pct(head["comm_share"]),
+        Figure("communication frames", pct(run["comm_frames_share"]),
                "share in pp_p2p and dp_sync frames (CPU; includes waiting)"),
-        Figure("optimizer", pct(head["optimizer_share"]), "share in the optimizer step"),
+        Figure("optimizer", pct(run["optimizer_share"]), "share in the optimizer step"),
     ]
-    per_rank = _all(con, f"with {CPU_SCOPE_SQL}" + f"""
-        , per_rank as (
-            select rank, avg(compute_ns) as compute_ns, avg(comm_ns) as comm_ns,
-                   sum(comm_ns) / nullif(sum(step_ns), 0) as comm_share
-            from scoped group by rank
-        )
-        select per_rank.*, {rank_label_sql()} as label,
-               median(compute_ns) over () as median_compute_ns,
-               median(compute_ns) over (partition by d.pp_stage) as peer_median_ns,
-               count(*) over (partition by d.pp_stage) as peers,
-               d.pp_stage,
-               median(comm_ns) over () as median_comm_ns
-        from per_rank left join dim_ranks as d on d.run_id = $run and d.rank = per_rank.rank
-    """, params)
-    if per_rank:
-        page.offenders.append(_slowest_rank(per_rank,
-                                            "forward/backward time per iteration (CPU)"))
-        worst = max(per_rank, key=lambda r: (r["comm_ns"] or 0, -r["rank"]))
+    if ranks:
+        page.offenders.append(_slowest_rank(ranks, "forward/backward time per iteration (CPU)"))
+        worst = max(ranks, key=lambda r: (r["comm_frames_ns"] or 0, -r["rank"]))
         page.offenders.append(Offender(
             "most time in communication frames (pp_p2p + dp_sync, CPU)", worst["label"],
-            ms(worst["comm_ns"]),
-            f"{pct(worst['comm_share'])} of its step time; "
-            + _versus(worst["comm_ns"], worst["median_comm_ns"]), "family-heatmaps"))
-    stages = _all(con, f"with {CPU_SCOPE_SQL}" + """
-        select d.pp_stage, count(distinct scoped.rank) as ranks,
-               avg(scoped.compute_ns) as compute_ns, avg(scoped.step_ns) as span_ns
-        from scoped join dim_ranks as d on d.run_id = $run and d.rank = scoped.rank
-        where d.pp_stage is not null
-        group by d.pp_stage order by d.pp_stage
-    """, params)
+            ms(worst["comm_frames_ns"]),
+            f"{pct(worst['comm_frames_share'])} of its step time; "
+            + _versus(worst["comm_frames_vs_median"]), "family-heatmaps"))
     _stage_offender(page, stages, "mean forward/backward time per rank and iteration (CPU)")
 
 
-def slowness(row: dict[str, Any]) -> float:
-    """A rank's compute over its peers' median (``1.5`` = 50 % slower).
-
-    Peers are the ranks of its pipeline stage (same layers, same work), or
-    every rank when stages are unknown or it is alone in its stage.
-    """
-    peer = row["peer_median_ns"] if (row.get("peers") or 0) > 1 else row["median_compute_ns"]
-    return (row["compute_ns"] or 0) / peer if peer else 0.0
-
-
-def _slowest_rank(per_rank: list[dict[str, Any]], measure: str) -> Offender:
-    """The rank that computes longest *compared with its stage peers*.
+def _slowest_rank(ranks: list[dict[str, Any]], measure: str) -> Offender:
+    """The rank slowest *compared with its peers* (fct_rank_summary.slowness).
 
     Why not the absolute maximum: the last pipeline stage (loss, output
     layer) and the first (embedding) do more work by design; a straggler is
-    a rank slower than the ranks doing the same work.
+    a rank slower than the ranks doing the same work. Who its peers are is
+    the mart's rule (peer_group); here only the choice and the wording.
     """
-    slow = max(per_rank, key=lambda r: (slowness(r), -r["rank"]))
-    by_stage = (slow.get("peers") or 0) > 1 and slow.get("pp_stage") is not None
-    note = (f"{slowness(slow):.2f}× the median of its stage's {slow['peers']} ranks; "
-            if by_stage else "")
-    note += _versus(slow["compute_ns"], slow["median_compute_ns"])
+    slow = max(ranks, key=lambda r: (r["slowness"] or 0.0, -r["rank"]))
+    by_stage = slow["peer_group"] == "pp_stage"
+    note = (f"{slow['slowness'] or 0.0:.2f}× the median of its stage's {slow['stage_ranks']} "
+            "ranks; " if by_stage else "")
+    note += _versus(slow["compute_vs_median"])
     what = ("slowest rank (" + measure + ", against its pipeline stage)" if by_stage
             else "slowest rank (" + measure + ")")
     return Offender(what, slow["label"], ms(slow["compute_ns"]), note, "family-heatmaps")
@@ -380,18 +253,16 @@ def _stage_offender(page: Page, stages: list[dict[str, Any]], measure: str) -> N
                                        "no pipeline stages known for this run (dim_ranks)"))
         return
     slow = max(stages, key=lambda s: (s["compute_ns"] or 0, -s["pp_stage"]))
-    others = [s["compute_ns"] for s in stages if s is not slow and s["compute_ns"]]
     note = f"{measure}; {slow['ranks']} rank(s)"
-    if others:
-        note += f"; {slow['compute_ns'] / (sum(others) / len(others)):.2f}× the other stages' mean"
+    if slow["compute_vs_other_stages"] is not None:
+        note += f"; {slow['compute_vs_other_stages']:.2f}× the other stages' mean"
     page.offenders.append(Offender("slowest pipeline stage", f"stage {slow['pp_stage']}",
                                    ms(slow["compute_ns"]), note, "family-pipeline"))
 
 
-def _versus(value: float | None, median: float | None) -> str:
-    if not value or not median:
-        return ""
-    return f"{value / median:.2f}× the median rank"
+def _versus(ratio: float | None) -> str:
+    """``1.50× the median rank`` from a mart's *_vs_median column ('' when unknown)."""
+    return "" if ratio is None else f"{ratio:.2f}× the median rank"
 
 
 # --------------------------------------------------------------------------- writing

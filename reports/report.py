@@ -57,11 +57,10 @@ INDEX = "index.html"
 
 #: Marts the page itself reads (headline numbers, worst offenders, top kernels).
 HEADLINE_MARTS: tuple[str, ...] = (
-    "dim_ranks",
-    "fct_rank_iterations",
-    "fct_microbatch_phases",
-    "fct_kernel_summary",
-    "fct_pipeline_bubbles",
+    "fct_run_summary",
+    "fct_rank_summary",
+    "fct_stage_summary",
+    "fct_run_kernel_summary",
 )
 #: At least one of these must exist for there to be anything to report.
 REQUIRED_ANY: tuple[str, ...] = ("fct_rank_iterations", "fct_microbatch_phases")

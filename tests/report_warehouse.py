@@ -13,6 +13,9 @@ Runs, all through the real ingest and dbt build:
 * ``sim_b`` — the same without the straggler, for the comparison;
 * ``hostile`` — two hand-written Kineto JSON traces whose kernels are named
   ``<script>alert(1)</script>`` and ``void f<"a" & 'b'>(int)``;
+* ``cpu_ops`` — two hand-written Kineto traces with a ProfilerStep and CPU
+  ops but neither kernels nor Megatron step frames (a run with no timings:
+  fct_run_summary.timing_source ``none``);
 * ``dlrm_8rank`` and ``tp1_pp4_dp2`` — the real shared traces (GPU and
   CPU-only), present only when ``../shared/data`` is.
 """
@@ -84,6 +87,24 @@ def hostile_trace(rank: int, world: int) -> dict:
     }
 
 
+def cpu_ops_trace(rank: int, world: int) -> dict:
+    """A Kineto trace of a CPU-only job without Megatron frames: a step and two CPU ops."""
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 10, "tid": 10,
+         "ts": 0.0, "dur": 1000.0},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 10, "tid": 10,
+         "ts": 100.0, "dur": 300.0 + 10 * rank},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 10, "tid": 10,
+         "ts": 500.0, "dur": 50.0},
+    ]
+    return {
+        "schemaVersion": 1,
+        "distributedInfo": {"backend": "gloo", "rank": rank, "world_size": world},
+        "baseTimeNanoseconds": 1_700_000_000_000_000_000,
+        "traceEvents": events,
+    }
+
+
 def report_warehouse(tmp_path_factory: pytest.TempPathFactory) -> ReportWarehouse:
     """The session's report warehouse, building it on first use (one dbt build)."""
     key = str(tmp_path_factory.getbasetemp())
@@ -116,6 +137,13 @@ def report_warehouse(tmp_path_factory: pytest.TempPathFactory) -> ReportWarehous
         path = hostile / f"rank_{rank:04d}_iter_1.pt.trace.json.gz"
         path.write_bytes(gzip.compress(json.dumps(hostile_trace(rank, 2)).encode()))
     load(hostile, "hostile")
+
+    cpu_ops = base / "cpu_ops"
+    cpu_ops.mkdir()
+    for rank in range(2):
+        path = cpu_ops / f"rank_{rank:04d}_iter_1.pt.trace.json.gz"
+        path.write_bytes(gzip.compress(json.dumps(cpu_ops_trace(rank, 2)).encode()))
+    load(cpu_ops, "cpu_ops")
 
     if DLRM.is_dir():
         load(DLRM, "dlrm_8rank")

@@ -78,6 +78,11 @@ COMPARED_MODELS = [
     "main.fct_idle_breakdown",
     "main.fct_rank_steps",
     "main.fct_kernel_launches",
+    "main.fct_step_breakdown",
+    "main.fct_run_summary",
+    "main.fct_rank_summary",
+    "main.fct_stage_summary",
+    "main.fct_run_kernel_summary",
 ]
 #: Build only the chain and what it needs, seeds included (the rest of the
 #: project and the dbt tests are covered by other tests).
@@ -86,6 +91,7 @@ SELECT = [
     "+fct_cpu_steps", "+fct_pipeline_bubbles", "+fct_cpu_collectives",
     "+fct_collectives", "+fct_collective_ranks", "+fct_stragglers", "+dim_rank_clock_offsets",
     "+fct_idle_breakdown", "+fct_rank_steps", "+fct_kernel_launches",
+    "+fct_run_summary", "+fct_rank_summary", "+fct_stage_summary", "+fct_run_kernel_summary",
     "--resource-type", "seed", "--resource-type", "model",
 ]  # fmt: skip
 #: Per per-trace model: a column overwritten with a marker in iteration 1's

@@ -131,6 +131,22 @@ def test_headline_numbers_are_the_marts_numbers(wh: ReportWarehouse, tmp_path: P
     assert slow_rank == 1
     assert re.search(rf"slowest rank[^\n]*?rank {slow_rank}\b", shown)
     assert f"{slow_ns / 1e6:,.2f} ms" in shown
+    # ... by how much, against the median of its stage (fct_rank_summary's numbers).
+    stage_ratio, peers = _query(wh, """
+        with per_rank as (
+            select rank, avg(compute_ns) as compute_ns from fct_rank_iterations
+            where run_id = ? and iteration is not null group by rank
+        ),
+        placed as (
+            select per_rank.rank, compute_ns,
+                   median(compute_ns) over (partition by d.pp_stage) as stage_median,
+                   count(*) over (partition by d.pp_stage) as peers
+            from per_rank join dim_ranks as d on d.run_id = ? and d.rank = per_rank.rank
+        )
+        select compute_ns / stage_median, peers from placed where rank = ?
+    """, [run, run, slow_rank])
+    assert peers == 2
+    assert f"{stage_ratio:.2f}× the median of its stage's {peers} ranks" in shown
 
 
 def test_cpu_only_run_gets_a_useful_report(wh: ReportWarehouse, tmp_path: Path) -> None:
@@ -150,6 +166,20 @@ def test_cpu_only_run_gets_a_useful_report(wh: ReportWarehouse, tmp_path: Path) 
     assert f"{step / 1e6:,.2f} ms" in shown
     assert "slowest pipeline stage" in shown
     assert any(c.slug == "heatmaps-rank-iteration" for c in result.charts)
+
+
+def test_run_without_timings_says_so_and_still_counts_its_ranks(wh: ReportWarehouse,
+                                                                tmp_path: Path) -> None:
+    """Neither kernels nor step frames: fct_run_summary says `none`, the page says why."""
+    run = wh.need("cpu_ops")
+    result = _render(wh, tmp_path / "report", run)
+    shown = Page(result.index_html.read_text()).shown
+    timing, ranks, step = _query(wh, "select timing_source, ranks, mean_step_ns "
+                                 "from fct_run_summary where run_id = ?", [run])
+    assert (timing, ranks, step) == ("none", 2, None)
+    assert "neither GPU kernels nor Megatron step frames" in shown
+    assert "ranks2" in re.sub(r"\s+", "", shown).lower()
+    assert "slowest rank" not in shown and "mean step time" not in shown.lower()
 
 
 def test_hostile_names_render_as_text(wh: ReportWarehouse, tmp_path: Path) -> None:

@@ -226,6 +226,26 @@ def test_compare_two_runs(con: duckdb.DuckDBPyConnection, wh: ReportWarehouse, t
 # --------------------------------------------------------------------------- 1,024 ranks
 
 
+#: The marts the heatmaps and the page read (models/marts/summary).
+SUMMARY_MARTS = ("fct_step_breakdown", "fct_run_summary")
+
+
+def _summarise_gpu_run(mem: duckdb.DuckDBPyConnection, run: str) -> None:
+    """Made-up fct_rank_iterations rows as the summary marts hold them (no GPU steps:
+    step = span, every iteration traced); the rules themselves are the models'
+    (unit-tested in dbt)."""
+    mem.execute("""
+        insert into fct_step_breakdown (run_id, rank, iteration, timing_source, step_ns,
+            span_ns, compute_ns, compute_only_ns, overlap_ns, communication_ns,
+            exposed_communication_ns, exposed_memory_ns, idle_ns)
+        select run_id, rank, iteration, 'gpu', span_ns, span_ns, compute_ns,
+               compute_ns - coalesce(overlap_ns, 0), overlap_ns, communication_ns,
+               exposed_communication_ns, exposed_memory_ns, idle_ns
+        from fct_rank_iterations where run_id = ?
+    """, [run])
+    mem.execute("insert into fct_run_summary (run_id, timing_source) values (?, 'gpu')", [run])
+
+
 @pytest.fixture(scope="module")
 def big_marts(wh: ReportWarehouse) -> Iterator[duckdb.DuckDBPyConnection]:
     """Marts of a 1,024-rank run (TP8 x PP8 x DP16, 3 iterations): the real schema, made-up rows.
@@ -236,7 +256,7 @@ def big_marts(wh: ReportWarehouse) -> Iterator[duckdb.DuckDBPyConnection]:
     mem = duckdb.connect(":memory:")
     mem.execute("attach ? as built (read_only)", [str(Warehouse(wh.root).database)])
     for table in ("fct_rank_iterations", "fct_rank_steps", "dim_ranks", "fct_kernels",
-                  "fct_kernel_summary", "fct_microbatch_phases"):
+                  "fct_kernel_summary", "fct_microbatch_phases", *SUMMARY_MARTS):
         mem.execute(f"create table {table} as select * from built.{table} limit 0")
     mem.execute("detach built")
     mem.execute("""
@@ -270,6 +290,7 @@ def big_marts(wh: ReportWarehouse) -> Iterator[duckdb.DuckDBPyConnection]:
                10, 1e6 * (12 - k) * case when r = 777 and k = 0 then 3 else 1 end
         from range(1024) as t(r), range(12) as s(k)
     """)
+    _summarise_gpu_run(mem, "big")
     yield mem
     mem.close()
 
@@ -317,7 +338,7 @@ def test_many_ranks_without_stages_and_many_iterations(wh: ReportWarehouse,
     mem = duckdb.connect(":memory:")
     mem.execute("attach ? as built (read_only)", [str(Warehouse(wh.root).database)])
     for table in ("fct_rank_iterations", "fct_rank_steps", "dim_ranks", "fct_kernels",
-                  "fct_microbatch_phases"):
+                  "fct_microbatch_phases", *SUMMARY_MARTS):
         mem.execute(f"create table {table} as select * from built.{table} limit 0")
     mem.execute("detach built")
     mem.execute("""
@@ -333,6 +354,7 @@ def test_many_ranks_without_stages_and_many_iterations(wh: ReportWarehouse,
                case when r % 2 = 0 then 'dp' end, 1e6
         from range(100) as t(r)
     """)
+    _summarise_gpu_run(mem, "flat")
     charts = _render(heatmaps.FAMILY, mem, "flat", tmp_path)
     assert len(charts) == 4
     assert "mean over the 8 traced iterations" in charts[1].caption

@@ -1,0 +1,69 @@
+{#
+    One row per run x pipeline stage with timings: the stage's mean
+    compute and step per rank and iteration of the run's timing scope
+    (fct_step_breakdown; GPU compute kernels, or forward/backward/recompute
+    frames on CPU-only runs), and how its compute compares with the other
+    stages' mean (the other stages with compute above zero; NULL when
+    there are none). Ranks without a known stage (dim_ranks) are left out.
+    A per-run table rebuilt each time.
+#}
+
+with
+
+ranks as (
+    select
+        run_id,
+        rank,
+        pp_stage
+    from {{ ref('dim_ranks') }}
+    where pp_stage is not null
+),
+
+per_stage as (
+    select
+        steps.run_id,
+        ranks.pp_stage,
+        max(steps.timing_source) as timing_source,
+        count(distinct steps.rank) as ranks,
+        avg(steps.compute_ns) as compute_ns,
+        avg(steps.step_ns) as mean_step_ns
+    from {{ ref('fct_step_breakdown') }} as steps
+    inner join ranks
+        on
+            steps.run_id = ranks.run_id
+            and steps.rank = ranks.rank
+    group by 1, 2
+),
+
+{# Summed in stage order, so that the double-precision total (and the
+   table) is the same however the rows arrive: incremental = full refresh. #}
+others as (
+    select
+        *,
+        sum(case when compute_ns > 0 then compute_ns else 0 end)
+            over (
+                partition by run_id order by pp_stage
+                rows between unbounded preceding and unbounded following
+            )
+        - case when compute_ns > 0 then compute_ns else 0 end as others_compute_total,
+        sum(case when compute_ns > 0 then 1 else 0 end) over (partition by run_id)
+        - case when compute_ns > 0 then 1 else 0 end as others_with_compute
+    from per_stage
+),
+
+final as (
+    select
+        run_id,
+        pp_stage,
+        timing_source,
+        ranks,
+        compute_ns,
+        mean_step_ns,
+        case
+            when others_with_compute > 0
+                then coalesce(compute_ns, 0) / (others_compute_total / others_with_compute)
+        end as compute_vs_other_stages
+    from others
+)
+
+select * from final
