@@ -15,7 +15,7 @@
             trace_id,
             max(end_ns) as last_step_end_ns
         from {{ ref('int_profiler_steps') }}
-        group by trace_id
+        group by 1
     ) as last_steps
         on {{ kernels }}.trace_id = last_steps.trace_id
     where

@@ -24,7 +24,7 @@
         partition by {{ partition }} order by {{ start_column }}, {{ end_column }}
     {%- endset -%}
     {%- set island_bounds -%}
-        (partition by {{ partition }} order by position)
+        (partition by {{ partition }} order by interval_position)
     {%- endset -%}
     {%- set columns -%}
         {% for column in partition_by -%}
@@ -45,28 +45,28 @@
             is_island_start,
             sum(is_island_start) over (
                 partition by {{ partition }}
-                order by position
+                order by interval_position
                 rows between unbounded preceding and current row
             ) as island_number,
             {# The island ends where the next island starts (that start's
                previous_end_ns), else at the partition's last row. #}
             case
-                when lead(position) over {{ island_bounds }} is null then running_end_ns
+                when lead(interval_position) over {{ island_bounds }} is null then running_end_ns
                 when lead(is_island_start) over {{ island_bounds }} = 1
                     then lead(previous_end_ns) over {{ island_bounds }}
                 else lead(running_end_ns) over {{ island_bounds }}
             end as end_ns,
             case
-                when lead(position) over {{ island_bounds }} is null then 1
+                when lead(interval_position) over {{ island_bounds }} is null then 1
                 when lead(is_island_start) over {{ island_bounds }} = 1
-                    then lead(position) over {{ island_bounds }} - position
-                else lead(position) over {{ island_bounds }} - position + 1
+                    then lead(interval_position) over {{ island_bounds }} - interval_position
+                else lead(interval_position) over {{ island_bounds }} - interval_position + 1
             end as interval_count
         from (
             select
                 {{ columns }}
                 ts_ns,
-                position,
+                interval_position,
                 previous_end_ns,
                 running_end_ns,
                 case
@@ -83,7 +83,7 @@
                     max({{ end_column }}) over (
                         {{ interval_order }} rows between unbounded preceding and current row
                     ) as running_end_ns,
-                    row_number() over ({{ interval_order }}) as position,
+                    row_number() over ({{ interval_order }}) as interval_position,
                     lead({{ start_column }}) over ({{ interval_order }}) as next_ts_ns
                 from {{ relation }}
             ) as ordered
@@ -149,8 +149,5 @@
             where kind in ('compute', 'communication')
         ) as boundaries
     ) as swept
-    group by
-        {% for column in partition_by -%}
-            {{ column }}{{ "," if not loop.last }}
-        {% endfor %}
+    group by {{ range(1, partition_by | length + 1) | join(', ') }}
 {%- endmacro %}

@@ -88,11 +88,12 @@
 {%- endmacro %}
 
 {#- A predicate on `trace_id` naming the loaded traces that satisfy
-    `condition` (SQL on stg_lake__traces' columns, e.g.
-    "file_format = 'nsys'"), as literals read at run time: a model that
-    needs a few traces of the lake (the Nsight marts on a warehouse of
-    Kineto traces) then reads none of the others' files, and nothing at all
-    when there are none. Outside a run (parse, a unit test, a warehouse whose
+    `condition` (SQL on stg_lake__traces' columns, qualified by its alias
+    `loaded`, e.g. "loaded.file_format = 'nsys'": an unqualified name that
+    the table lacked would bind to the calling query), as literals read at
+    run time: a model that needs a few traces of the lake (the Nsight marts
+    on a warehouse of Kineto traces) then reads none of the others' files,
+    and nothing at all when there are none. Outside a run (parse, a unit test, a warehouse whose
     staging views do not exist yet, Spark) it is the equivalent subquery. -#}
 {% macro loaded_traces_where(condition, column='trace_id') -%}
     {%- set loaded_traces = ref('stg_lake__traces') -%}

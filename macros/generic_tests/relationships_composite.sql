@@ -25,10 +25,7 @@ referring as (
         {% for column in from_columns -%}
         {{ column }} is not null{% if not loop.last %} and {% endif %}
         {% endfor %}
-    group by
-        {% for column in from_columns -%}
-        {{ column }}{% if not loop.last %},{% endif %}
-        {% endfor %}
+    group by {{ range(1, from_columns | length + 1) | join(', ') }}
 ),
 
 referred as (

@@ -15,10 +15,7 @@ grain as (
         {% endfor -%}
         count(*) as row_count
     from {{ model }}
-    group by
-        {% for column in combination_of_columns -%}
-        {{ column }}{% if not loop.last %},{% endif %}
-        {% endfor %}
+    group by {{ range(1, combination_of_columns | length + 1) | join(', ') }}
 ),
 
 duplicated as (

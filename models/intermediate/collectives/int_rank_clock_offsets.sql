@@ -176,7 +176,7 @@ two_hop_candidates as (
 
 two_hop as (
     {{ first_match(
-        'two_hop_candidates', ['run_id', 'host_key'], ['collective_count desc', 'offset_ns'],
+        'two_hop_candidates', ['run_id', 'host_key'], ['collective_count desc', 'offset_ns asc'],
     ) }}
 ),
 

@@ -40,7 +40,7 @@ launch_slices as (
     from {{ ref('stg_lake__slices') }}
     where
         category in ('cuda_runtime', 'cuda_driver')
-        and {{ loaded_traces_where("file_format = '" ~ var('nsys_file_format') ~ "'") }}
+        and {{ loaded_traces_where("loaded.file_format = '" ~ var('nsys_file_format') ~ "'") }}
 ),
 
 ranges as (

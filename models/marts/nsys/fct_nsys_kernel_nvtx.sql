@@ -36,7 +36,7 @@ slices as (
     from {{ ref('stg_lake__slices') }}
     where
         category in ('nvtx', 'cuda_runtime', 'cuda_driver')
-        and {{ loaded_traces_where("file_format = '" ~ var('nsys_file_format') ~ "'") }}
+        and {{ loaded_traces_where("loaded.file_format = '" ~ var('nsys_file_format') ~ "'") }}
 ),
 
 ancestors as (

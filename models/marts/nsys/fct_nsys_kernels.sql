@@ -39,7 +39,7 @@ kernels as (
     from {{ ref('fct_kernels') }}
     where
         category = 'kernel'
-        and {{ loaded_traces_where("file_format = '" ~ var('nsys_file_format') ~ "'") }}
+        and {{ loaded_traces_where("loaded.file_format = '" ~ var('nsys_file_format') ~ "'") }}
 ),
 
 slices as (
@@ -52,7 +52,7 @@ slices as (
         category = 'kernel'
         -- Nsight traces only, named in the scan: the join below would not
         -- stop the lake's Kineto kernels' args from being read.
-        and {{ loaded_traces_where("file_format = '" ~ var('nsys_file_format') ~ "'") }}
+        and {{ loaded_traces_where("loaded.file_format = '" ~ var('nsys_file_format') ~ "'") }}
 ),
 
 nccl_ops as (

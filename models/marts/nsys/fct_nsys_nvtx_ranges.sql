@@ -27,7 +27,7 @@ ranges as (
         category = 'nvtx'
         and cast({{ json_text('args', 'event type') }} as bigint)
         = {{ var('nsys_push_pop_event_type') }}
-        and {{ loaded_traces_where("file_format = '" ~ var('nsys_file_format') ~ "'") }}
+        and {{ loaded_traces_where("loaded.file_format = '" ~ var('nsys_file_format') ~ "'") }}
 ),
 
 kernel_ranges as (
