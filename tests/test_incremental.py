@@ -280,6 +280,37 @@ def test_incremental_build_names_the_new_traces_so_scans_skip_the_others(
         assert "not in (select distinct built" not in sql, model
 
 
+def test_long_pending_lists_are_a_values_semi_join_with_the_same_rows(
+    iteration_2_ingested: Path, tmp_path: Path
+) -> None:
+    # Above var('max_in_list_traces') pending traces the filter is a semi
+    # join on a VALUES list (an IN list's cost grows with its length). The
+    # two forms, compiled for the same pending traces, select the same rows.
+    warehouse = _copy(iteration_2_ingested, tmp_path / "warehouse")
+    compiled = Warehouse(warehouse).root / "dbt/target/compiled/tracehouse/models/intermediate"
+    models = ("slices/int_profiler_steps", "slices/int_slices_contextualized")
+    forms: dict[int, dict[str, str]] = {}
+    for limit in (WORLD, WORLD - 1):  # iteration 2 has WORLD new traces
+        vars_ = f"{{max_in_list_traces: {limit}}}"
+        selected = [model.split("/")[1] for model in models]
+        assert run_dbt(["compile", "--select", *selected, "--vars", vars_], warehouse) == EXIT_OK
+        forms[limit] = {model: (compiled / f"{model}.sql").read_text() for model in models}
+    con = duckdb.connect(str(Warehouse(warehouse).database), read_only=True)
+    try:
+        for model in models:
+            in_list, values = forms[WORLD][model], forms[WORLD - 1][model]
+            assert "pending_traces" not in in_list and "pending_traces" in values, model
+            [(rows,)] = con.execute(f"select count(*) from ({in_list})").fetchall()
+            assert rows > 0, model
+            for left, right in ((in_list, values), (values, in_list)):
+                [(extra,)] = con.execute(
+                    f"select count(*) from (({left}) except all ({right}))"
+                ).fetchall()
+                assert extra == 0, model
+    finally:
+        con.close()
+
+
 def test_changed_trace_is_recomputed_and_unloaded_trace_disappears(
     runs: Runs, iteration_2_built: Path, tmp_path: Path
 ) -> None:
