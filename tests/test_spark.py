@@ -27,6 +27,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT, query_warehouse
+from tracehouse.ingest.shard import shard_of
+from tracehouse.simulate.run import trace_path
 from tracehouse.spark_marts import compare_marts, spark_marts, spark_table_dir
 
 DLRM = REPO_ROOT.parent / "shared" / "data" / "kineto" / "dlrm_8rank"
@@ -66,9 +68,33 @@ class ClusterRun:
         self.outputs = outputs
 
 
+#: The README's simulated run: its folder, its ranks (TP2 x PP2 x DP1), its one iteration.
+README_RUN, README_RANKS, README_ITERATION = "cluster_run", range(4), 1
+
+
+def folder_splitting_the_readme_run(base: Path) -> Path:
+    """A new folder under ``base`` in which the README's run has traces in both shards.
+
+    A file's shard is a hash of its resolved path (ingest/shard.py), so in
+    one folder of eight all four traces fall into one of the two shards; the
+    Spark shard then loads none of them, and the test of its Spark tasks
+    would check nothing (CI met such a folder).
+    """
+    for attempt in range(64):
+        folder = (base / f"scratch{attempt}").resolve()
+        shards = {
+            shard_of(README_RUN, trace_path(folder / README_RUN, rank, README_ITERATION), 2)
+            for rank in README_RANKS
+        }
+        if shards == {0, 1}:
+            folder.mkdir()
+            return folder
+    raise AssertionError(f"no folder under {base} splits the README's run over two shards")
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> ClusterRun:
-    folder = tmp_path_factory.mktemp("cluster")
+    folder = folder_splitting_the_readme_run(tmp_path_factory.mktemp("cluster"))
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "DBT_SEND_ANONYMOUS_USAGE_STATS": "false",
            "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
@@ -116,8 +142,8 @@ def test_spark_ingest_shard_loaded_its_files(cluster: ClusterRun) -> None:
     [spark_line] = [line for line in cluster.outputs if "--engine spark" in line]
     assert "in Spark tasks" in cluster.outputs[spark_line]
     ranks = query_warehouse(cluster.warehouse, "select distinct rank from stg_lake__traces "
-                            "where run_id = 'cluster_run' order by 1")
-    assert [rank for (rank,) in ranks] == [0, 1, 2, 3]
+                            f"where run_id = '{README_RUN}' order by 1")
+    assert [rank for (rank,) in ranks] == list(README_RANKS)
 
 
 def test_marts_equal_on_spark_and_duckdb(cluster: ClusterRun) -> None:
