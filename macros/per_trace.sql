@@ -15,6 +15,13 @@
     so nothing here tracks context. A change of model code, seeds or vars
     needs `--full-refresh` (`tracehouse build` detects it and adds it).
 
+    Which traces are loaded is read from the names of the lake's `traces`
+    files (lake_trace_listing: `traces/run=<run_id>/<trace_id>.parquet`, a
+    trace's commit marker), a directory listing that opens no file: through
+    stg_lake__traces, every model's question and post-hook opened every
+    `traces` file (0.14 s each at 768 files, ~27 times per build, growing
+    with the lake).
+
     On Spark (target `spark`) dbt-spark offers no delete+insert for Parquet
     tables, so macros/spark_incremental.sql builds a `delete+insert` model as
     a plain table (every trace, every build): `traces_to_build()` is then
@@ -53,7 +60,7 @@
 {%- endmacro %}
 
 {#- The traces this model must compute: none for all of them (a full build,
-    a unit test, Spark), else {'ids': [...]} or, above
+    a unit test, Spark), else {'ids': [...], 'runs': {...}} or, above
     var('max_literal_traces'), {'query': the subquery listing them}. -#}
 {% macro traces_pending() -%}
     {#- dbt unit tests render the model as the unit test: they see the full
@@ -66,7 +73,7 @@
     {%- if not builds_per_trace() -%}
         {{ return(none) }}
     {%- endif -%}
-    {{ return(loaded_trace_ids(loaded_traces, 'true', this)) }}
+    {{ return(loaded_trace_ids('(' ~ lake_trace_listing() ~ ')', 'true', this)) }}
 {%- endmacro %}
 
 {#- `column` restricted to `pending` (see traces_pending): `true` for all,
@@ -101,55 +108,74 @@
     {%- endif -%}
 {%- endmacro %}
 
-{#- A predicate on `trace_id` naming the loaded traces that satisfy
-    `condition` (SQL on stg_lake__traces' columns, qualified by its alias
-    `loaded`, e.g. "loaded.file_format = 'nsys'": an unqualified name that
-    the table lacked would bind to the calling query), as literals read at
-    run time: a model that needs a few traces of the lake (the Nsight marts
-    on a warehouse of Kineto traces) then reads none of the others' files,
-    and nothing at all when there are none. Outside a run (parse, a unit
-    test, a warehouse whose staging views do not exist yet, Spark) it is the
-    equivalent subquery. -#}
-{% macro loaded_traces_where(condition, column='trace_id') -%}
+{#- The loaded traces that satisfy `condition` (SQL on stg_lake__traces'
+    columns, qualified by its alias `loaded`, e.g.
+    "loaded.file_format = 'nsys'": an unqualified name that the table lacked
+    would bind to the calling query), read at run time as for
+    traces_pending(): a model that needs a few traces of the lake (the
+    Nsight marts on a warehouse of Kineto traces) then reads none of the
+    others' files (lake_scan, trace_filter), and nothing at all when there
+    are none. Outside a run (parse, a unit test, a warehouse whose staging
+    views do not exist yet, Spark) {'query': the equivalent subquery}. -#}
+{% macro loaded_traces(condition) -%}
     {%- set loaded_traces = ref('stg_lake__traces') -%}
     {%- if execute and model.resource_type != 'unit_test' and target.type == 'duckdb'
         and adapter.get_relation(loaded_traces.database, loaded_traces.schema,
                                  loaded_traces.identifier) is not none -%}
-        {{ trace_filter(loaded_trace_ids(loaded_traces, condition), column) }}
-    {%- else -%}
-        {{ column }} in (select loaded.trace_id from {{ loaded_traces }} as loaded
-                         where {{ condition }})
+        {{ return(loaded_trace_ids(loaded_traces, condition)) }}
     {%- endif -%}
+    {{ return({'query': 'select loaded.trace_id from ' ~ loaded_traces
+                        ~ ' as loaded where ' ~ condition}) }}
+{%- endmacro %}
+
+{#- The loaded traces as a query of (run_id, trace_id), from the names of
+    the lake's `traces` files (`<lake_root>/traces/run=<run_id>/<trace_id>.parquet`;
+    ingest renames a trace's `traces` file into place after every other
+    table's, and writes temporaries as hidden `.tmp` files): a directory
+    listing, no file opened. DuckDB only (glob), like the per-trace
+    increments that use it. -#}
+{% macro lake_trace_listing() -%}
+    {%- set traces_folder = (lake_root() ~ '/traces') | replace("'", "''") -%}
+    select
+        regexp_extract(listed.file, '/run=([^/]+)/[^/]+[.]parquet$', 1) as run_id,
+        regexp_extract(listed.file, '/([^/]+)[.]parquet$', 1) as trace_id
+    from glob('{{ traces_folder }}/run=*/*.parquet') as listed
 {%- endmacro %}
 
 {#- The traces of `loaded_traces` satisfying `condition` and, when `built`
-    is given, having no row in it, read now: {'ids': sorted list}, or
+    is given, having no row in it, read now: {'ids': sorted list, 'runs':
+    {trace_id: run_id}} (the run names a trace's lake files: lake_scan), or
     {'query': the subquery} above var('max_literal_traces') ids, where a huge
     IN list costs more to plan than the pruning saves. -#}
 {% macro loaded_trace_ids(loaded_traces, condition, built=none) -%}
     {%- set pending -%}
-        select loaded.trace_id from {{ loaded_traces }} as loaded
+        select
+            loaded.trace_id,
+            loaded.run_id
+        from {{ loaded_traces }} as loaded
         where {{ condition }}
         {%- if built is not none %}
             and loaded.trace_id not in (select distinct done.trace_id from {{ built }} as done)
         {%- endif %}
     {%- endset -%}
-    {%- set ids = run_query(pending).columns[0].values() | list -%}
-    {%- if ids | length > var('max_literal_traces') -%}
-        {{ return({'query': pending}) }}
+    {%- set rows = run_query(pending).rows -%}
+    {%- if rows | length > var('max_literal_traces') -%}
+        {{ return({'query': 'select pending.trace_id from (' ~ pending ~ ') as pending'}) }}
     {%- endif -%}
-    {{ return({'ids': ids | sort}) }}
+    {%- set runs = {} -%}
+    {%- for row in rows -%}
+        {%- do runs.update({row[0]: row[1]}) -%}
+    {%- endfor -%}
+    {{ return({'ids': runs.keys() | sort, 'runs': runs}) }}
 {%- endmacro %}
 
 {#- Post-hook: drop the rows of traces no longer in the lake (unloaded, or
-    the old version of a changed file). -#}
+    the old version of a changed file), by the lake's listing. -#}
 {% macro delete_unloaded_traces() -%}
-    {#- ref() outside the condition, so dbt sees the dependency at parse time. -#}
-    {%- set loaded_traces = ref('stg_lake__traces') -%}
     {%- if builds_per_trace() -%}
     delete from {{ this }}
     where trace_id not in (
-        select loaded.trace_id from {{ loaded_traces }} as loaded
+        select loaded.trace_id from ({{ lake_trace_listing() }}) as loaded
     )
     {%- endif -%}
 {%- endmacro %}

@@ -44,13 +44,6 @@
     select 1 as lake_registered
 {%- endmacro %}
 
-{#- The lake folder: var('lake_root'), else $TRACEHOUSE_WAREHOUSE/lake, else
-    warehouse/lake (the same rule as the `lake` source's external_location,
-    which YAML cannot call a macro for). -#}
-{% macro lake_root() -%}
-    {{ return(var('lake_root', '') or (env_var('TRACEHOUSE_WAREHOUSE', 'warehouse') ~ '/lake')) }}
-{%- endmacro %}
-
 {#- A Spark SQL string literal. The spark target reads literals verbatim
     (spark.sql.parser.escapedStringLiterals, as DuckDB), which leaves no
     way to write a single quote: such a path is refused, naming it. -#}

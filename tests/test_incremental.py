@@ -278,6 +278,34 @@ def test_incremental_build_names_the_new_traces_so_scans_skip_the_others(
         sql = (compiled / f"intermediate/{model}.sql").read_text()
         assert set(re.findall(r"'([0-9a-f]{16})'", sql)) == new_traces, model
         assert "not in (select distinct built" not in sql, model
+    # The models scanning the lake read the new traces' files by name, not
+    # the staging views' glob over every file (macros/lake_scan.sql).
+    for model, tables in (
+        ("slices/int_slices_contextualized", ("slices", "threads", "flows")),
+        ("slices/int_profiler_steps", ("slices", "threads")),
+        ("collectives/int_collective_calls_sequenced", ("slices",)),
+    ):
+        sql = (compiled / f"intermediate/{model}.sql").read_text()
+        for table in tables:
+            named = re.findall(rf"/{table}/run={RUN}/([0-9a-f]{{16}})\.parquet'", sql)
+            assert set(named) == new_traces, (model, table)
+            assert f"stg_lake__{table}" not in sql, (model, table)
+
+
+def test_incremental_run_inserts_the_new_traces_without_a_temporary_table(
+    iteration_2_built: Path,
+) -> None:
+    # A per-trace model's incremental run inserts its query's rows straight
+    # into the table (macros/materializations/duckdb_incremental.sql), not
+    # through dbt-duckdb's temporary table, delete and copy; rows equal to a
+    # full refresh are checked by test_adding_an_iteration_matches_full_refresh...
+    executed = Warehouse(iteration_2_built).root / "dbt/target/run/tracehouse/models/intermediate"
+    for model in ("slices/int_profiler_steps", "slices/int_slices_contextualized",
+                  "kernels/int_kernels_classified", "collectives/int_collective_calls_sequenced"):
+        sql = (executed / f"{model}.sql").read_text()
+        table = model.split("/")[1]
+        assert re.match(rf'\s*insert into "[^"]+"\."intermediate"\."{table}" by name\b', sql), model
+        assert "__dbt_tmp" not in sql, model
 
 
 def test_long_pending_lists_are_a_values_semi_join_with_the_same_rows(

@@ -310,8 +310,10 @@ def test_megatron_schedule_phases_and_emit_nvtx_steps(nsys_warehouse) -> None:
 
 def test_nsys_marts_name_the_nsys_traces_they_read(nsys_warehouse) -> None:
     # The marts find the Nsight traces at run time and name them in their
-    # scans (macros/per_trace.sql, loaded_traces_where), so on a mixed
-    # warehouse DuckDB reads only those traces' Parquet files.
+    # filters (macros/per_trace.sql, loaded_traces) and their lake scans
+    # read those traces' Parquet files by name (macros/lake_scan.sql), not
+    # the glob over the whole lake, so on a mixed warehouse DuckDB reads
+    # only those files.
     import re
 
     root, trace_ids = nsys_warehouse
@@ -319,3 +321,5 @@ def test_nsys_marts_name_the_nsys_traces_they_read(nsys_warehouse) -> None:
     sql = compiled.read_text()
     nsys_traces = {trace_id for ids in trace_ids.values() for trace_id in ids}
     assert set(re.findall(r"'([0-9a-f]{16})'", sql)) == nsys_traces
+    assert set(re.findall(r"/slices/run=[^/']+/([0-9a-f]{16})\.parquet'", sql)) == nsys_traces
+    assert "stg_lake__slices" not in sql

@@ -29,8 +29,10 @@
     post_hook="{{ delete_unloaded_traces() }}",
 ) }}
 
-{#- The traces to compute, read once for every scan (macros/per_trace.sql). -#}
-{%- set new_traces = traces_to_build() %}
+{#- The traces to compute, read once for every scan, whose lake files are
+    read by name (macros/per_trace.sql, macros/lake_scan.sql). -#}
+{%- set pending = traces_pending() %}
+{%- set new_traces = trace_filter(pending) %}
 
 with
 
@@ -130,7 +132,7 @@ lake_slices as (
         parent_id,
         name,
         args
-    from {{ ref('stg_lake__slices') }}
+    from {{ lake_scan('slices', pending) }}
     where
         trace_id in (select needed_traces.trace_id from needed_traces)
         and {{ new_traces }}

@@ -12,8 +12,10 @@
     post_hook="{{ delete_unloaded_traces() }}",
 ) }}
 
-{#- The traces to compute, read once for every scan (macros/per_trace.sql). -#}
-{%- set new_traces = traces_to_build() %}
+{#- The traces to compute, read once for every scan, whose files are read by
+    name (macros/per_trace.sql, macros/lake_scan.sql). -#}
+{%- set pending = traces_pending() %}
+{%- set new_traces = trace_filter(pending) %}
 
 with
 
@@ -25,7 +27,7 @@ slices as (
         name,
         ts_ns,
         end_ns
-    from {{ ref('stg_lake__slices') }}
+    from {{ lake_scan('slices', pending) }}
     where
         {{ regex_matches('name', "'^" ~ var('profiler_step_prefix') ~ "[0-9]+$'") }}
         and {{ new_traces }}
@@ -36,7 +38,7 @@ threads as (
         trace_id,
         track_id,
         is_gpu
-    from {{ ref('stg_lake__threads') }}
+    from {{ lake_scan('threads', pending) }}
     where {{ new_traces }}
 ),
 

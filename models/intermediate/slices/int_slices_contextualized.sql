@@ -36,7 +36,8 @@
 ) }}
 
 {#- The traces to compute, as a predicate on each scan's own column (read
-    once, named as literals: see macros/per_trace.sql). -#}
+    once, named as literals: see macros/per_trace.sql); the lake scans read
+    only their files (macros/lake_scan.sql). -#}
 {%- set pending = traces_pending() %}
 {%- set new_traces = trace_filter(pending) %}
 {%- set new_slice_traces = trace_filter(pending, 'slices.trace_id') %}
@@ -57,7 +58,7 @@ threads as (
         trace_id,
         track_id,
         is_gpu
-    from {{ ref('stg_lake__threads') }}
+    from {{ lake_scan('threads', pending) }}
     where {{ new_traces }}
 ),
 
@@ -66,7 +67,7 @@ flows as (
         trace_id,
         slice_out,
         slice_in
-    from {{ ref('stg_lake__flows') }}
+    from {{ lake_scan('flows', pending) }}
     where
         category = '{{ var("launch_flow_category") }}'
         and {{ new_traces }}
@@ -95,7 +96,7 @@ gpu_slices as (
         slices.trace_id,
         slices.slice_id,
         slices.correlation
-    from {{ ref('stg_lake__slices') }} as slices
+    from {{ lake_scan('slices', pending) }} as slices
     inner join threads
         on
             slices.trace_id = threads.trace_id
@@ -116,7 +117,7 @@ cpu_slices as (
         slices.correlation,
         slices.ts_ns,
         slices.end_ns
-    from {{ ref('stg_lake__slices') }} as slices
+    from {{ lake_scan('slices', pending) }} as slices
     left join threads
         on
             slices.trace_id = threads.trace_id
@@ -163,7 +164,7 @@ kept as (
             when slices.name like '%): %' then 'python'
             when slices.name like 'nn.Module: %' then 'module'
         end as frame_kind
-    from {{ ref('stg_lake__slices') }} as slices
+    from {{ lake_scan('slices', pending) }} as slices
     left join threads
         on
             slices.trace_id = threads.trace_id

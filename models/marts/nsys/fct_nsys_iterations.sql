@@ -14,6 +14,11 @@
     compute_ns and communication_ns sum their durations by nsys_class.
 #}
 
+{#- The Nsight traces, read once: the lake scan reads only their files, and
+    none at all on a warehouse of Kineto traces (macros/per_trace.sql,
+    macros/lake_scan.sql). -#}
+{%- set nsys_traces = loaded_traces("loaded.file_format = '" ~ var('nsys_file_format') ~ "'") %}
+
 with
 
 kernels as (
@@ -37,10 +42,10 @@ launch_slices as (
         track_id,
         ts_ns,
         end_ns
-    from {{ ref('stg_lake__slices') }}
+    from {{ lake_scan('slices', nsys_traces) }}
     where
         category in ('cuda_runtime', 'cuda_driver')
-        and {{ loaded_traces_where("loaded.file_format = '" ~ var('nsys_file_format') ~ "'") }}
+        and {{ trace_filter(nsys_traces) }}
 ),
 
 ranges as (

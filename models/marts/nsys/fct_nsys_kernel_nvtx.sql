@@ -10,6 +10,11 @@
     ancestors of the launch slice; this walks that chain upwards.
 #}
 
+{#- The Nsight traces, read once: the lake scan reads only their files, and
+    none at all on a warehouse of Kineto traces (macros/per_trace.sql,
+    macros/lake_scan.sql). -#}
+{%- set nsys_traces = loaded_traces("loaded.file_format = '" ~ var('nsys_file_format') ~ "'") %}
+
 with recursive
 
 kernels as (
@@ -33,10 +38,10 @@ slices as (
         category,
         name,
         args
-    from {{ ref('stg_lake__slices') }}
+    from {{ lake_scan('slices', nsys_traces) }}
     where
         category in ('nvtx', 'cuda_runtime', 'cuda_driver')
-        and {{ loaded_traces_where("loaded.file_format = '" ~ var('nsys_file_format') ~ "'") }}
+        and {{ trace_filter(nsys_traces) }}
 ),
 
 ancestors as (

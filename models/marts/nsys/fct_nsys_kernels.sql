@@ -11,6 +11,11 @@
     priority) the short name matches, `other` when none does.
 #}
 
+{#- The Nsight traces, read once: the lake scan reads only their files, and
+    none at all on a warehouse of Kineto traces (macros/per_trace.sql,
+    macros/lake_scan.sql). -#}
+{%- set nsys_traces = loaded_traces("loaded.file_format = '" ~ var('nsys_file_format') ~ "'") %}
+
 with
 
 traces as (
@@ -39,7 +44,7 @@ kernels as (
     from {{ ref('fct_kernels') }}
     where
         category = 'kernel'
-        and {{ loaded_traces_where("loaded.file_format = '" ~ var('nsys_file_format') ~ "'") }}
+        and {{ trace_filter(nsys_traces) }}
 ),
 
 slices as (
@@ -47,12 +52,12 @@ slices as (
         trace_id,
         slice_id,
         args
-    from {{ ref('stg_lake__slices') }}
+    from {{ lake_scan('slices', nsys_traces) }}
     where
         category = 'kernel'
         -- Nsight traces only, named in the scan: the join below would not
         -- stop the lake's Kineto kernels' args from being read.
-        and {{ loaded_traces_where("loaded.file_format = '" ~ var('nsys_file_format') ~ "'") }}
+        and {{ trace_filter(nsys_traces) }}
 ),
 
 nccl_ops as (

@@ -8,6 +8,11 @@
     kernel start, gpu_end_ns = last kernel end; NULL when none.
 #}
 
+{#- The Nsight traces, read once: the lake scan reads only their files, and
+    none at all on a warehouse of Kineto traces (macros/per_trace.sql,
+    macros/lake_scan.sql). -#}
+{%- set nsys_traces = loaded_traces("loaded.file_format = '" ~ var('nsys_file_format') ~ "'") %}
+
 with recursive
 
 ranges as (
@@ -22,12 +27,12 @@ ranges as (
         ts_ns,
         dur_ns,
         end_ns
-    from {{ ref('stg_lake__slices') }}
+    from {{ lake_scan('slices', nsys_traces) }}
     where
         category = 'nvtx'
         and cast({{ json_text('args', 'event type') }} as bigint)
         = {{ var('nsys_push_pop_event_type') }}
-        and {{ loaded_traces_where("loaded.file_format = '" ~ var('nsys_file_format') ~ "'") }}
+        and {{ trace_filter(nsys_traces) }}
 ),
 
 kernel_ranges as (

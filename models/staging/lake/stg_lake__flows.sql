@@ -20,22 +20,10 @@ committed as (
 ),
 
 renamed as (
+    {#- The column list is shared with lake_scan (macros/lake_scan.sql), which
+        reads the same columns from a few traces' files by name. #}
     select
-        ---------- ids
-        run_id,
-        rank,
-        trace_id,
-        flow_id,
-        slice_out,
-        slice_in,
-
-        ---------- strings
-        category,
-
-        ---------- times (ns, absolute clock)
-        ts_out as ts_out_ns,
-        ts_in as ts_in_ns
-
+        {{ lake_columns('flows') }}
     from committed
 )
 

@@ -22,44 +22,10 @@ committed as (
 ),
 
 renamed as (
+    {#- The column list is shared with lake_scan (macros/lake_scan.sql), which
+        reads the same columns from a few traces' files by name. #}
     select
-        ---------- ids
-        run_id,
-        rank,
-        trace_id,
-        slice_id,
-        track_id,
-        parent_id,
-        correlation,
-        external_id,
-        device,
-        stream,
-
-        ---------- strings
-        phase,
-        category,
-        name,
-        collective_name,
-        process_group_name,
-        process_group_desc,
-        dtype,
-        args,
-
-        ---------- numerics
-        depth,
-        group_size,
-        in_msg_nelems,
-        out_msg_nelems,
-        process_group_ranks,
-
-        ---------- booleans
-        is_partial_overlap,
-
-        ---------- times (ns, absolute clock)
-        ts as ts_ns,
-        dur as dur_ns,
-        ts + dur as end_ns
-
+        {{ lake_columns('slices') }}
     from committed
 )
 

@@ -20,25 +20,10 @@ committed as (
 ),
 
 renamed as (
+    {#- The column list is shared with lake_scan (macros/lake_scan.sql), which
+        reads the same columns from a few traces' files by name. #}
     select
-        ---------- ids
-        run_id,
-        rank,
-        trace_id,
-        track_id,
-        pid,
-        tid,
-
-        ---------- strings
-        thread_name,
-
-        ---------- numerics
-        thread_sort_index,
-        slice_count,
-
-        ---------- booleans
-        is_gpu
-
+        {{ lake_columns('threads') }}
     from committed
 )
 

@@ -1,0 +1,137 @@
+{#
+    Reading the lake's per-trace tables: the columns their staging views
+    expose (one list per table, shared by the view and by lake_scan), and a
+    scan that reads only the files of the traces a model needs.
+
+    Why not always the staging view: the view reads its table through a glob
+    over every file of the lake, and DuckDB binds every file the glob
+    matches before a trace_id filter can prune any. On a 768-file lake, 256
+    new traces' slices took 0.20 s through the glob with the filter, 0.25 s
+    for every file, 0.079 s named file by file; at 1,024 ranks x 4
+    iterations an incremental `int_profiler_steps` cost as much for the
+    1,024 new traces as a full build for all 5,120 (benchmarks/README.md).
+    Every loaded trace has one file per table at
+    `<lake_root>/<table>/run=<run_id>/<trace_id>.parquet` (ingest/lake.py),
+    so the pending traces' files can be named.
+#}
+
+{#- The lake folder: var('lake_root'), else $TRACEHOUSE_WAREHOUSE/lake, else
+    warehouse/lake (the same rule as the `lake` source's external_location,
+    which YAML cannot call a macro for). -#}
+{% macro lake_root() -%}
+    {{ return(var('lake_root', '') or (env_var('TRACEHOUSE_WAREHOUSE', 'warehouse') ~ '/lake')) }}
+{%- endmacro %}
+
+{#- The select list of lake table `table` as its staging view exposes it
+    (models/staging/lake/stg_lake__<table>.sql): raw columns by name, times
+    renamed to `_ns` and `end_ns` derived. The one place these renames live. -#}
+{% macro lake_columns(table) -%}
+    {%- if table == 'slices' -%}
+        ---------- ids
+        run_id,
+        rank,
+        trace_id,
+        slice_id,
+        track_id,
+        parent_id,
+        correlation,
+        external_id,
+        device,
+        stream,
+
+        ---------- strings
+        phase,
+        category,
+        name,
+        collective_name,
+        process_group_name,
+        process_group_desc,
+        dtype,
+        args,
+
+        ---------- numerics
+        depth,
+        group_size,
+        in_msg_nelems,
+        out_msg_nelems,
+        process_group_ranks,
+
+        ---------- booleans
+        is_partial_overlap,
+
+        ---------- times (ns, absolute clock)
+        ts as ts_ns,
+        dur as dur_ns,
+        ts + dur as end_ns
+    {%- elif table == 'threads' -%}
+        ---------- ids
+        run_id,
+        rank,
+        trace_id,
+        track_id,
+        pid,
+        tid,
+
+        ---------- strings
+        thread_name,
+
+        ---------- numerics
+        thread_sort_index,
+        slice_count,
+
+        ---------- booleans
+        is_gpu
+    {%- elif table == 'flows' -%}
+        ---------- ids
+        run_id,
+        rank,
+        trace_id,
+        flow_id,
+        slice_out,
+        slice_in,
+
+        ---------- strings
+        category,
+
+        ---------- times (ns, absolute clock)
+        ts_out as ts_out_ns,
+        ts_in as ts_in_ns
+    {%- else -%}
+        {{ exceptions.raise_compiler_error(
+            "lake_columns: no column list for lake table '" ~ table
+            ~ "' (known: slices, threads, flows)") }}
+    {%- endif -%}
+{%- endmacro %}
+
+{#- A relation with the rows of staging view `stg_lake__<table>` for
+    `traces` (traces_pending() or loaded_traces()), reading only their
+    files when they are named: a subquery over the list of files (plus the
+    table's zero-row `_empty.parquet`, so that the columns and types are the
+    lake's even when no trace is pending, and an empty list reads no data).
+    Otherwise (`traces` none for every trace, or a 'query' above
+    var('max_literal_traces')) the staging view itself; callers filter with
+    trace_filter(traces) in both cases. -#}
+{% macro lake_scan(table, traces) -%}
+    {#- ref() first, outside any condition, so that dbt sees the dependency
+        at parse time and unit tests can give the view's rows as input. -#}
+    {%- set staging_view = ref('stg_lake__' ~ table) -%}
+    {%- if traces is none or 'query' in traces or target.type != 'duckdb' -%}
+        {{ staging_view }}
+    {%- else -%}
+        {%- set folder = (lake_root() ~ '/' ~ table) | replace("'", "''") -%}
+        (
+            select
+                {{ lake_columns(table) | indent(8) }}
+            from read_parquet(
+                [
+                    '{{ folder }}/_empty.parquet'
+                    {%- for trace_id in traces['ids'] %},
+                    '{{ folder }}/run={{ traces["runs"][trace_id] | replace("'", "''") }}/{{ trace_id | replace("'", "''") }}.parquet'
+                    {%- endfor %}
+                ],
+                union_by_name = true,
+                hive_partitioning = false
+            )
+        )
+    {%- endif -%}
+{%- endmacro %}
