@@ -1,5 +1,7 @@
 {#
-    Incremental builds by trace, with dbt's own `delete+insert` strategy.
+    Incremental builds by trace, with dbt's `delete+insert` strategy, whose
+    incremental run on DuckDB inserts the new traces' rows directly
+    (macros/materializations/duckdb_incremental.sql says why).
 
     The unit of change is the trace: ingest gives every loaded file a
     trace_id derived from its content, so a changed file is a new trace_id
