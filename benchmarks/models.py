@@ -55,6 +55,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dbt_statements import describe, read_logs, statement_seconds
+
 from tracehouse.dbt import PLAIN_BUILD_EXCLUDES
 
 REPO = Path(__file__).resolve().parents[1]
@@ -97,6 +99,9 @@ class BuildFigures:
     error: str = ""
     model_seconds: dict[str, float] = field(default_factory=dict)
     slowest: list[tuple[str, float]] = field(default_factory=list)
+    #: Statements and their summed seconds by kind, from dbt's debug log
+    #: (benchmarks/dbt_statements.py): model queries against per-node upkeep.
+    statement_seconds: dict[str, tuple[int, float]] = field(default_factory=dict)
     #: The build said the project changed and refreshed every incremental
     #: table; after adding one iteration this must stay False.
     refreshed_everything: bool = False
@@ -198,6 +203,9 @@ def run_build(
         memory_limit,
         *dbt_args,
     ]
+    # dbt appends to (and rotates) its log: start empty, to read this build's.
+    dbt_logs = warehouse / "dbt" / "logs"
+    shutil.rmtree(dbt_logs, ignore_errors=True)
     started = time.perf_counter()
     with open(log, "w") as out:
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
@@ -227,6 +235,7 @@ def run_build(
     elif code != 0:
         figures.error = f"exit code {code}: {_last_error(log)}"
     _read_run_results(warehouse, figures)
+    figures.statement_seconds = statement_seconds(read_logs(dbt_logs))
     figures.refreshed_everything = "rebuilding every incremental table" in log.read_text(
         errors="replace"
     )
@@ -500,6 +509,9 @@ def report(all_figures: list[RunFigures]) -> str:
                     if m in build.model_seconds
                 )
                 lines.append(f"  {label}: kernel chain (s): {chain}")
+                if build.statement_seconds:
+                    lines.append(f"  {label}: SQL by statement kind, summed over threads "
+                                 f"(count): {describe(build.statement_seconds)}")
                 mine = {m: build.model_seconds[m] for m in DISTRIBUTED_MODELS
                         if m in build.model_seconds}
                 if mine:
