@@ -83,6 +83,7 @@ COMPARED_MODELS = [
     "main.fct_rank_summary",
     "main.fct_stage_summary",
     "main.fct_run_kernel_summary",
+    "main.fct_iteration_summary",
 ]
 #: Build only the chain and what it needs, seeds included (the rest of the
 #: project and the dbt tests are covered by other tests).
@@ -92,7 +93,7 @@ SELECT = [
     "+fct_collectives", "+fct_collective_ranks", "+fct_stragglers", "+dim_rank_clock_offsets",
     "+fct_idle_breakdown", "+fct_rank_steps", "+fct_kernel_launches",
     "+fct_run_summary", "+fct_rank_summary", "+fct_stage_summary", "+fct_run_kernel_summary",
-    "--resource-type", "seed", "--resource-type", "model",
+    "+fct_iteration_summary", "--resource-type", "seed", "--resource-type", "model",
 ]  # fmt: skip
 #: Per per-trace model: a column overwritten with a marker in iteration 1's
 #: rows. Rows an incremental build leaves alone keep the marker; recomputed

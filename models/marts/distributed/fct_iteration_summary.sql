@@ -122,8 +122,8 @@ bubbles as (
     select
         run_id,
         iteration,
-        avg(bubble_ratio) as bubble_ratio,
-        avg(theoretical_bubble_ratio) as theoretical_bubble_ratio
+        {{ mean_in_value_order('bubble_ratio') }} as bubble_ratio,
+        {{ mean_in_value_order('theoretical_bubble_ratio') }} as theoretical_bubble_ratio
     from {{ ref('fct_pipeline_bubbles') }}
     group by 1, 2
 ),

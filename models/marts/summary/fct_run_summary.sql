@@ -54,7 +54,7 @@ bubbles as (
         run_id,
         count(*) as bubble_rows,
         sum(bubble_ns) / nullif(sum(group_span_ns), 0) as bubble_ratio,
-        avg(theoretical_bubble_ratio) as theoretical_bubble_ratio,
+        {{ mean_in_value_order('theoretical_bubble_ratio') }} as theoretical_bubble_ratio,
         {{ string_agg_ordered('timing_source', "', '", 'timing_source', distinct=true) }}
             as bubble_timing_sources
     from {{ ref('fct_pipeline_bubbles') }}
