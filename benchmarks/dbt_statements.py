@@ -1,8 +1,9 @@
 """Where a dbt build's database time goes, read from dbt's debug log.
 
-dbt's file log (``<warehouse>/dbt/logs/dbt.log``, debug level by default)
-names every statement it sends (``On model.tracehouse.x: <sql>``) and, when
-DuckDB returns, ``SQL status: OK in S seconds``. Summing those seconds by
+dbt's file log (``<warehouse>/dbt/logs/dbt.log``, debug level and coloured
+by default, which this parser relies on) names every statement it sends
+(``On model.tracehouse.x: <sql>``) and, when DuckDB returns, ``SQL status:
+OK in S seconds``. Summing those seconds by
 kind of statement separates what the models compute from what each node
 costs around it (the per-trace upkeep, the data tests, dbt's bookkeeping):
 the breakdown behind the +1-iteration figures in benchmarks/README.md.
@@ -49,10 +50,12 @@ def statement_kind(node: str, sql: str) -> str:
         return "bookkeeping" if first in ("begin", "commit", "rollback") else "data tests"
     if node.startswith("seed."):
         return "seeds"
-    if first.startswith(("begin", "commit", "rollback", "drop ", "alter ")) or (
-        "information_schema" in text or "duckdb_" in text or first.startswith("select version")
-    ):
+    if first.startswith(("begin", "commit", "rollback", "drop ", "alter ")):
         return "bookkeeping"
+    if first.startswith("select") and (
+        "information_schema." in text or " duckdb_" in text or first.startswith("select version")
+    ):
+        return "bookkeeping"  # dbt's catalog queries
     if re.match(r"create\s+(temporary|temp)\b", text):
         return "temporary tables"
     if first.startswith("create"):

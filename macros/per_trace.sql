@@ -11,8 +11,11 @@
         materialized='incremental', incremental_strategy='delete+insert',
         unique_key='trace_id', post_hook="{{ delete_unloaded_traces() }}"
 
-    and filters its input with `traces_to_build()`: on an incremental run
-    the traces it has no rows for yet, else all. Per-run lookups (process
+    and filters its input with `traces_to_build()` (or `traces_pending()`
+    and `trace_filter()`): on an incremental run the traces it has no rows
+    for yet, else all. Every row must come from such a filtered input: the
+    incremental run then inserts the rows directly
+    (macros/materializations/duckdb_incremental.sql). Per-run lookups (process
     groups, vpp chunks) and aggregates are plain tables rebuilt each time,
     so nothing here tracks context. A change of model code, seeds or vars
     needs `--full-refresh` (`tracehouse build` detects it and adds it).
@@ -25,7 +28,7 @@
     with the lake).
 
     On Spark (target `spark`) dbt-spark offers no delete+insert for Parquet
-    tables, so macros/spark_incremental.sql builds a `delete+insert` model as
+    tables, so macros/materializations/spark_incremental.sql builds a `delete+insert` model as
     a plain table (every trace, every build): `traces_to_build()` is then
     `true` and `delete_unloaded_traces()` a no-op. Spark's strength is the
     full rebuild spread over a cluster; per-trace increments pay off on one
@@ -174,10 +177,15 @@
 {#- Post-hook: drop the rows of traces no longer in the lake (unloaded, or
     the old version of a changed file), by the lake's listing. -#}
 {% macro delete_unloaded_traces() -%}
+    {#- An empty listing deletes nothing: glob() finds no file in a folder
+        that does not exist (a mistyped lake_root), and a lake with no trace
+        at all is refused by `tracehouse build` before dbt starts. -#}
     {%- if builds_per_trace() -%}
     delete from {{ this }}
-    where trace_id not in (
-        select loaded.trace_id from ({{ lake_trace_listing() }}) as loaded
-    )
+    where
+        trace_id not in (
+            select loaded.trace_id from ({{ lake_trace_listing() }}) as loaded
+        )
+        and exists (select 1 from ({{ lake_trace_listing() }}) as any_loaded)
     {%- endif -%}
 {%- endmacro %}

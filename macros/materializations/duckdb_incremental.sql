@@ -14,14 +14,26 @@
     rows. Rows of unloaded traces still go in the model's post-hook
     (delete_unloaded_traces), inside the same transaction.
 
+    This is right only for a model whose every row comes from a pending
+    trace, i.e. whose query filters its inputs with the pending list: so
+    the direct insert is taken only for a model that calls traces_pending()
+    or traces_to_build() itself (dbt records the macros a model calls). A
+    per-trace model without that filter keeps dbt-duckdb's delete+insert,
+    which makes a rerun replace its rows rather than add them again.
+
     Everything else (a first build, --full-refresh, a model that is not
-    per trace) goes to dbt-duckdb's own incremental materialization
-    unchanged. Spark: macros/materializations/spark_incremental.sql.
+    per trace, a Python model) goes to dbt-duckdb's own incremental
+    materialization unchanged. Its on_schema_change handling is skipped
+    here: a changed model needs --full-refresh, which `tracehouse build`
+    adds when the project changed. Spark: macros/materializations/spark_incremental.sql.
 #}
-{% materialization incremental, adapter='duckdb' %}
+{% materialization incremental, adapter='duckdb', supported_languages=['sql', 'python'] %}
+    {%- set called = model['depends_on']['macros'] -%}
     {%- if config.get('incremental_strategy') == 'delete+insert'
         and config.get('unique_key') == 'trace_id'
         and model['language'] == 'sql'
+        and ('macro.tracehouse.traces_pending' in called
+             or 'macro.tracehouse.traces_to_build' in called)
         and builds_per_trace() -%}
         {{ return(insert_pending_traces()) }}
     {%- else -%}
