@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING
 
 from tracehouse import parse_cache
 from tracehouse.build_state import changed_lake_tables, fingerprint, read_state, write_state
+from tracehouse.dbt_import import import_dbt
 from tracehouse.publish import (
     DATABASE_ENV_VAR,
     build_lock,
@@ -135,6 +136,7 @@ def run_dbt(args: Sequence[str] = (), warehouse: Path | None = None) -> int:
     ``--log-path`` are added unless given; artifacts go under
     ``<warehouse>/dbt/`` so that runs on different warehouses never collide.
     """
+    import_dbt()
     from dbt.cli.exceptions import DbtUsageException
 
     root = Warehouse.at(warehouse).root
