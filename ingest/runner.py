@@ -28,11 +28,12 @@ import uuid
 import zlib
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
+from tracehouse.publish import build_lock
 from tracehouse.warehouse import Warehouse
 
 from . import lake
@@ -313,13 +314,29 @@ def warehouse_lock(warehouse: Warehouse, stream: TextIO,
 class _Committer:
     """Decides, in the parent process, whether a parsed trace may land, and lands it."""
 
-    def __init__(self, warehouse: Warehouse, manifest: list[lake.ManifestEntry], token: str):
+    def __init__(self, warehouse: Warehouse, manifest: list[lake.ManifestEntry], token: str,
+                 held: ExitStack):
         self.warehouse = warehouse
         self.token = token
+        self._held = held
+        self._writing = False
         self.by_path = {(m.run_id, m.path): m for m in manifest}
         self.by_run: dict[str, list[lake.ManifestEntry]] = {}
         for entry in manifest:
             self.by_run.setdefault(entry.run_id, []).append(entry)
+
+    def start_writing(self) -> None:
+        """Take the build lock, shared, before this ingest's first lake write, and
+        keep it to the end (``held``): a running build finishes first, and no
+        build starts until this ingest is done (tracehouse.publish.build_lock).
+        An ingest with nothing to write never waits for a build."""
+        if self._writing:
+            return
+        self._held.enter_context(build_lock(
+            self.warehouse.root, shared=True,
+            waiting=f"waiting for the build of {self.warehouse.root} to finish before "
+                    "writing to its lake ..."))
+        self._writing = True
 
     def known_hash(self, source: TraceFile, force: bool) -> str | None:
         entry = self.by_path.get((source.run_id, display_path(source.path)))
@@ -369,6 +386,7 @@ class _Committer:
     def land(self, outcome: _Outcome, keep: frozenset[str] = frozenset()) -> None:
         """Commit one trace; ``keep``: trace ids of the same file landing with it
         (the GPUs of one Nsight export), never unloaded as older versions."""
+        self.start_writing()
         source = outcome.source
         path = display_path(source.path)
         keep = keep | {outcome.trace_id}
@@ -394,6 +412,7 @@ class _Committer:
         self.by_run.setdefault(source.run_id, []).append(entry)
 
     def reject(self, source: TraceFile, error: TraceError) -> Failed:
+        self.start_writing()
         path = display_path(source.path)
         lake.record_error(self.warehouse, source.run_id, {
             "run_id": source.run_id, "path": path, "error_kind": error.kind,
@@ -439,10 +458,10 @@ def ingest_paths(
     token = uuid.uuid4().hex[:12]
     parser = "native" if engine == "spark" else engine
 
-    with warehouse_lock(wh, stream, shard):
+    with warehouse_lock(wh, stream, shard), ExitStack() as build_held:
         lake.init_lake(wh)
         lake.recover(wh, older_than_s=None if shard is None else STALE_AFTER_S)
-        committer = _Committer(wh, lake.read_manifest(wh), token)
+        committer = _Committer(wh, lake.read_manifest(wh), token, build_held)
         todo: list[TraceFile] = []
         for source in found.traces:
             if not force and committer.is_unchanged(source):
@@ -644,6 +663,7 @@ def _load_topologies(files: list[tuple[Path, str]], committer: _Committer,
     """
     for path, run_id in files:
         shown = display_path(path)
+        committer.start_writing()
         try:
             rows = load_topology_file(committer.warehouse, run_id, path, committer.token)
         except TraceError as exc:
@@ -713,6 +733,7 @@ def _load_side_files(files: list[tuple[Path, str]], committer: _Committer,
                                                                          known.mtime_ns):
                 result.skipped.append((shown, "already loaded, unchanged"))
                 continue
+        committer.start_writing()
         try:
             rows = load(committer.warehouse, run_id, path, committer.token, known)
         except TraceError as exc:

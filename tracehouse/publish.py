@@ -13,7 +13,8 @@ file, one opened after reads the new one, and none ever waits.
 
 Two builds of one warehouse take turns through an exclusive ``flock`` on
 ``<warehouse>/.build.lock`` (one host; on a shared filesystem across hosts,
-run builds from one host). A build that dies leaves the published file as it
+run builds from one host); an ingest that writes the lake holds it shared,
+so a build waits for it and it waits for a build. A build that dies leaves the published file as it
 was; its half-written copy is removed by the next build.
 """
 
@@ -43,16 +44,26 @@ def building_database(warehouse: Path) -> Path:
 
 
 @contextmanager
-def build_lock(warehouse: Path) -> Iterator[None]:
-    """Hold the warehouse's build lock; say so once when another build holds it."""
+def build_lock(warehouse: Path, *, shared: bool = False,
+               waiting: str | None = None) -> Iterator[None]:
+    """Hold the warehouse's build lock; say so once (``waiting``) when it is taken.
+
+    A build holds it exclusively. Ingest holds it shared from its first
+    write to the lake to its end (:mod:`ingest.runner`): a build then never
+    sees traces land, or a changed trace's files replaced, halfway through
+    (its models list the loaded traces one by one, as each compiles), and
+    ingests, such as the shards of one load, never wait for each other.
+    """
     root = Path(warehouse)
     root.mkdir(parents=True, exist_ok=True)
+    mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
     with open(root / BUILD_LOCK, "a+b") as handle:
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(handle, mode | fcntl.LOCK_NB)
         except BlockingIOError:
-            print(f"waiting for another build of {root} to finish ...", file=sys.stderr)
-            fcntl.flock(handle, fcntl.LOCK_EX)
+            print(waiting or f"waiting for another build of {root} to finish ...",
+                  file=sys.stderr, flush=True)
+            fcntl.flock(handle, mode)
         try:
             yield
         finally:
