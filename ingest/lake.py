@@ -29,7 +29,7 @@ import hashlib
 import os
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -175,13 +175,17 @@ def read_manifest(warehouse: Warehouse) -> list[ManifestEntry]:
     return entries
 
 
-def recover(warehouse: Warehouse, older_than_s: float | None = None) -> list[Path]:
+def recover(warehouse: Warehouse, older_than_s: float | None = None,
+            before_removing_data: Callable[[], None] | None = None) -> list[Path]:
     """Delete temporaries and files of traces without a commit marker; return them.
 
     ``older_than_s``: touch only files last modified longer ago than that
     (a sharded ingest, :mod:`ingest.shard`, must leave other writers'
     in-flight files alone); None removes every leftover (the one writer
-    holds the warehouse lock).
+    holds the warehouse lock). ``before_removing_data``: called once before
+    the first data file goes (ingest takes the build lock there: a running
+    build's staging views may be reading it); hidden temporaries are never
+    read by a build.
     """
     removed: list[Path] = []
     if not warehouse.lake.exists():
@@ -209,6 +213,9 @@ def recover(warehouse: Warehouse, older_than_s: float | None = None) -> list[Pat
             continue
         for data in warehouse.table_dir(table).glob("run=*/*.parquet"):
             if (data.parent.name, data.stem) not in committed and stale(data):
+                if before_removing_data is not None:
+                    before_removing_data()
+                    before_removing_data = None
                 data.unlink(missing_ok=True)
                 removed.append(data)
     return removed

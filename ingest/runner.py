@@ -311,32 +311,39 @@ def warehouse_lock(warehouse: Warehouse, stream: TextIO,
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+class _BuildTurn:
+    """The build lock, taken shared before this ingest's first lake write and
+    kept to its end (``held``): a running build finishes first, and no build
+    starts until the ingest is done (tracehouse.publish.build_lock). An
+    ingest with nothing to write never waits for a build."""
+
+    def __init__(self, warehouse: Warehouse, held: ExitStack):
+        self._warehouse = warehouse
+        self._held = held
+        self._taken = False
+
+    def take(self) -> None:
+        if self._taken:
+            return
+        self._held.enter_context(build_lock(
+            self._warehouse.root, shared=True,
+            waiting=f"waiting for the build of {self._warehouse.root} to finish before "
+                    "writing to its lake ..."))
+        self._taken = True
+
+
 class _Committer:
     """Decides, in the parent process, whether a parsed trace may land, and lands it."""
 
     def __init__(self, warehouse: Warehouse, manifest: list[lake.ManifestEntry], token: str,
-                 held: ExitStack):
+                 turn: _BuildTurn):
         self.warehouse = warehouse
         self.token = token
-        self._held = held
-        self._writing = False
+        self.start_writing = turn.take
         self.by_path = {(m.run_id, m.path): m for m in manifest}
         self.by_run: dict[str, list[lake.ManifestEntry]] = {}
         for entry in manifest:
             self.by_run.setdefault(entry.run_id, []).append(entry)
-
-    def start_writing(self) -> None:
-        """Take the build lock, shared, before this ingest's first lake write, and
-        keep it to the end (``held``): a running build finishes first, and no
-        build starts until this ingest is done (tracehouse.publish.build_lock).
-        An ingest with nothing to write never waits for a build."""
-        if self._writing:
-            return
-        self._held.enter_context(build_lock(
-            self.warehouse.root, shared=True,
-            waiting=f"waiting for the build of {self.warehouse.root} to finish before "
-                    "writing to its lake ..."))
-        self._writing = True
 
     def known_hash(self, source: TraceFile, force: bool) -> str | None:
         entry = self.by_path.get((source.run_id, display_path(source.path)))
@@ -460,8 +467,10 @@ def ingest_paths(
 
     with warehouse_lock(wh, stream, shard), ExitStack() as build_held:
         lake.init_lake(wh)
-        lake.recover(wh, older_than_s=None if shard is None else STALE_AFTER_S)
-        committer = _Committer(wh, lake.read_manifest(wh), token, build_held)
+        turn = _BuildTurn(wh, build_held)
+        lake.recover(wh, older_than_s=None if shard is None else STALE_AFTER_S,
+                     before_removing_data=turn.take)
+        committer = _Committer(wh, lake.read_manifest(wh), token, turn)
         todo: list[TraceFile] = []
         for source in found.traces:
             if not force and committer.is_unchanged(source):

@@ -87,3 +87,29 @@ def test_ingests_share_the_lock_and_a_build_waits_for_them(tmp_path: Path) -> No
     with open(tmp_path / BUILD_LOCK, "a+b") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free again
         fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def test_leftovers_of_a_killed_ingest_are_removed_only_between_builds(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """Data files of a trace without its commit marker (an ingest killed mid-commit)
+    are removed by the next ingest; a running build's staging views may be
+    reading them, so that waits for the build too."""
+    warehouse = tmp_path / "wh"
+    traces = sorted(DLRM.glob("*.pt.trace.json.gz"))
+    ingest_paths(traces[:1], warehouse, run="dlrm", progress=False)
+    marker = _loaded(warehouse)[0]
+    orphan = Warehouse(warehouse).table_dir("slices") / marker.parent.name / marker.name
+    marker.unlink()  # as if killed before the marker was renamed into place
+    assert orphan.exists()
+    with build_lock(warehouse):
+        thread, _outcome = _ingest_in_thread(traces[1], warehouse)
+        deadline = time.monotonic() + 120
+        said = ""
+        while WAITING not in said and time.monotonic() < deadline and thread.is_alive():
+            time.sleep(0.1)
+            said += capfd.readouterr().err
+        assert WAITING in said
+        assert orphan.exists()
+    thread.join(timeout=120)
+    assert not thread.is_alive()
+    assert not orphan.exists()
