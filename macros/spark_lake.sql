@@ -1,6 +1,6 @@
 {#
     The lake as a dbt source on every target. DuckDB reads the Parquet
-    files in place (the `external_location` of the `lake` source). Spark
+    files in place (lake_source in macros/lake_scan.sql). Spark
     needs tables: `register_lake()`, an on-run-start hook, (re)creates each
     table of the `lake` source as an external Parquet table of schema `lake`
     over `<lake_root>/<table>/`:

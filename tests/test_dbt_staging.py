@@ -52,8 +52,8 @@ def _query(warehouse: Path, sql: str, params: list | None = None) -> list[tuple]
 def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
     """Two committed ranks plus one trace interrupted mid-commit, built once.
 
-    The folder name holds a space, a quote and braces: the source's
-    external_location must escape them for SQL and for str.format.
+    The folder name holds a space, a quote and braces: the staging views'
+    lake paths (macro lake_source) must escape them for SQL.
     """
     root = tmp_path_factory.mktemp("staging") / "ware house 'q' {x}"
     lake = build_lake(root)

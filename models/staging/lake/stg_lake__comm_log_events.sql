@@ -7,7 +7,7 @@
 with
 
 lake_comm_log_events as (
-    select * from {{ source('lake', 'comm_log_events') }}
+    select * from {{ lake_source('comm_log_events') }}
 ),
 
 renamed as (

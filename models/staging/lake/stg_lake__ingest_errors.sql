@@ -6,7 +6,7 @@
 with
 
 source as (
-    select * from {{ source('lake', 'ingest_errors') }}
+    select * from {{ lake_source('ingest_errors') }}
 ),
 
 renamed as (

@@ -9,7 +9,7 @@
 with
 
 lake_pp_timer_events as (
-    select * from {{ source('lake', 'pp_timer_events') }}
+    select * from {{ lake_source('pp_timer_events') }}
 ),
 
 renamed as (

@@ -8,11 +8,11 @@ with
 {# Not named `source` like the other staging imports: the table has a
    column called `source`. #}
 lake_process_groups as (
-    select * from {{ source('lake', 'process_groups') }}
+    select * from {{ lake_source('process_groups') }}
 ),
 
 committed_traces as (
-    select trace_id from {{ source('lake', 'traces') }}
+    select trace_id from {{ lake_source('traces') }}
 ),
 
 committed as (

@@ -6,11 +6,11 @@
 with
 
 source as (
-    select * from {{ source('lake', 'processes') }}
+    select * from {{ lake_source('processes') }}
 ),
 
 committed_traces as (
-    select trace_id from {{ source('lake', 'traces') }}
+    select trace_id from {{ lake_source('traces') }}
 ),
 
 committed as (

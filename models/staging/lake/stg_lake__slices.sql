@@ -8,11 +8,11 @@
 with
 
 source as (
-    select * from {{ source('lake', 'slices') }}
+    select * from {{ lake_source('slices') }}
 ),
 
 committed_traces as (
-    select trace_id from {{ source('lake', 'traces') }}
+    select trace_id from {{ lake_source('traces') }}
 ),
 
 committed as (

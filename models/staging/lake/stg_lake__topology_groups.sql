@@ -7,7 +7,7 @@
 with
 
 lake_topology_groups as (
-    select * from {{ source('lake', 'topology_groups') }}
+    select * from {{ lake_source('topology_groups') }}
 ),
 
 renamed as (

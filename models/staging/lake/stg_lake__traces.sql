@@ -8,7 +8,7 @@
 with
 
 source as (
-    select * from {{ source('lake', 'traces') }}
+    select * from {{ lake_source('traces') }}
 ),
 
 renamed as (
