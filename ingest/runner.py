@@ -315,11 +315,13 @@ class _BuildTurn:
     """The build lock, taken shared before this ingest's first lake write and
     kept to its end (``held``): a running build finishes first, and no build
     starts until the ingest is done (tracehouse.publish.build_lock). An
-    ingest with nothing to write never waits for a build."""
+    ingest whose traces are all unchanged waits for no build, unless it
+    loads topology files (always reloaded) or changed side files."""
 
-    def __init__(self, warehouse: Warehouse, held: ExitStack):
+    def __init__(self, warehouse: Warehouse, held: ExitStack, stream: TextIO):
         self._warehouse = warehouse
         self._held = held
+        self._stream = stream
         self._taken = False
 
     def take(self) -> None:
@@ -328,7 +330,7 @@ class _BuildTurn:
         self._held.enter_context(build_lock(
             self._warehouse.root, shared=True,
             waiting=f"waiting for the build of {self._warehouse.root} to finish before "
-                    "writing to its lake ..."))
+                    "writing to its lake ...", stream=self._stream))
         self._taken = True
 
 
@@ -467,7 +469,7 @@ def ingest_paths(
 
     with warehouse_lock(wh, stream, shard), ExitStack() as build_held:
         lake.init_lake(wh)
-        turn = _BuildTurn(wh, build_held)
+        turn = _BuildTurn(wh, build_held, stream)
         lake.recover(wh, older_than_s=None if shard is None else STALE_AFTER_S,
                      before_removing_data=turn.take)
         committer = _Committer(wh, lake.read_manifest(wh), token, turn)

@@ -25,7 +25,7 @@ from tracehouse.warehouse import Warehouse
 
 DLRM = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "kineto" / "dlrm_8rank"
 
-pytestmark = pytest.mark.skipif(not DLRM.is_dir(), reason=f"shared DLRM traces not found: {DLRM}")
+needs_dlrm = pytest.mark.skipif(not DLRM.is_dir(), reason=f"shared DLRM traces not found: {DLRM}")
 
 WAITING = "waiting for the build of"
 
@@ -44,6 +44,7 @@ def _ingest_in_thread(trace: Path, warehouse: Path) -> tuple[threading.Thread, l
     return thread, outcome
 
 
+@needs_dlrm
 def test_ingest_waits_for_a_running_build_before_landing_traces(
         tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     warehouse = tmp_path / "wh"
@@ -65,7 +66,8 @@ def test_ingest_waits_for_a_running_build_before_landing_traces(
     assert len(_loaded(warehouse)) == 1
 
 
-def test_an_ingest_with_nothing_to_write_does_not_wait_for_a_build(tmp_path: Path) -> None:
+@needs_dlrm
+def test_an_ingest_of_unchanged_traces_does_not_wait_for_a_build(tmp_path: Path) -> None:
     warehouse = tmp_path / "wh"
     trace = sorted(DLRM.glob("*.pt.trace.json.gz"))[0]
     ingest_paths([trace], warehouse, run="dlrm", progress=False)
@@ -89,6 +91,7 @@ def test_ingests_share_the_lock_and_a_build_waits_for_them(tmp_path: Path) -> No
         fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+@needs_dlrm
 def test_leftovers_of_a_killed_ingest_are_removed_only_between_builds(
         tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     """Data files of a trace without its commit marker (an ingest killed mid-commit)

@@ -13,9 +13,11 @@ file, one opened after reads the new one, and none ever waits.
 
 Two builds of one warehouse take turns through an exclusive ``flock`` on
 ``<warehouse>/.build.lock`` (one host; on a shared filesystem across hosts,
-run builds from one host); an ingest that writes the lake holds it shared,
-so a build waits for it and it waits for a build. A build that dies leaves the published file as it
-was; its half-written copy is removed by the next build.
+run builds from one host); an ingest that writes the lake holds it shared
+until it ends, so a build waits for it and it waits for a build (one
+host's ingests: shards on other hosts are not held off). A build that
+dies leaves the published file as it was; its half-written copy is
+removed by the next build.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TextIO
 
 from tracehouse.warehouse import DATABASE_FILE, Warehouse
 
@@ -44,15 +47,19 @@ def building_database(warehouse: Path) -> Path:
 
 
 @contextmanager
-def build_lock(warehouse: Path, *, shared: bool = False,
-               waiting: str | None = None) -> Iterator[None]:
-    """Hold the warehouse's build lock; say so once (``waiting``) when it is taken.
+def build_lock(warehouse: Path, *, shared: bool = False, waiting: str | None = None,
+               stream: TextIO | None = None) -> Iterator[None]:
+    """Hold the warehouse's build lock; say so once (``waiting``, on ``stream``,
+    default stderr) when it is taken.
 
     A build holds it exclusively. Ingest holds it shared from its first
     write to the lake to its end (:mod:`ingest.runner`): a build then never
     sees traces land, or a changed trace's files replaced, halfway through
     (its models list the loaded traces one by one, as each compiles), and
-    ingests, such as the shards of one load, never wait for each other.
+    the build lock adds no wait between ingests (the shards of one load;
+    plain ingests still take turns on the ingest lock). A build waits for
+    every ingest holding it to end, so overlapping ingests can delay a
+    build. ``flock``: one host's processes only, like the ingest lock.
     """
     root = Path(warehouse)
     root.mkdir(parents=True, exist_ok=True)
@@ -61,8 +68,8 @@ def build_lock(warehouse: Path, *, shared: bool = False,
         try:
             fcntl.flock(handle, mode | fcntl.LOCK_NB)
         except BlockingIOError:
-            print(waiting or f"waiting for another build of {root} to finish ...",
-                  file=sys.stderr, flush=True)
+            print(waiting or f"waiting for another build or an ingest of {root} to finish ...",
+                  file=stream or sys.stderr, flush=True)
             fcntl.flock(handle, mode)
         try:
             yield
