@@ -22,6 +22,12 @@
     {{ return(var('lake_root', '') or (env_var('TRACEHOUSE_WAREHOUSE', 'warehouse') ~ '/lake')) }}
 {%- endmacro %}
 
+{#- The folder of lake table `table`, escaped for a SQL string literal
+    (quotes doubled): what every read of the lake's files builds on. -#}
+{% macro lake_folder(table) -%}
+    {{ return((lake_root() ~ '/' ~ table) | replace("'", "''")) }}
+{%- endmacro %}
+
 {#- Lake table `table` as the staging views read it: on DuckDB, every
     Parquet file of the table under lake_root(), by column name
     (union_by_name; run_id is a real column, so no hive partitioning);
@@ -38,8 +44,8 @@
 {% macro lake_source(table) -%}
     {%- set relation = source('lake', table) -%}
     {%- if execute and target.type == 'duckdb' and model.resource_type != 'unit_test' -%}
-        {%- set files = (lake_root() ~ '/' ~ table ~ '/**/*.parquet') | replace("'", "''") -%}
-        read_parquet('{{ files }}', union_by_name = true, hive_partitioning = false)
+        read_parquet('{{ lake_folder(table) }}/**/*.parquet', union_by_name = true,
+                     hive_partitioning = false)
     {%- else -%}
         {{ relation }}
     {%- endif -%}
@@ -141,7 +147,7 @@
     {%- if traces is none or 'query' in traces or target.type != 'duckdb' -%}
         {{ staging_view }}
     {%- else -%}
-        {%- set folder = (lake_root() ~ '/' ~ table) | replace("'", "''") -%}
+        {%- set folder = lake_folder(table) -%}
         (
             select
                 {{ lake_columns(table) | indent(8) }}

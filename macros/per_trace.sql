@@ -140,11 +140,10 @@
     listing, no file opened. DuckDB only (glob), like the per-trace
     increments that use it. -#}
 {% macro lake_trace_listing() -%}
-    {%- set traces_folder = (lake_root() ~ '/traces') | replace("'", "''") -%}
     select
         regexp_extract(listed.file, '/run=([^/]+)/[^/]+[.]parquet$', 1) as run_id,
         regexp_extract(listed.file, '/([^/]+)[.]parquet$', 1) as trace_id
-    from glob('{{ traces_folder }}/run=*/*.parquet') as listed
+    from glob('{{ lake_folder('traces') }}/run=*/*.parquet') as listed
 {%- endmacro %}
 
 {#- The traces of `loaded_traces` satisfying `condition` and, when `built`
