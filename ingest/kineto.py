@@ -651,7 +651,7 @@ def parse_kineto(data: bytes, source: TraceFile, *, trace_id: str, content_hash:
             **{column: chunked(column, type_) for _, column, type_ in _TYPED_COLUMNS},
             "args": chunked("args", pa.string()),
         },
-        schema.SLICES,
+        schema.PARSED_SLICES,
     )
 
     flows, unpaired = _flows(columns, track_arr, ts_ns, dur_ns, nested.parent, run_id, rank,
@@ -728,6 +728,7 @@ def traces_row(source: TraceFile, trace, dist: DistributedInfo, *, engine: str, 
             "distributed_info": _json_column([trace.distributedInfo], "distributedInfo"),
             "device_properties": _json_column([trace.deviceProperties], "deviceProperties"),
             "ingested_at": [ingested_at],
+            "lake_format": [schema.LAKE_FORMAT],
         },
         schema.TRACES,
     )

@@ -38,7 +38,8 @@ import pyarrow.parquet as pq
 
 from tracehouse.warehouse import Warehouse
 
-from .schema import LAKE_TABLES, TRACE_TABLES
+from .schema import LAKE_FORMAT, LAKE_TABLES, TRACE_TABLES
+from .slice_context import with_context
 
 EMPTY_FILE = "_empty.parquet"
 SCHEMA_FILE = "_common_metadata"
@@ -107,7 +108,13 @@ def trace_file(warehouse: Warehouse, table: str, run_id: str, trace_id: str) -> 
 def write_trace_tmp(
     warehouse: Warehouse, run_id: str, trace_id: str, tables: dict[str, pa.Table], token: str
 ) -> list[tuple[Path, Path]]:
-    """Write every table of one trace to temporaries; return (tmp, final) in commit order."""
+    """Write every table of one trace to temporaries; return (tmp, final) in commit order.
+
+    ``tables`` are the parser's (``slices`` with :data:`~.schema.PARSED_SLICES`);
+    the lake's ``slices`` gains the slice context here (ingest/slice_context.py).
+    """
+    tables = {**tables, "slices": with_context(tables["slices"], tables["flows"],
+                                               tables["threads"])}
     pending = []
     try:
         for table in TRACE_TABLES:
@@ -151,10 +158,18 @@ class ManifestEntry:
     mtime_ns: int
     content_hash: str
     world_size: int | None = None
+    #: traces.lake_format: None for a trace written before format 2.
+    lake_format: int | None = LAKE_FORMAT
+
+    @property
+    def is_current(self) -> bool:
+        """Written in this ingest's lake format (else the trace must be parsed again)."""
+        return self.lake_format == LAKE_FORMAT
 
 
 _MANIFEST_COLUMNS = ("run_id", "path", "trace_id", "rank", "iteration", "min_profiler_step",
-                     "max_profiler_step", "size_bytes", "mtime_ns", "content_hash", "world_size")
+                     "max_profiler_step", "size_bytes", "mtime_ns", "content_hash", "world_size",
+                     "lake_format")
 
 
 def read_manifest(warehouse: Warehouse) -> list[ManifestEntry]:

@@ -430,7 +430,7 @@ def _one_gpu(con: duckdb.DuckDBPyConnection, source: TraceFile, device: int, ran
         "out_msg_nelems": pa.nulls(n, pa.int64()),
         "dtype": pa.nulls(n, pa.string()),
         "args": rows.column("args"),
-    }).cast(schema.SLICES)
+    }).cast(schema.PARSED_SLICES)
 
     flows = _launch_flows(rows, ts, run_id, rank, trace_id)
     threads, processes = _tracks(track_rows, device, names, run_id, rank, trace_id)
@@ -453,6 +453,7 @@ def _one_gpu(con: duckdb.DuckDBPyConnection, source: TraceFile, device: int, ran
         "host_name": None, "kineto_trace_id": None,
         "distributed_info": json.dumps({"rank": rank, "nsys_device": device}),
         "device_properties": device_properties, "ingested_at": ingested_at,
+        "lake_format": schema.LAKE_FORMAT,
     }], schema=schema.TRACES)
     return ParsedTrace(
         trace_id=trace_id, rank=rank, iteration=source.iteration_hint,

@@ -633,7 +633,7 @@ def _assemble(source, trace, dist, rank, facts, slices_q, threads_q, flows_q, st
             **typed,
             "args": _json_column(raws, "args", lengths),
         },
-        schema.SLICES,
+        schema.PARSED_SLICES,
     )
 
     flows = _flows(flows_q, facts, local_id, ts, dur, track, tracks, base_ns, run_id, rank,

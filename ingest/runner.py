@@ -349,12 +349,14 @@ class _Committer:
 
     def known_hash(self, source: TraceFile, force: bool) -> str | None:
         entry = self.by_path.get((source.run_id, display_path(source.path)))
-        return None if force or entry is None else entry.content_hash
+        if force or entry is None or not entry.is_current:
+            return None  # parse it (again): an older lake format lacks derived columns
+        return entry.content_hash
 
     def is_unchanged(self, source: TraceFile) -> bool:
         entry = self.by_path.get((source.run_id, display_path(source.path)))
-        return (entry is not None and entry.size_bytes == source.size_bytes
-                and entry.mtime_ns == source.mtime_ns)
+        return (entry is not None and entry.is_current
+                and entry.size_bytes == source.size_bytes and entry.mtime_ns == source.mtime_ns)
 
     def conflict(self, outcome: _Outcome) -> TraceError | None:
         path = display_path(outcome.source.path)

@@ -21,6 +21,15 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from .slice_context import CONTEXT_FIELDS
+
+#: The version of what ingest writes for a trace, kept in ``traces.lake_format``.
+#: Bump it when a trace's files gain derived columns that older files lack:
+#: the next ingest re-parses every trace written by an older format (same
+#: trace ids), so the lake never mixes the two. 2: ``slices`` carries the
+#: slice context (ingest/slice_context.py).
+LAKE_FORMAT = 2
+
 TRACES = pa.schema(
     [
         ("run_id", pa.string()),
@@ -53,10 +62,12 @@ TRACES = pa.schema(
         ("distributed_info", pa.string()),  # JSON
         ("device_properties", pa.string()),  # JSON
         ("ingested_at", pa.timestamp("us", tz="UTC")),
+        ("lake_format", pa.int64()),  # LAKE_FORMAT when written; NULL: before format 2
     ]
 )
 
-SLICES = pa.schema(
+#: ``slices`` as the parsers produce it: the events of the file.
+PARSED_SLICES = pa.schema(
     [
         ("run_id", pa.string()),
         ("rank", pa.int64()),
@@ -86,6 +97,11 @@ SLICES = pa.schema(
         ("args", pa.string()),  # the whole args object as JSON
     ]
 )
+
+#: ``slices`` as the lake holds it: the parsed columns, then the context that
+#: the slice's own trace decides (track kind, frame parts, launch of GPU
+#: work), added by the lake writer (ingest/slice_context.py).
+SLICES = pa.schema([*PARSED_SLICES, *(pa.field(n, t) for n, t in CONTEXT_FIELDS)])
 
 FLOWS = pa.schema(
     [

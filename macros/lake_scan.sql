@@ -67,6 +67,8 @@
         external_id,
         device,
         stream,
+        launch_slice_id,
+        launch_track_id,
 
         ---------- strings
         phase,
@@ -77,6 +79,11 @@
         process_group_desc,
         dtype,
         args,
+        frame_kind,
+        frame_file,
+        frame_function,
+        launch_source,
+        launch_name,
 
         ---------- numerics
         depth,
@@ -87,11 +94,14 @@
 
         ---------- booleans
         is_partial_overlap,
+        is_gpu,
 
         ---------- times (ns, absolute clock)
         ts as ts_ns,
         dur as dur_ns,
-        ts + dur as end_ns
+        ts + dur as end_ns,
+        launch_ts as launch_ts_ns,
+        launch_ts + launch_dur as launch_end_ns
     {%- elif table == 'threads' -%}
         ---------- ids
         run_id,

@@ -282,8 +282,8 @@ def test_incremental_build_names_the_new_traces_so_scans_skip_the_others(
     # The models scanning the lake read the new traces' files by name, not
     # the staging views' glob over every file (macros/lake_scan.sql).
     for model, tables in (
-        ("slices/int_slices_contextualized", ("slices", "threads", "flows")),
-        ("slices/int_profiler_steps", ("slices", "threads")),
+        ("slices/int_slices_contextualized", ("slices",)),
+        ("slices/int_profiler_steps", ("slices",)),
         ("collectives/int_collective_calls_sequenced", ("slices",)),
     ):
         sql = (compiled / f"intermediate/{model}.sql").read_text()

@@ -19,42 +19,19 @@
 
 with
 
-slices as (
+{# ProfilerStep ranges on CPU tracks (is_gpu: ingest/slice_context.py). #}
+cpu_steps as (
     select
         trace_id,
         slice_id,
-        track_id,
         name,
         ts_ns,
         end_ns
     from {{ lake_scan('slices', pending) }}
     where
         {{ regex_matches('name', "'^" ~ var('profiler_step_prefix') ~ "[0-9]+$'") }}
+        and not is_gpu
         and {{ new_traces }}
-),
-
-threads as (
-    select
-        trace_id,
-        track_id,
-        is_gpu
-    from {{ lake_scan('threads', pending) }}
-    where {{ new_traces }}
-),
-
-cpu_steps as (
-    select
-        slices.trace_id,
-        slices.slice_id,
-        slices.name,
-        slices.ts_ns,
-        slices.end_ns
-    from slices
-    inner join threads
-        on
-            slices.trace_id = threads.trace_id
-            and slices.track_id = threads.track_id
-    where not coalesce(threads.is_gpu, false)
 ),
 
 final as (

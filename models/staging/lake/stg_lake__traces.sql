@@ -43,6 +43,7 @@ renamed as (
         flow_count,
         unpaired_flow_events,
         partial_overlap_count,
+        lake_format,
 
         ---------- times (ns)
         mtime_ns,
