@@ -52,7 +52,9 @@ def test_every_kind_of_check_names_its_failing_rows() -> None:
     assert _failures(rows, **CHECKS) == {
         "id is not null": 1,
         "kind is not null": 1,
-        'kind in (gpu, it"s)': 1,  # a quote in a label becomes " (portable literals)  # cpu; NULL is accepted_values' pass, as dbt's
+        # cpu fails; NULL passes, as in dbt's accepted_values; a quote in a
+        # label becomes " (portable string literals)
+        'kind in (gpu, it"s)': 1,
         "ns >= 0": 2,  # -1, and NULL (an expression that is not true fails)
         "small_when_gpu": 1,  # 50 on gpu; 7 is not gpu
     }
