@@ -58,7 +58,9 @@ def init_lake(warehouse: Warehouse) -> None:
         folder = warehouse.table_dir(table)
         folder.mkdir(parents=True, exist_ok=True)
         empty = folder / EMPTY_FILE
-        if not empty.exists():
+        # Rewritten when the schema changed too: a model with no pending trace
+        # reads only this file, so it must carry every column (lake_scan).
+        if not empty.exists() or not _same_schema(empty, table_schema):
             tmp = write_parquet_tmp(table_schema.empty_table(), empty, token=token)
             os.replace(tmp, empty)
         summary = folder / SCHEMA_FILE
@@ -66,6 +68,11 @@ def init_lake(warehouse: Warehouse) -> None:
             tmp = summary.with_name(f".{summary.name}.{token}{TMP_SUFFIX}")
             pq.write_metadata(table_schema, tmp)
             os.replace(tmp, summary)
+    if warehouse.lake_format() != LAKE_FORMAT:
+        marker = warehouse.lake_format_file
+        tmp = marker.with_name(f".{marker.name}.{token}{TMP_SUFFIX}")
+        tmp.write_text(f"{LAKE_FORMAT}\n")
+        os.replace(tmp, marker)
 
 
 def _same_schema(summary: Path, table_schema: pa.Schema) -> bool:

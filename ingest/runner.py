@@ -402,11 +402,15 @@ class _Committer:
         path = display_path(source.path)
         keep = keep | {outcome.trace_id}
         for previous in [e for e in self.by_run.get(source.run_id, [])
-                         if e.path == path and e.trace_id not in keep]:
-            # Unload the old version before committing the new one: a crash in
-            # between leaves the path unloaded (the next run loads it), never
-            # loaded twice (which no later run would notice).
-            lake.remove_trace(self.warehouse, source.run_id, previous.trace_id)
+                         if e.path == path and (e.trace_id not in keep
+                                                or e.trace_id == outcome.trace_id)]:
+            if previous.trace_id != outcome.trace_id:
+                # Unload the old version before committing the new one: a crash in
+                # between leaves the path unloaded (the next run loads it), never
+                # loaded twice (which no later run would notice).
+                lake.remove_trace(self.warehouse, source.run_id, previous.trace_id)
+            # The same id (the same bytes parsed again: --force, an older lake
+            # format) has its files replaced by the commit: only its entry goes.
             self.by_run[source.run_id].remove(previous)
             self.by_path.pop((source.run_id, path), None)
         lake.commit(outcome.pending)

@@ -21,14 +21,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from .slice_context import CONTEXT_FIELDS
+from tracehouse.warehouse import LAKE_FORMAT  # noqa: F401 - re-exported for the writers
 
-#: The version of what ingest writes for a trace, kept in ``traces.lake_format``.
-#: Bump it when a trace's files gain derived columns that older files lack:
-#: the next ingest re-parses every trace written by an older format (same
-#: trace ids), so the lake never mixes the two. 2: ``slices`` carries the
-#: slice context (ingest/slice_context.py).
-LAKE_FORMAT = 2
+from .slice_context import CONTEXT_FIELDS
 
 TRACES = pa.schema(
     [
@@ -62,7 +57,7 @@ TRACES = pa.schema(
         ("distributed_info", pa.string()),  # JSON
         ("device_properties", pa.string()),  # JSON
         ("ingested_at", pa.timestamp("us", tz="UTC")),
-        ("lake_format", pa.int64()),  # LAKE_FORMAT when written; NULL: before format 2
+        ("lake_format", pa.int64()),  # warehouse.LAKE_FORMAT when written; NULL: before 2
     ]
 )
 

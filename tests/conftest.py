@@ -48,6 +48,7 @@ def init_lake(warehouse: Path) -> None:
         folder = Warehouse(warehouse).table_dir(table)
         folder.mkdir(parents=True, exist_ok=True)
         pq.write_table(schema.empty_table(), folder / "_empty.parquet")
+    Warehouse(warehouse).lake_format_file.write_text(f"{LAKE_FORMAT}\n")
 
 
 def write_rows(warehouse: Path, table: str, run_id: str, name: str, rows: Sequence[dict]) -> Path:

@@ -8,6 +8,7 @@ moving the rules from the build into ingest changed no answer.
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import SHARED_DATA
+from conftest import SHARED_DATA, build_lake
+from tracehouse.dbt import DBT_ARTIFACTS_DIR, EXIT_FAILED, EXIT_OK, run_dbt
 from tracehouse.ingest.runner import ingest_paths
 from tracehouse.ingest.schema import LAKE_FORMAT, LAKE_TABLES, PARSED_SLICES, SLICES
 from tracehouse.ingest.slice_context import CONTEXT_FIELDS, with_context
@@ -227,7 +229,9 @@ def test_real_traces_match_the_sql_rules(name: str, tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------ lake format
 
-def test_traces_of_an_older_lake_format_are_parsed_again(tmp_path: Path) -> None:
+def test_traces_of_an_older_lake_format_are_parsed_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A trace written before the slice context (no lake_format) is re-parsed, once."""
     source = SHARED_DATA / "kineto" / "single_rank" / "sampled_128rank_job_rank-0.json.gz"
     if not source.exists():
@@ -242,15 +246,41 @@ def test_traces_of_an_older_lake_format_are_parsed_again(tmp_path: Path) -> None
                             progress=False)
 
     assert len(ingest().loaded) == 1
-    # Make it look written by an older ingest: no lake_format, no context columns.
+    assert warehouse.lake_format() == LAKE_FORMAT
+    # Make it look written by an older ingest: no lake_format, no context
+    # columns, in the trace's files and in the lake's schema files.
     (marker,) = warehouse.table_dir("traces").glob("run=r/*.parquet")
     pq.write_table(pq.read_table(marker).drop_columns(["lake_format"]), marker)
     (data,) = warehouse.table_dir("slices").glob("run=r/*.parquet")
     pq.write_table(pq.read_table(data).select(PARSED_SLICES.names), data)
+    empty = warehouse.table_dir("slices") / "_empty.parquet"
+    pq.write_table(PARSED_SLICES.empty_table(), empty)
+    warehouse.lake_format_file.unlink()
+
+    # A build refuses the lake, saying what to do, before dbt starts.
+    assert run_dbt(["build"], warehouse.root) == EXIT_FAILED
+    assert "older tracehouse ingest" in capsys.readouterr().err
 
     again = ingest()
     assert len(again.loaded) == 1 and not again.skipped
     assert pq.read_table(marker).column("lake_format").to_pylist() == [LAKE_FORMAT]
     assert "is_gpu" in pq.read_schema(data).names
+    # A model with no pending trace reads only _empty.parquet: it has every column again.
+    assert pq.read_schema(empty).names == SLICES.names
+    assert warehouse.lake_format() == LAKE_FORMAT
     assert list(warehouse.table_dir("traces").glob("run=r/*.parquet")) == [marker]  # same id
     assert not ingest().loaded  # current now: skipped
+
+
+def test_a_build_warns_naming_traces_of_an_older_format(tmp_path: Path) -> None:
+    """A lake an ingest touched, holding a trace it did not parse again: a warning names it."""
+    lake = build_lake(tmp_path / "wh", ranks=2)
+    old = lake.trace_ids[0]
+    (marker,) = Warehouse(lake.warehouse).table_dir("traces").glob(f"run=*/{old}.parquet")
+    pq.write_table(pq.read_table(marker).drop_columns(["lake_format"]), marker)
+    test = "traces_written_by_current_ingest"
+    assert run_dbt(["build", "--select", "stg_lake__traces", test], lake.warehouse) == EXIT_OK
+    results = json.loads((Warehouse(lake.warehouse).root / DBT_ARTIFACTS_DIR / "target"
+                          / "run_results.json").read_text())["results"]
+    (warned,) = [r for r in results if r["unique_id"].endswith(test)]
+    assert (warned["status"], warned["failures"]) == ("warn", 1)

@@ -48,7 +48,7 @@ from tracehouse.publish import (
     prepare_copy,
     publish_copy,
 )
-from tracehouse.warehouse import ENV_VAR, Warehouse
+from tracehouse.warehouse import ENV_VAR, LAKE_FORMAT, Warehouse
 
 if TYPE_CHECKING:
     import click
@@ -174,6 +174,21 @@ def run_dbt(args: Sequence[str] = (), warehouse: Path | None = None) -> int:
             f"({Warehouse(root).table_dir('traces')} holds none), so there is "
             f"nothing to build. Load traces first: tracehouse ingest PATH "
             f"--warehouse {root}",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+    if (
+        argv[0] in _COMMANDS_READING_LAKE
+        and not {"--help", "-h"} & set(argv)
+        and not lake_overridden
+        and (Warehouse(root).lake_format() or 0) < LAKE_FORMAT
+    ):
+        print(
+            f"error: the lake of warehouse {root} was written by an older tracehouse "
+            f"ingest (lake format {Warehouse(root).lake_format() or 1}; this version "
+            f"reads {LAKE_FORMAT}: each slice carries its own context since 2). Load its "
+            f"traces again: tracehouse ingest PATH... --warehouse {root} parses every "
+            "trace of an older format again, keeping its id",
             file=sys.stderr,
         )
         return EXIT_FAILED

@@ -16,6 +16,16 @@ ENV_VAR = "TRACEHOUSE_WAREHOUSE"
 DEFAULT_DIR = "warehouse"
 DATABASE_FILE = "tracehouse.duckdb"
 
+#: The version of what ingest writes into a lake. Bump it when trace files
+#: gain derived columns that older files lack: every trace records it
+#: (``traces.lake_format``) and the next ingest parses a trace of an older
+#: format again; the lake records it too (``lake/_lake_format``, written by
+#: every ingest), so a build can refuse a lake no ingest of this version
+#: touched without opening a Parquet file. 2: ``slices`` carries the slice
+#: context (ingest/slice_context.py).
+LAKE_FORMAT = 2
+LAKE_FORMAT_FILE = "_lake_format"
+
 
 def resolve_warehouse(explicit: str | os.PathLike[str] | None = None) -> Path:
     """Return the absolute warehouse folder from the flag, the environment or the default."""
@@ -40,6 +50,17 @@ class Warehouse:
     @property
     def database(self) -> Path:
         return self.root / DATABASE_FILE
+
+    @property
+    def lake_format_file(self) -> Path:
+        return self.lake / LAKE_FORMAT_FILE
+
+    def lake_format(self) -> int | None:
+        """The format the lake's last ingest wrote (None: none of version 2 or later)."""
+        try:
+            return int(self.lake_format_file.read_text().strip())
+        except (OSError, ValueError):
+            return None
 
     @property
     def reports(self) -> Path:

@@ -1,7 +1,9 @@
 {#
     One row per `ProfilerStep#N` range on a CPU track (trace_id, slice_id):
     the iteration N and its time window. The one place iterations are read
-    from profiler steps (int_slices_contextualized applies them).
+    from profiler steps (int_slices_contextualized applies them). A CPU
+    track is one whose slices are not `is_gpu` (ingest/slice_context.py); a
+    track without a thread row counts as CPU (every parser writes one).
     Per trace (macros/per_trace.sql): delete+insert on trace_id.
 #}
 

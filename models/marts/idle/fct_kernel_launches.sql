@@ -6,8 +6,9 @@
     get_cuda_kernel_launch_stats (hta/analyzers/cuda_kernel_analysis.py).
     cpu_duration_ns = the runtime call's duration, gpu_duration_ns = the
     kernel's, launch_delay_ns = kernel start - runtime call end, clipped at
-    0. The launch is the one int_slices_contextualized found (the ac2g flow,
-    else the CPU slice with the same correlation id). Work counted is HTA's
+    0. The launch is the one ingest found (ingest/slice_context.py: the ac2g
+    flow, else the CPU slice with the same correlation id), as
+    int_slices_contextualized carries it. Work counted is HTA's
     (as in int_stream_idle_categorized): on a trace with ProfilerStep
     ranges, work launched after the last step ends is left out.
     The flags are HTA's outliers: a kernel shorter than its launch
