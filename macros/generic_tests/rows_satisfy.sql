@@ -8,7 +8,7 @@
     them.
     Why one test, not one per column: dbt spends ~15-20 ms of Python per
     test node (context, compile, materialization, events) whatever its SQL,
-    and the 256 x 2 benchmark's build ran 225 data tests of which 175 were
+    and the 256 x 2 benchmark's build ran 225 data tests of which 165 were
     such checks: ~3.8 s of its ~26 s wall time went to tests, ~1 s of that
     in SQL (benchmarks/README.md). One scan of the model counts every check.
     Grain (unique_combination) and warn-severity tests stay separate: a

@@ -113,13 +113,18 @@ kept as (
 
 {# A CPU slice is placed in time by its own start, GPU work by its launch's;
    the step windows of a trace never overlap (int_profiler_steps), so the
-   range join finds at most one. #}
-stepped as (
+   range join finds at most one. A trace without steps is one iteration. #}
+final as (
     select
         kept.*,
-        traces.min_profiler_step is not null as has_steps,
-        coalesce(traces.iteration, {{ var('default_iteration') }}) as trace_iteration,
-        profiler_steps.step_number
+        case
+            when traces.min_profiler_step is null
+                then coalesce(traces.iteration, {{ var('default_iteration') }})
+            else profiler_steps.step_number
+        end as iteration,
+        (
+            traces.min_profiler_step is not null and profiler_steps.step_number is null
+        ) as is_outside_steps
     from kept
     inner join traces
         on kept.trace_id = traces.trace_id
@@ -130,47 +135,6 @@ stepped as (
             >= profiler_steps.ts_ns
             and case when kept.is_gpu then kept.launch_ts_ns else kept.ts_ns end
             < profiler_steps.window_end_ns
-),
-
-final as (
-    select
-        run_id,
-        rank,
-        trace_id,
-        slice_id,
-        track_id,
-        parent_id,
-        depth,
-        is_gpu,
-        category,
-        name,
-        frame_kind,
-        frame_file,
-        frame_function,
-        case when has_steps then step_number else trace_iteration end as iteration,
-        (has_steps and step_number is null) as is_outside_steps,
-        launch_slice_id,
-        launch_source,
-        launch_name,
-        launch_track_id,
-        launch_ts_ns,
-        launch_end_ns,
-        correlation,
-        device,
-        stream,
-        collective_name,
-        process_group_name,
-        process_group_desc,
-        process_group_ranks,
-        dtype,
-        group_size,
-        in_msg_nelems,
-        out_msg_nelems,
-        is_partial_overlap,
-        ts_ns,
-        dur_ns,
-        end_ns
-    from stepped
 )
 
 select * from final
