@@ -9,6 +9,14 @@
     interval_count. One sorted pass over all intervals keeps only island
     starts and each partition's last row; the island ends and counts come
     from a second window over those few rows. No pairwise join.
+    `carry`: columns that one value of the partition determines (run_id
+    and rank, given trace_id), carried along but left out of the sort keys:
+    fewer keys make the sort cheaper (0.94 s against 1.19 s for two million
+    kernels). `count_column`: when the rows are islands already (merging
+    the islands of every kind into those of all kernels, which sorts a
+    fraction of the rows), how many intervals each row stands for; the
+    island's interval_count is their sum. The largest end before a row is
+    the one framed window; the largest end up to it is derived from it.
 
     sweep_overlap(relation, partition_by): given disjoint islands
     (partition columns, kind, start_ns, end_ns) of kinds `compute` and
@@ -18,7 +26,9 @@
     time to the next boundary is overlap when both are open. Ties at one
     instant make zero-length segments, so their order does not matter.
 #}
-{% macro merge_intervals(relation, partition_by, start_column, end_column) -%}
+{% macro merge_intervals(
+    relation, partition_by, start_column, end_column, carry=[], count_column=none
+) -%}
     {%- set partition = partition_by | join(', ') -%}
     {%- set interval_order -%}
         partition by {{ partition }} order by {{ start_column }}, {{ end_column }}
@@ -27,7 +37,7 @@
         (partition by {{ partition }} order by interval_position)
     {%- endset -%}
     {%- set columns -%}
-        {% for column in partition_by -%}
+        {% for column in carry + partition_by -%}
             {{ column }},
         {% endfor -%}
     {%- endset -%}
@@ -56,34 +66,46 @@
                     then lead(previous_end_ns) over {{ island_bounds }}
                 else lead(running_end_ns) over {{ island_bounds }}
             end as end_ns,
+            {# Intervals from this start up to the next island's start
+               (exclusive), else up to the partition's last row (inclusive). #}
             case
-                when lead(interval_position) over {{ island_bounds }} is null then 1
+                when lead(interval_position) over {{ island_bounds }} is null
+                    then interval_position - intervals_before
                 when lead(is_island_start) over {{ island_bounds }} = 1
-                    then lead(interval_position) over {{ island_bounds }} - interval_position
-                else lead(interval_position) over {{ island_bounds }} - interval_position + 1
+                    then lead(intervals_before) over {{ island_bounds }} - intervals_before
+                else lead(interval_position) over {{ island_bounds }} - intervals_before
             end as interval_count
         from (
             select
                 {{ columns }}
                 ts_ns,
                 interval_position,
+                interval_position - {{ count_column or 1 }} as intervals_before,
                 previous_end_ns,
-                running_end_ns,
+                {# The largest end up to this row: greatest skips a NULL. #}
+                greatest(previous_end_ns, interval_end_ns) as running_end_ns,
                 case
                     when previous_end_ns is null or ts_ns > previous_end_ns then 1 else 0
                 end as is_island_start
             from (
-                {# The one pass over every interval: one sort, four running windows. #}
+                {# The one pass over every interval: one sort, three windows. #}
                 select
                     {{ columns }}
+                    {%- if count_column %}
+                    {{ count_column }},
+                    {%- endif %}
                     {{ start_column }} as ts_ns,
+                    {{ end_column }} as interval_end_ns,
                     max({{ end_column }}) over (
                         {{ interval_order }} rows between unbounded preceding and 1 preceding
                     ) as previous_end_ns,
-                    max({{ end_column }}) over (
+                    {% if count_column -%}
+                    sum({{ count_column }}) over (
                         {{ interval_order }} rows between unbounded preceding and current row
-                    ) as running_end_ns,
-                    row_number() over ({{ interval_order }}) as interval_position,
+                    )
+                    {%- else -%}
+                    row_number() over ({{ interval_order }})
+                    {%- endif %} as interval_position,
                     lead({{ start_column }}) over ({{ interval_order }}) as next_ts_ns
                 from {{ relation }}
             ) as ordered

@@ -111,7 +111,6 @@ MARKERS = {
     "intermediate.int_stream_idle_categorized": ("gap_count", "-1"),
     "intermediate.int_microbatch_phases_swept": ("overlap_ns", "-1"),
     "intermediate.int_collective_calls_sequenced": ("collective_name", "'untouched'"),
-    "main.fct_kernel_launches": ("gpu_duration_ns", "-1"),
 }
 
 

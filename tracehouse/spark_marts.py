@@ -81,7 +81,7 @@ def compare_marts(warehouse: Path | str, marts: list[str] | None = None,
         if marts is None:
             marts = [name for (name,) in con.execute(
                 "select table_name from information_schema.tables "
-                "where table_schema = 'main' and table_type = 'BASE TABLE' "
+                "where table_schema = 'main' and table_type in ('BASE TABLE', 'VIEW') "
                 "and (table_name like 'fct\\_%' escape '\\' "
                 "or table_name like 'dim\\_%' escape '\\') order by 1").fetchall()]
         differences = []

@@ -7,7 +7,8 @@
     island when it starts strictly after the largest end seen before it in
     its partition, so touching intervals (start = previous end) merge and
     nested ones are swallowed. One sort and two running windows per
-    partition; no pairwise interval join.
+    partition; no pairwise interval join. The `all` islands merge the
+    islands of the three kinds.
     Interval bounds: each kernel's start rounded up and end rounded down to
     var('kernel_time_unit_ns'): 1 (default) keeps ns exactly; 1000
     reproduces Holistic Trace Analysis, which rounds ns-resolution traces
@@ -43,16 +44,43 @@ kernels as (
     where {{ traces_to_build() }}
 ),
 
-intervals as (
+{# Islands of each kind, then of all kernels from those islands: their
+   union is the union of every kernel, and merging a few islands per kind
+   sorts far fewer rows than every kernel a second time. #}
+kind_islands as (
+    {{ merge_intervals(
+        'kernels',
+        ['trace_id', 'iteration', 'kind'],
+        'ts_ns',
+        'end_ns',
+        carry=['run_id', 'rank'],
+    ) }}
+),
+
+all_islands as (
+    {{ merge_intervals(
+        'kind_islands',
+        ['trace_id', 'iteration'],
+        'start_ns',
+        'end_ns',
+        carry=['run_id', 'rank'],
+        count_column='interval_count',
+    ) }}
+),
+
+final as (
     select
         run_id,
         rank,
         trace_id,
         iteration,
         kind,
-        ts_ns,
-        end_ns
-    from kernels
+        island_number,
+        start_ns,
+        end_ns,
+        busy_ns,
+        interval_count
+    from kind_islands
     union all
     select
         run_id,
@@ -60,22 +88,12 @@ intervals as (
         trace_id,
         iteration,
         'all' as kind,
-        ts_ns,
-        end_ns
-    from kernels
-),
-
-merged as (
-    {{ merge_intervals(
-        'intervals',
-        ['run_id', 'rank', 'trace_id', 'iteration', 'kind'],
-        'ts_ns',
-        'end_ns',
-    ) }}
-),
-
-final as (
-    select * from merged
+        island_number,
+        start_ns,
+        end_ns,
+        busy_ns,
+        interval_count
+    from all_islands
 )
 
 select * from final

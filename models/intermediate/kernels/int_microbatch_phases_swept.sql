@@ -26,6 +26,8 @@
 {%- set group_columns = [
     'run_id', 'rank', 'trace_id', 'iteration', 'phase', 'microbatch', 'step_slice_id',
 ] %}
+{#- The sort keys of a group: trace_id determines run_id and rank. #}
+{%- set group_keys = ['trace_id', 'iteration', 'phase', 'microbatch', 'step_slice_id'] %}
 
 with
 
@@ -45,25 +47,39 @@ kernels as (
     where {{ traces_to_build() }}
 ),
 
-intervals as (
-    select * from kernels
-    union all
-    select
-        run_id,
-        rank,
-        trace_id,
-        iteration,
-        phase,
-        microbatch,
-        step_slice_id,
-        'all' as kind,
-        ts_ns,
-        end_ns
-    from kernels
+{# Islands of each kind, then of all kernels from those islands (as in
+   int_kernel_intervals_merged); run_id and rank ride along with trace_id. #}
+kind_islands as (
+    {{ merge_intervals(
+        'kernels', group_keys + ['kind'], 'ts_ns', 'end_ns', carry=['run_id', 'rank'],
+    ) }}
+),
+
+all_islands as (
+    {{ merge_intervals(
+        'kind_islands', group_keys, 'start_ns', 'end_ns',
+        carry=['run_id', 'rank'], count_column='interval_count',
+    ) }}
 ),
 
 islands as (
-    {{ merge_intervals('intervals', group_columns + ['kind'], 'ts_ns', 'end_ns') }}
+    select
+        {{ group_columns | join(',\n        ') }},
+        kind,
+        start_ns,
+        end_ns,
+        busy_ns,
+        interval_count
+    from kind_islands
+    union all
+    select
+        {{ group_columns | join(',\n        ') }},
+        'all' as kind,
+        start_ns,
+        end_ns,
+        busy_ns,
+        interval_count
+    from all_islands
 ),
 
 overlap_totals as (

@@ -70,8 +70,6 @@ kept as (
         trace_id,
         slice_id,
         track_id,
-        parent_id,
-        depth,
         is_gpu,
         category,
         name,
@@ -95,7 +93,6 @@ kept as (
         group_size,
         in_msg_nelems,
         out_msg_nelems,
-        is_partial_overlap,
         ts_ns,
         dur_ns,
         end_ns
