@@ -73,3 +73,21 @@ def test_an_empty_model_passes() -> None:
 def test_no_checks_is_an_error() -> None:
     with pytest.raises(ValueError, match="no checks"):
         _rows_satisfy()
+
+
+def test_unique_counts_the_keys_that_repeat() -> None:
+    rows = "(1, 'gpu', 5), (1, 'gpu', 6), (1, 'cpu', 7), (2, 'gpu', 8), (2, 'gpu', 9), (3, null, 1)"
+    assert _failures(rows, unique=["id", "kind"]) == {"unique (id, kind)": 2}
+    # With row checks in the same test: one scan for those, one group by for the key.
+    assert _failures(rows, unique=["id"], not_null=["kind"]) == {
+        "unique (id)": 2, "kind is not null": 1,
+    }
+    assert _failures("(1, 'gpu', 5), (2, 'gpu', 5)", unique=["id"]) == {}
+
+
+def test_unique_treats_nulls_as_one_key() -> None:
+    # As in a GROUP BY (and dbt_utils' unique_combination_of_columns): two rows
+    # with the same NULL key repeat it.
+    assert _failures("(null, 'gpu', 5), (null, 'gpu', 6)", unique=["id", "kind"]) == {
+        "unique (id, kind)": 1,
+    }
