@@ -61,13 +61,13 @@ failing_counts as (
 {% endif -%}
 {% if unique -%}
 repeated_keys as (
-    select count(*) as repeated
+    select count(*) as repeated_key_count
     from (
-        select 1 as repeated_key
+        select {{ unique | join(', ') }}
         from {{ model }}
-        group by {{ unique | join(', ') }}
+        group by {{ range(1, unique | length + 1) | join(', ') }}
         having count(*) > 1
-    ) as keys
+    ) as repeated_key_values
 ),
 
 {% endif -%}
@@ -75,9 +75,9 @@ failed_checks as (
     {%- if unique %}
     select
         'unique ({{ unique | join(", ") }})' as failed_check,
-        repeated as failing_rows
+        repeated_key_count as failing_rows
     from repeated_keys
-    where repeated > 0
+    where repeated_key_count > 0
     {%- if checks %}
     union all
     {%- endif %}

@@ -21,7 +21,10 @@
 
 with
 
-{# ProfilerStep ranges on CPU tracks (is_gpu: ingest/slice_context.py). #}
+{# ProfilerStep ranges on CPU tracks (is_gpu: ingest/slice_context.py).
+   The prefix test first: DuckDB pushes it into the Parquet scan, which then
+   reads the other columns of those few rows only (0.58 s against 0.70 s
+   at 256 ranks x 2 iterations). #}
 cpu_steps as (
     select
         trace_id,
@@ -31,7 +34,8 @@ cpu_steps as (
         end_ns
     from {{ lake_scan('slices', pending) }}
     where
-        {{ regex_matches('name', "'^" ~ var('profiler_step_prefix') ~ "[0-9]+$'") }}
+        name like '{{ var('profiler_step_prefix') | replace("'", "''") }}%'
+        and {{ regex_matches('name', "'^" ~ var('profiler_step_prefix') ~ "[0-9]+$'") }}
         and not is_gpu
         and {{ new_traces }}
 ),

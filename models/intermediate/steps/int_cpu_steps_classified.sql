@@ -10,7 +10,9 @@
     frame of the same phase on the same track (Megatron's schedule
     forward_step calling pretrain_gpt's forward_step) is not outermost.
     Microbatch = 0-based order by start of the outermost forward (backward)
-    steps of the trace and iteration.
+    steps of the trace and iteration. tid and thread_name: the frame's
+    thread (the trace's own `threads`, read here per trace so that the
+    mart fct_cpu_steps is a view that reads no lake file).
     Per trace (macros/per_trace.sql): delete+insert on trace_id.
 #}
 
@@ -20,6 +22,9 @@
     unique_key='trace_id',
     post_hook="{{ delete_unloaded_traces() }}",
 ) }}
+
+{%- set pending = traces_pending() %}
+{%- set new_traces = trace_filter(pending) %}
 
 with
 
@@ -38,7 +43,17 @@ frames as (
     from {{ ref('int_slices_contextualized') }}
     where
         frame_kind = 'python'
-        and {{ traces_to_build() }}
+        and {{ new_traces }}
+),
+
+threads as (
+    select
+        trace_id,
+        track_id,
+        tid,
+        thread_name
+    from {{ lake_scan('threads', pending) }}
+    where {{ new_traces }}
 ),
 
 patterns as (
@@ -111,31 +126,37 @@ outermost as (
 
 final as (
     select
-        run_id,
-        rank,
-        trace_id,
-        slice_id,
-        track_id,
-        file_path,
-        function_name,
-        phase,
-        pattern_id,
-        iteration,
-        is_outermost,
+        outermost.run_id,
+        outermost.rank,
+        outermost.trace_id,
+        outermost.slice_id,
+        outermost.track_id,
+        threads.tid,
+        threads.thread_name,
+        outermost.file_path,
+        outermost.function_name,
+        outermost.phase,
+        outermost.pattern_id,
+        outermost.iteration,
+        outermost.is_outermost,
         case
-            when is_outermost and phase in ('forward', 'backward')
+            when outermost.is_outermost and outermost.phase in ('forward', 'backward')
                 then row_number() over (
                     partition by
-                        trace_id,
-                        iteration,
-                        phase,
-                        is_outermost
-                    order by ts_ns
+                        outermost.trace_id,
+                        outermost.iteration,
+                        outermost.phase,
+                        outermost.is_outermost
+                    order by outermost.ts_ns
                 ) - 1
         end as microbatch,
-        ts_ns,
-        end_ns
+        outermost.ts_ns,
+        outermost.end_ns
     from outermost
+    left join threads
+        on
+            outermost.trace_id = threads.trace_id
+            and outermost.track_id = threads.track_id
 )
 
 select * from final

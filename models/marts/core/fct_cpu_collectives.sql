@@ -5,7 +5,10 @@
     and the exact group: the dim_process_groups group of that kind holding
     the rank (each rank is in one group per kind; from the topology file or
     the ranks' `distributedInfo.pg_config`).
+    A view on DuckDB, a table elsewhere (macro lookup_join_materialization).
 #}
+
+{{ config(materialized=lookup_join_materialization()) }}
 
 with
 

@@ -6,7 +6,10 @@
     (int_microbatch_steps_chunked) and the thread they ran on. What
     timelines and the Perfetto export draw on a rank's CPU tracks; the
     aggregates per microbatch are in fct_microbatch_phases.
+    A view on DuckDB, a table elsewhere (macro lookup_join_materialization).
 #}
+
+{{ config(materialized=lookup_join_materialization()) }}
 
 with
 
@@ -17,6 +20,8 @@ steps as (
         trace_id,
         slice_id,
         track_id,
+        tid,
+        thread_name,
         iteration,
         phase,
         pattern_id,
@@ -38,15 +43,6 @@ chunks as (
     from {{ ref('int_microbatch_steps_chunked') }}
 ),
 
-threads as (
-    select
-        trace_id,
-        track_id,
-        tid,
-        thread_name
-    from {{ ref('stg_lake__threads') }}
-),
-
 final as (
     select
         steps.run_id,
@@ -54,8 +50,8 @@ final as (
         steps.trace_id,
         steps.slice_id,
         steps.track_id,
-        threads.tid,
-        threads.thread_name,
+        steps.tid,
+        steps.thread_name,
         steps.iteration,
         steps.phase,
         steps.pattern_id,
@@ -73,10 +69,6 @@ final as (
         on
             steps.trace_id = chunks.trace_id
             and steps.slice_id = chunks.slice_id
-    left join threads
-        on
-            steps.trace_id = threads.trace_id
-            and steps.track_id = threads.track_id
 )
 
 select * from final

@@ -7,12 +7,7 @@
     microbatch step (int_microbatch_steps_chunked), and its communication
     group (int_comm_groups_matched).
 
-    A view: the join of the per-trace table with the two small lookups
-    costs 0.1 s over a million kernels, writing it as a table 0.8 s (1.5
-    CPU s) on every build, new traces or not (256 ranks x 2 iterations,
-    benchmarks/README.md); each model reading it reads only its columns.
-    On other engines (Spark) a table: there the marts are the Parquet files
-    other tools read.
+    A view on DuckDB, a table elsewhere (macro lookup_join_materialization).
 
     comm_group_kind (communication kernels only): the `process_group_kinds`
     seed on the kernel's `Process Group Description`, else the matched
@@ -20,7 +15,7 @@
     megatron_step_patterns); comm_group_source says which.
 #}
 
-{{ config(materialized='view' if target.type == 'duckdb' else 'table') }}
+{{ config(materialized=lookup_join_materialization()) }}
 
 with
 

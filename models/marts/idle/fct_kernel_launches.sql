@@ -15,14 +15,10 @@
     (is_short_kernel), a runtime call longer than
     var('launch_runtime_outlier_ns'), a delay longer than
     var('launch_delay_outlier_ns').
-    A view over the per-trace kernel table: reading it costs 0.05 s for a
-    million kernels, writing it 0.4 s (0.8 CPU s) per build (256 ranks x 2
-    iterations, benchmarks/README.md).
-    On other engines (Spark) a table: there the marts are the Parquet files
-    other tools read.
+    A view on DuckDB, a table elsewhere (macro lookup_join_materialization).
 #}
 
-{{ config(materialized='view' if target.type == 'duckdb' else 'table') }}
+{{ config(materialized=lookup_join_materialization()) }}
 
 with
 
