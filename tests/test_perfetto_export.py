@@ -440,8 +440,10 @@ def test_partially_overlapping_kernels_move_to_an_overlap_track(warehouse: Path,
             ) where end_ns <= next_ts and next_end > next_ts + 1
             order by ts_ns limit 1
         """, [SIM]).fetchone()
-        con.execute("update fct_kernels set end_ns = ?, dur_ns = ? where trace_id = ? and "
-                    "slice_id = ?", [next_ts + 1, next_ts + 1 - ts, trace_id, slice_id])
+        # fct_kernels is a view over the per-trace kernel table: stretch it there.
+        con.execute("update intermediate.int_kernels_classified set end_ns = ?, dur_ns = ? "
+                    "where trace_id = ? and slice_id = ?",
+                    [next_ts + 1, next_ts + 1 - ts, trace_id, slice_id])
     finally:
         con.close()
     out = tmp_path / "overlap.pftrace"
