@@ -120,6 +120,47 @@
 
         ---------- booleans
         is_gpu
+    {%- elif table == 'traces' -%}
+        ---------- ids
+        run_id,
+        trace_id,
+        rank,
+        content_hash,
+        kineto_trace_id,
+
+        ---------- strings
+        path,
+        file_format,
+        layout,
+        engine,
+        backend,
+        host_name,
+        distributed_info,
+        device_properties,
+
+        ---------- numerics
+        world_size,
+        iteration,
+        min_profiler_step,
+        max_profiler_step,
+        schema_version,
+        size_bytes,
+        uncompressed_bytes,
+        event_count,
+        slice_count,
+        flow_count,
+        unpaired_flow_events,
+        partial_overlap_count,
+        lake_format,
+
+        ---------- times (ns)
+        mtime_ns,
+        base_time_ns,
+        trace_start_ns,
+        trace_end_ns,
+
+        ---------- timestamps
+        ingested_at
     {%- elif table == 'flows' -%}
         ---------- ids
         run_id,
@@ -138,7 +179,7 @@
     {%- else -%}
         {{ exceptions.raise_compiler_error(
             "lake_columns: no column list for lake table '" ~ table
-            ~ "' (known: slices, threads, flows)") }}
+            ~ "' (known: slices, threads, flows, traces)") }}
     {%- endif -%}
 {%- endmacro %}
 

@@ -113,17 +113,17 @@
     {%- endif -%}
 {%- endmacro %}
 
-{#- The loaded traces that satisfy `condition` (SQL on stg_lake__traces'
-    columns, qualified by its alias `loaded`, e.g.
+{#- The loaded traces that satisfy `condition` (SQL on int_traces' columns,
+    those of stg_lake__traces, qualified by its alias `loaded`, e.g.
     "loaded.file_format = 'nsys'": an unqualified name that the table lacked
     would bind to the calling query), read at run time as for
     traces_pending(): a model that needs a few traces of the lake (the
     Nsight marts on a warehouse of Kineto traces) then reads none of the
     others' files (lake_scan, trace_filter), and nothing at all when there
-    are none. Outside a run (parse, a unit test, a warehouse whose staging
-    views do not exist yet, Spark) {'query': the equivalent subquery}. -#}
+    are none. Outside a run (parse, a unit test, a warehouse where
+    int_traces does not exist yet, Spark) {'query': the equivalent subquery}. -#}
 {% macro loaded_traces(condition) -%}
-    {%- set loaded_traces = ref('stg_lake__traces') -%}
+    {%- set loaded_traces = ref('int_traces') -%}
     {%- if execute and model.resource_type != 'unit_test' and target.type == 'duckdb'
         and adapter.get_relation(loaded_traces.database, loaded_traces.schema,
                                  loaded_traces.identifier) is not none -%}

@@ -48,6 +48,7 @@ WORLD = 8
 #: Every model of the chain: the per-trace incremental ones and the tables
 #: rebuilt each time (all must equal a full refresh).
 COMPARED_MODELS = [
+    "intermediate.int_traces",
     "intermediate.int_profiler_steps",
     "intermediate.int_slices_contextualized",
     "intermediate.int_cpu_steps_classified",
@@ -102,6 +103,7 @@ ITERATION_1_TRACES = (
     "trace_id in (select trace_id from main.stg_lake__traces where iteration = 1)"
 )
 MARKERS = {
+    "intermediate.int_traces": ("path", "'untouched'"),
     "intermediate.int_profiler_steps": ("end_ns", "-1"),
     "intermediate.int_slices_contextualized": ("name", "'untouched'"),
     "intermediate.int_cpu_steps_classified": ("function_name", "'untouched'"),
@@ -284,6 +286,7 @@ def test_incremental_build_names_the_new_traces_so_scans_skip_the_others(
         ("slices/int_slices_contextualized", ("slices",)),
         ("slices/int_profiler_steps", ("slices",)),
         ("collectives/int_collective_calls_sequenced", ("slices",)),
+        ("slices/int_traces", ("traces",)),
     ):
         sql = (compiled / f"intermediate/{model}.sql").read_text()
         for table in tables:

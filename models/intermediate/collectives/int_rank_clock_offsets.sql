@@ -61,7 +61,7 @@ traces as (
         trace_id,
         run_id,
         rank
-    from {{ ref('stg_lake__traces') }}
+    from {{ ref('int_traces') }}
 ),
 
 hosts as (

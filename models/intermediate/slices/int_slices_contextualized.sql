@@ -48,7 +48,7 @@ traces as (
         trace_id,
         iteration,
         min_profiler_step
-    from {{ ref('stg_lake__traces') }}
+    from {{ lake_scan('traces', pending) }}
     where {{ new_traces }}
 ),
 

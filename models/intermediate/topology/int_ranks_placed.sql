@@ -23,7 +23,7 @@ traces as (
         rank,
         host_name,
         trace_start_ns
-    from {{ ref('stg_lake__traces') }}
+    from {{ ref('int_traces') }}
 ),
 
 {# Each member of a group with its 0-based position in the group. #}

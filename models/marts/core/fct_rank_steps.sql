@@ -30,7 +30,7 @@ traces as (
         run_id,
         rank,
         trace_id
-    from {{ ref('stg_lake__traces') }}
+    from {{ ref('int_traces') }}
 ),
 
 profiler_steps as (

@@ -22,7 +22,7 @@ traces as (
     select
         trace_id,
         base_time_ns
-    from {{ ref('stg_lake__traces') }}
+    from {{ ref('int_traces') }}
     where file_format = '{{ var("nsys_file_format") }}'
 ),
 

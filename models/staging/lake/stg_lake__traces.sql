@@ -12,48 +12,10 @@ source as (
 ),
 
 renamed as (
+    {#- The column list is shared with lake_scan (macros/lake_scan.sql), which
+        reads the same columns from a few traces' files by name. #}
     select
-        ---------- ids
-        run_id,
-        trace_id,
-        rank,
-        content_hash,
-        kineto_trace_id,
-
-        ---------- strings
-        path,
-        file_format,
-        layout,
-        engine,
-        backend,
-        host_name,
-        distributed_info,
-        device_properties,
-
-        ---------- numerics
-        world_size,
-        iteration,
-        min_profiler_step,
-        max_profiler_step,
-        schema_version,
-        size_bytes,
-        uncompressed_bytes,
-        event_count,
-        slice_count,
-        flow_count,
-        unpaired_flow_events,
-        partial_overlap_count,
-        lake_format,
-
-        ---------- times (ns)
-        mtime_ns,
-        base_time_ns,
-        trace_start_ns,
-        trace_end_ns,
-
-        ---------- timestamps
-        ingested_at
-
+        {{ lake_columns('traces') }}
     from source
 )
 

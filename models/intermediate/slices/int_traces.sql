@@ -1,0 +1,36 @@
+{#
+    One row per loaded trace (trace_id): the lake's `traces` table as
+    stg_lake__traces reads it, kept as a table per trace
+    (macros/per_trace.sql: delete+insert on trace_id). The models that read
+    trace attributes on every build (rank, host, start, format) and the
+    Nsight marts' list of Nsight traces read this table (a per-trace model
+    reads its new traces' files itself: lake_scan); through
+    the staging view each of those ~9 reads per build opened every trace's
+    `traces` file (0.11 s at 768 traces, growing with the lake), while a
+    build here reads only the new traces' files (lake_scan).
+#}
+
+{{ config(
+    materialized='incremental',
+    incremental_strategy='delete+insert',
+    unique_key='trace_id',
+    post_hook="{{ delete_unloaded_traces() }}",
+) }}
+
+{%- set pending = traces_pending() %}
+
+with
+
+traces as (
+    select *
+    from {{ lake_scan('traces', pending) }}
+    where {{ trace_filter(pending) }}
+),
+
+final as (
+    select
+        {{ lake_columns('traces') | indent(8) }}
+    from traces
+)
+
+select * from final
