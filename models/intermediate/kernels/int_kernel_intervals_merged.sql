@@ -44,27 +44,11 @@ kernels as (
     where {{ traces_to_build() }}
 ),
 
-{# Islands of each kind, then of all kernels from those islands: their
-   union is the union of every kernel, and merging a few islands per kind
-   sorts far fewer rows than every kernel a second time. #}
-kind_islands as (
-    {{ merge_intervals(
-        'kernels',
-        ['trace_id', 'iteration', 'kind'],
-        'ts_ns',
-        'end_ns',
-        carry=['run_id', 'rank'],
-    ) }}
-),
-
-all_islands as (
-    {{ merge_intervals(
-        'kind_islands',
-        ['trace_id', 'iteration'],
-        'start_ns',
-        'end_ns',
-        carry=['run_id', 'rank'],
-        count_column='interval_count',
+{# Islands of each kind, then of all kernels from those islands
+   (macro merge_intervals_by_kind). #}
+merged as (
+    {{ merge_intervals_by_kind(
+        'kernels', ['trace_id', 'iteration'], 'ts_ns', 'end_ns', carry=['run_id', 'rank'],
     ) }}
 ),
 
@@ -80,20 +64,7 @@ final as (
         end_ns,
         busy_ns,
         interval_count
-    from kind_islands
-    union all
-    select
-        run_id,
-        rank,
-        trace_id,
-        iteration,
-        'all' as kind,
-        island_number,
-        start_ns,
-        end_ns,
-        busy_ns,
-        interval_count
-    from all_islands
+    from merged
 )
 
 select * from final

@@ -47,39 +47,12 @@ kernels as (
     where {{ traces_to_build() }}
 ),
 
-{# Islands of each kind, then of all kernels from those islands (as in
-   int_kernel_intervals_merged); run_id and rank ride along with trace_id. #}
-kind_islands as (
-    {{ merge_intervals(
-        'kernels', group_keys + ['kind'], 'ts_ns', 'end_ns', carry=['run_id', 'rank'],
-    ) }}
-),
-
-all_islands as (
-    {{ merge_intervals(
-        'kind_islands', group_keys, 'start_ns', 'end_ns',
-        carry=['run_id', 'rank'], count_column='interval_count',
-    ) }}
-),
-
+{# Islands of each kind, then of all kernels from those islands (macro
+   merge_intervals_by_kind); run_id and rank ride along with trace_id. #}
 islands as (
-    select
-        {{ group_columns | join(',\n        ') }},
-        kind,
-        start_ns,
-        end_ns,
-        busy_ns,
-        interval_count
-    from kind_islands
-    union all
-    select
-        {{ group_columns | join(',\n        ') }},
-        'all' as kind,
-        start_ns,
-        end_ns,
-        busy_ns,
-        interval_count
-    from all_islands
+    {{ merge_intervals_by_kind(
+        'kernels', group_keys, 'ts_ns', 'end_ns', carry=['run_id', 'rank'],
+    ) }}
 ),
 
 overlap_totals as (
