@@ -100,9 +100,9 @@
                         {{ interval_order }} rows between unbounded preceding and 1 preceding
                     ) as previous_end_ns,
                     {% if count_column -%}
-                    sum({{ count_column }}) over (
+                    cast(sum({{ count_column }}) over (
                         {{ interval_order }} rows between unbounded preceding and current row
-                    )
+                    ) as bigint)
                     {%- else -%}
                     row_number() over ({{ interval_order }})
                     {%- endif %} as interval_position,

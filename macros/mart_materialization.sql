@@ -1,7 +1,8 @@
 {#
-    How a mart that joins a per-trace table with the run's small lookups
-    (fct_kernels, fct_kernel_launches, fct_cpu_steps, fct_cpu_collectives)
-    is materialized: a view on DuckDB, a table elsewhere.
+    How a mart that is a per-trace table with the run's small lookups joined
+    in (fct_kernels, fct_cpu_steps, fct_cpu_collectives), or a projection of
+    one (fct_kernel_launches), is materialized: a view on DuckDB, a table
+    elsewhere.
 
     Why a view on DuckDB: writing such a mart as a table cost more than any
     reader's join (fct_kernels at 256 ranks x 2 iterations: 0.8 s, 1.5 CPU

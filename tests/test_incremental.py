@@ -45,8 +45,8 @@ pytestmark = pytest.mark.slow
 
 RUN = "inc"
 WORLD = 8
-#: Every model of the chain: the per-trace incremental ones and the tables
-#: rebuilt each time (all must equal a full refresh).
+#: Every model of the chain: the per-trace incremental ones, the tables
+#: rebuilt each time and the mart views (all must equal a full refresh).
 COMPARED_MODELS = [
     "intermediate.int_traces",
     "intermediate.int_profiler_steps",

@@ -6,9 +6,9 @@
     Gaps and islands (macro merge_intervals): an interval opens a new
     island when it starts strictly after the largest end seen before it in
     its partition, so touching intervals (start = previous end) merge and
-    nested ones are swallowed. One sort and two running windows per
-    partition; no pairwise interval join. The `all` islands merge the
-    islands of the three kinds.
+    nested ones are swallowed. Per kind one sort and two running windows
+    per partition, then a second, smaller merge of those islands into the
+    `all` islands (macro merge_intervals_by_kind); no pairwise interval join.
     Interval bounds: each kernel's start rounded up and end rounded down to
     var('kernel_time_unit_ns'): 1 (default) keeps ns exactly; 1000
     reproduces Holistic Trace Analysis, which rounds ns-resolution traces

@@ -24,7 +24,9 @@ with
 {# ProfilerStep ranges on CPU tracks (is_gpu: ingest/slice_context.py).
    The prefix test first: DuckDB pushes it into the Parquet scan, which then
    reads the other columns of those few rows only (0.58 s against 0.70 s
-   at 256 ranks x 2 iterations). #}
+   at 256 ranks x 2 iterations). The prefix is a literal: a `%` or `_` in
+   var('profiler_step_prefix') would be a LIKE wildcard, which the regular
+   expression after it then narrows again. #}
 cpu_steps as (
     select
         trace_id,
