@@ -61,6 +61,7 @@ COMPARED_MODELS = [
     "intermediate.int_rank_iterations_swept",
     "intermediate.int_stream_idle_categorized",
     "intermediate.int_microbatch_phases_swept",
+    "intermediate.int_stage_work_merged",
     "main.fct_kernels",
     "main.fct_rank_iterations",
     "main.fct_kernel_summary",
@@ -112,6 +113,7 @@ MARKERS = {
     "intermediate.int_rank_iterations_swept": ("overlap_ns", "-1"),
     "intermediate.int_stream_idle_categorized": ("gap_count", "-1"),
     "intermediate.int_microbatch_phases_swept": ("overlap_ns", "-1"),
+    "intermediate.int_stage_work_merged": ("work_count", "-1"),
     "intermediate.int_collective_calls_sequenced": ("collective_name", "'untouched'"),
 }
 

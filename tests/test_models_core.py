@@ -37,6 +37,7 @@ CORE_MODELS = [
     "int_kernels_classified",
     "int_kernel_intervals_merged",
     "int_rank_iterations_swept",
+    "int_stage_work_merged",
     "int_cpu_steps_classified",
     "int_microbatch_steps_chunked",
     "int_cpu_collectives_classified",

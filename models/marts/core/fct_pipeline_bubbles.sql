@@ -4,14 +4,13 @@
     definitions").
 
     Work of a stage = its forward, backward and recompute work: on GPU
-    traces the compute and memory kernels of those phases (fct_kernels;
-    communication is left out because a collective's time includes waiting
+    traces the compute and memory kernels of those phases (communication is left out because a collective's time includes waiting
     for its peers, and PP send/recv, DP sync and the optimizer are not
     microbatch work; the simulator's ground truth counts the same), on
     traces without kernels the
     outermost forward and backward step frames (timing_source = 'cpu'),
     which hold their CPU-side collectives. busy = length of the union
-    of that work (merge_intervals). The group window runs from the first
+    of that work, merged per trace in int_stage_work_merged. The group window runs from the first
     start to the last end of any stage's work in the iteration, so the
     optimizer and DP sync at the end of the step are outside it, as in the
     theory the ratio is compared with. bubble = window - busy.
@@ -24,30 +23,21 @@
 
 with
 
-kernels as (
+{# The stage's work per trace and iteration (int_stage_work_merged: the
+   union of its forward, backward and recompute work); a rank's traces
+   hold disjoint windows, so summing them gives the union. #}
+stage_work as (
     select
         run_id,
         rank,
-        trace_id,
         iteration,
-        phase,
-        kind,
-        ts_ns,
-        end_ns
-    from {{ ref('fct_kernels') }}
-),
-
-step_frames as (
-    select
-        run_id,
-        rank,
-        trace_id,
-        iteration,
-        phase,
-        is_outermost,
-        ts_ns,
-        end_ns
-    from {{ ref('int_cpu_steps_classified') }}
+        timing_source,
+        min(stage_start_ns) as stage_start_ns,
+        max(stage_end_ns) as stage_end_ns,
+        sum(busy_ns) as busy_ns,
+        sum(work_count) as work_count
+    from {{ ref('int_stage_work_merged') }}
+    group by 1, 2, 3, 4
 ),
 
 microbatch_steps as (
@@ -70,70 +60,6 @@ ranks as (
         pp_size
     from {{ ref('dim_ranks') }}
     where pp_group_index is not null
-),
-
-kernel_traces as (
-    select distinct trace_id from kernels
-),
-
-gpu_work as (
-    select
-        run_id,
-        rank,
-        iteration,
-        'gpu' as timing_source,
-        ts_ns,
-        end_ns
-    from kernels
-    where
-        kind <> 'communication'
-        and phase in ('forward', 'backward', 'recompute')
-        and iteration is not null
-),
-
-cpu_work as (
-    select
-        run_id,
-        rank,
-        iteration,
-        'cpu' as timing_source,
-        ts_ns,
-        end_ns
-    from step_frames
-    where
-        is_outermost
-        and phase in ('forward', 'backward')
-        and iteration is not null
-        and trace_id not in (select kernel_traces.trace_id from kernel_traces)
-),
-
-work as (
-    select * from gpu_work
-    union all
-    select * from cpu_work
-),
-
-islands as (
-    {{ merge_intervals(
-        'work',
-        ['run_id', 'rank', 'iteration', 'timing_source'],
-        'ts_ns',
-        'end_ns',
-    ) }}
-),
-
-stage_work as (
-    select
-        run_id,
-        rank,
-        iteration,
-        timing_source,
-        min(start_ns) as stage_start_ns,
-        max(end_ns) as stage_end_ns,
-        sum(busy_ns) as busy_ns,
-        sum(interval_count) as work_count
-    from islands
-    group by 1, 2, 3, 4
 ),
 
 {# m and v of a stage: microbatches per chunk of its forward steps. #}
