@@ -161,6 +161,21 @@
 
         ---------- timestamps
         ingested_at
+    {%- elif table == 'process_groups' -%}
+        ---------- ids
+        run_id,
+        rank,
+        trace_id,
+        pg_name,
+
+        ---------- strings
+        source,
+        pg_desc,
+        backend_config,
+
+        ---------- numerics
+        pg_size,
+        ranks
     {%- elif table == 'flows' -%}
         ---------- ids
         run_id,
@@ -179,7 +194,7 @@
     {%- else -%}
         {{ exceptions.raise_compiler_error(
             "lake_columns: no column list for lake table '" ~ table
-            ~ "' (known: slices, threads, flows, traces)") }}
+            ~ "' (known: slices, threads, flows, traces, process_groups)") }}
     {%- endif -%}
 {%- endmacro %}
 

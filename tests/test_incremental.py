@@ -49,6 +49,7 @@ WORLD = 8
 #: rebuilt each time and the mart views (all must equal a full refresh).
 COMPARED_MODELS = [
     "intermediate.int_traces",
+    "intermediate.int_process_groups_reported",
     "intermediate.int_profiler_steps",
     "intermediate.int_slices_contextualized",
     "intermediate.int_cpu_steps_classified",
@@ -105,6 +106,7 @@ ITERATION_1_TRACES = (
 )
 MARKERS = {
     "intermediate.int_traces": ("path", "'untouched'"),
+    "intermediate.int_process_groups_reported": ("backend_config", "'untouched'"),
     "intermediate.int_profiler_steps": ("end_ns", "-1"),
     "intermediate.int_slices_contextualized": ("name", "'untouched'"),
     "intermediate.int_cpu_steps_classified": ("function_name", "'untouched'"),

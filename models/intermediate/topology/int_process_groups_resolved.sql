@@ -38,7 +38,7 @@ process_groups as (
         pg_name,
         pg_desc,
         ranks
-    from {{ ref('stg_lake__process_groups') }}
+    from {{ ref('int_process_groups_reported') }}
 ),
 
 {# Megatron's group_desc (torch's pg_desc) -> topology kind: the exact rows

@@ -22,22 +22,10 @@ committed as (
 ),
 
 renamed as (
+    {#- The column list is shared with lake_scan (macros/lake_scan.sql), which
+        reads the same columns from a few traces' files by name. #}
     select
-        ---------- ids
-        run_id,
-        rank,
-        trace_id,
-        pg_name,
-
-        ---------- strings
-        source,
-        pg_desc,
-        backend_config,
-
-        ---------- numerics
-        pg_size,
-        ranks
-
+        {{ lake_columns('process_groups') }}
     from committed
 )
 
