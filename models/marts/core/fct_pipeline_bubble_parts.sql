@@ -37,7 +37,12 @@ stages as (
         timing_source,
         group_start_ns,
         group_end_ns,
-        group_span_ns
+        group_span_ns,
+        {# One integer per stage and timing source: the sweep below sorts and
+           groups its ~2 points per interval by this key instead of four
+           columns, two of them strings (1.3-1.6 s -> 0.9-1.0 s over 1.0 M
+           kernels). Deterministic, so every reference numbers alike. #}
+        dense_rank() over (order by run_id, rank, iteration, timing_source) as stage_key
     from {{ ref('fct_pipeline_bubbles') }}
 ),
 
@@ -121,6 +126,7 @@ timed as (
 
 intervals as (
     select
+        stages.stage_key,
         stages.run_id,
         stages.rank,
         stages.iteration,
@@ -140,6 +146,7 @@ intervals as (
 
 bounds as (
     select
+        stages.stage_key,
         stages.run_id,
         stages.rank,
         stages.iteration,
@@ -177,11 +184,12 @@ bounds as (
             and stages.rank = intervals.rank
             and stages.iteration = intervals.iteration
             and stages.timing_source = intervals.timing_source
-    group by 1, 2, 3, 4, 5, 6
+    group by 1, 2, 3, 4, 5, 6, 7
 ),
 
 parts as (
     select
+        stage_key,
         run_id,
         rank,
         iteration,
@@ -215,10 +223,7 @@ boundary_numbers as (
 
 points as (
     select
-        intervals.run_id,
-        intervals.rank,
-        intervals.iteration,
-        intervals.timing_source,
+        intervals.stage_key,
         {# An end before its start (a clock glitch) would make a count
            negative, which packed counts cannot hold: it ends at its start. #}
         case
@@ -230,10 +235,7 @@ points as (
     cross join edges
     union all
     select
-        parts.run_id,
-        parts.rank,
-        parts.iteration,
-        parts.timing_source,
+        parts.stage_key,
         case boundary_numbers.boundary
             when 1 then parts.group_start_ns
             when 2 then parts.warmup_end_ns
@@ -247,22 +249,16 @@ points as (
 
 point_deltas as (
     select
-        run_id,
-        rank,
-        iteration,
-        timing_source,
+        stage_key,
         at_ns,
         sum(lane_delta) as lane_delta
     from points
-    group by 1, 2, 3, 4, 5
+    group by 1, 2
 ),
 
 segments as (
     select
-        run_id,
-        rank,
-        iteration,
-        timing_source,
+        stage_key,
         at_ns,
         lead(at_ns) over sweep as next_at_ns,
         sum(lane_delta) over sweep as open_lanes
@@ -273,15 +269,15 @@ segments as (
        The five lanes' open counts are packed into that one sum
        (macros/packed_counts.sql). #}
     window
-        sweep as (partition by run_id, rank, iteration, timing_source order by at_ns)
+        sweep as (partition by stage_key order by at_ns)
 ),
 
 classified as (
     select
-        segments.run_id,
-        segments.rank,
-        segments.iteration,
-        segments.timing_source,
+        parts.run_id,
+        parts.rank,
+        parts.iteration,
+        parts.timing_source,
         case
             when segments.at_ns < parts.warmup_end_ns then 'warmup'
             when segments.at_ns >= parts.cooldown_start_ns then 'cooldown'
@@ -300,11 +296,7 @@ classified as (
         segments.next_at_ns - segments.at_ns as length_ns
     from segments
     inner join parts
-        on
-            segments.run_id = parts.run_id
-            and segments.rank = parts.rank
-            and segments.iteration = parts.iteration
-            and segments.timing_source = parts.timing_source
+        on segments.stage_key = parts.stage_key
     where
         segments.next_at_ns is not null
         and segments.at_ns >= parts.group_start_ns
