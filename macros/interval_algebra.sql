@@ -162,13 +162,13 @@
         {% for column in partition_by -%}
             {{ column }},
         {% endfor -%}
-        sum(
+        cast(sum(
             case
                 when open_compute > 0 and open_communication > 0
                     then next_at_ns - at_ns
                 else 0
             end
-        ) as overlap_ns
+        ) as bigint) as overlap_ns
     from (
         select
             {% for column in partition_by -%}

@@ -1,11 +1,11 @@
 """Rank × iteration heatmaps: step time, compute, exposed communication, idle.
 
-Why heatmaps: a straggler is a dark row, a bad iteration a dark column,
+Why heatmaps: a rank slower than its peers is a dark row, a bad iteration a dark column,
 and a slow pipeline stage a band; one picture shows all three. The numbers
-are ``fct_step_breakdown``'s, the report's rows per rank and iteration:
-``fct_rank_iterations`` as they are (GPU kernels), with the GPU step; a
-CPU-only run (no kernels) gets the same picture from Megatron's step
-frames in ``fct_microbatch_phases`` instead, so it is never left without one.
+are ``fct_rank_iterations``' step and its exclusive parts (the run's one
+timing source and step rule: GPU kernels, or Megatron's step frames on a
+CPU-only run), the same figures every other chart, the headline and
+``tracehouse compare`` show.
 
 Readable at any size: up to :data:`~tracehouse.reports.base.MAX_ROWS_PER_AXIS`
 ranks, one row per rank, labelled with its coordinates; above that each
@@ -39,41 +39,34 @@ MAX_ITERATION_FACETS = 4
 
 @dataclass(frozen=True)
 class Metric:
-    """One heatmap: a column of the frame, its title and its colour map."""
+    """One heatmap: a column of the frame, its title, its colour map and its chart name."""
 
     column: str
     title: str
     cmap: str
+    slug: str
 
 
 GPU_METRICS = (
-    Metric("step_ns", "step time", "YlOrBr"),
-    Metric("compute_ns", "compute", "Blues"),
-    Metric("exposed_communication_ns", "exposed communication", "Reds"),
-    Metric("idle_ns", "idle", "Greys"),
+    Metric("step_ns", "step time", "YlOrBr", "step"),
+    Metric("step_compute_ns", "compute", "Blues", "compute"),
+    Metric("step_exposed_communication_ns", "exposed communication", "Reds",
+           "exposed-communication"),
+    Metric("step_idle_ns", "rank idle", "Greys", "idle"),
 )
 CPU_METRICS = (
-    Metric("step_ns", "step time", "YlOrBr"),
-    Metric("compute_ns", "fwd + bwd frames", "Blues"),
-    Metric("comm_ns", "p2p + dp-sync frames", "Reds"),
-    Metric("optimizer_ns", "optimizer", "Greens"),
+    Metric("step_ns", "step time", "YlOrBr", "step"),
+    Metric("step_compute_ns", "fwd + bwd frames", "Blues", "compute"),
+    Metric("step_exposed_communication_ns", "p2p + dp-sync frames", "Reds",
+           "exposed-communication"),
+    Metric("step_optimizer_ns", "optimizer", "Greens", "optimizer"),
 )
 
-_GPU_SQL = """
-    select steps.rank, steps.iteration, steps.step_ns, steps.compute_ns,
-           steps.exposed_communication_ns, steps.idle_ns,
-           d.pp_stage, d.tp_rank, d.cp_rank, d.dp_rank
-    from fct_step_breakdown as steps
-    left join dim_ranks as d on d.run_id = steps.run_id and d.rank = steps.rank
-    where steps.run_id = $run
-"""
-_CPU_SQL = """
-    select steps.rank, steps.iteration, steps.step_ns, steps.compute_ns,
-           steps.comm_frames_ns as comm_ns, steps.optimizer_ns,
-           d.pp_stage, d.tp_rank, d.cp_rank, d.dp_rank
-    from fct_step_breakdown as steps
-    left join dim_ranks as d on d.run_id = steps.run_id and d.rank = steps.rank
-    where steps.run_id = $run
+_SQL = """
+    select rank, iteration, step_ns, step_compute_ns, step_exposed_communication_ns,
+           step_idle_ns, step_optimizer_ns, pp_stage, tp_rank, cp_rank, dp_rank
+    from fct_rank_iterations
+    where run_id = $run and step_ns is not null
 """
 
 
@@ -82,7 +75,7 @@ class HeatmapsFamily:
 
     name = "heatmaps"
     title = "Where each rank's time goes, iteration by iteration"
-    marts: tuple[str, ...] = ("fct_run_summary", "fct_step_breakdown", "dim_ranks")
+    marts: tuple[str, ...] = ("fct_run_summary", "fct_rank_iterations")
 
     def render(self, ctx: ChartContext) -> list[RenderedChart]:
         """One figure (≤ 64 ranks) or one per metric (more ranks); [] without timings."""
@@ -90,16 +83,18 @@ class HeatmapsFamily:
         if source == "none":
             return []
         apply_theme()
-        sql, metrics = (_GPU_SQL, GPU_METRICS) if source == "gpu" else (_CPU_SQL, CPU_METRICS)
-        frame = ctx.con.execute(sql, {"run": ctx.run_id}).df()
+        metrics = GPU_METRICS if source == "gpu" else CPU_METRICS
+        frame = ctx.con.execute(_SQL, {"run": ctx.run_id}).df()
         if frame.empty:
             return []
         frame["iteration_label"] = [
-            "outside steps" if pd.isna(it) else f"{int(it)}" for it in frame["iteration"]]
+            "whole trace" if pd.isna(it) else f"{int(it)}" for it in frame["iteration"]]
         for metric in metrics:
             frame[metric.column] = frame[metric.column].astype(float) / 1e6  # ms
-        where = "GPU kernels (fct_rank_iterations)" if source == "gpu" else (
-            "Megatron's CPU step frames (fct_microbatch_phases; this run has no GPU kernels)")
+        where = ("GPU kernels: the GPU step and its parts (fct_rank_iterations)"
+                 if source == "gpu" else
+                 "CPU step frames: the CPU step and its Megatron frames (fct_rank_iterations; "
+                 "this run has no GPU kernels)")
         ranks = frame["rank"].nunique()
         if ranks <= MAX_ROWS_PER_AXIS:
             return [self._small(ctx, frame, metrics, where)]
@@ -142,7 +137,9 @@ class HeatmapsFamily:
             ax.tick_params(axis="x", rotation=0)
             worst = grid.stack().idxmax() if grid.notna().any().any() else None
             if worst is not None and _is_uniform(grid.to_numpy(dtype=float)):
-                worst_notes.append(f"{metric.title}: about {grid.loc[worst]:.3g} ms everywhere")
+                worst_notes.append(
+                    f"{metric.title}: about {grid.loc[worst]:.3g} ms everywhere, worst rank "
+                    f"{worst[0]} at iteration {worst[1]} ({grid.loc[worst]:.2f} ms)")
             elif worst is not None:
                 worst_notes.append(
                     f"{metric.title}: worst rank {worst[0]} at iteration {worst[1]} "
@@ -153,11 +150,13 @@ class HeatmapsFamily:
                      + (" (CPU step frames)" if metrics is CPU_METRICS else ""))
         fig.tight_layout()
         caption = (f"One row per rank ({len(ranks)} ranks), one column per traced iteration; "
-                   f"values in ms from {where}; every panel shares one colour scale, from "
+                   f"values in ms from {where} (compute: compute with no communication "
+                   "running, the step's compute part); every panel shares one colour scale, from "
                    f"0 to {high:.3g} ms (darker = more; equal tones are equal times). "
-                   "A straggler is a dark compute row whose "
+                   "A rank that computes more than its peers is a dark compute row whose "
                    "exposed communication is light (its peers wait for it); a dark column "
-                   "is a slow iteration. " + "; ".join(worst_notes) + ".")
+                   "is a slow iteration; the worst step time is the slowest rank of "
+                   "fct_iteration_summary. " + "; ".join(worst_notes) + ".")
         title = ("Step time, compute, exposed communication and idle per rank and iteration"
                  if metrics is GPU_METRICS else
                  "Step time and time in forward/backward, communication and optimizer frames "
@@ -227,7 +226,7 @@ class HeatmapsFamily:
                    f"{facet_note} Values in ms from {where}, one colour scale for every grid "
                    f"of the figure, from 0 to {vmax:.3g} ms; the worst cell is boxed. "
                    + "; ".join(worst_notes) + ".")
-        slug = "heatmaps-" + metric.column.removesuffix("_ns").replace("_", "-")
+        slug = "heatmaps-" + metric.slug
         return save_figure(fig, ctx, slug, f"{metric.title.capitalize()} per rank (grid)",
                            caption)
 

@@ -108,6 +108,25 @@ def pct(ratio: float | None) -> str:
     return "—" if ratio is None else f"{100 * ratio:.1f} %"
 
 
+def pct_parts(ratios: Sequence[float | None]) -> list[str]:
+    """Ratios that add up to 1 as percentages that add up to 100.0 as shown.
+
+    Why not :func:`pct` each: five parts rounded to 0.1 % one by one can
+    show 100.2 %. Largest remainder: every part is rounded down to 0.1 %, and
+    the tenths still missing go to the parts with the largest remainders, so
+    the cards add up exactly, each within 0.1 of its mart value.
+    """
+    if any(ratio is None for ratio in ratios):
+        return [pct(ratio) for ratio in ratios]
+    tenths = [1000 * float(ratio) for ratio in ratios]  # type: ignore[arg-type]
+    floors = [int(t // 1) for t in tenths]
+    missing = round(sum(tenths)) - sum(floors)
+    by_remainder = sorted(range(len(tenths)), key=lambda i: (floors[i] - tenths[i], i))
+    for index in by_remainder[:max(missing, 0)]:
+        floors[index] += 1
+    return [f"{value / 10:.1f} %" for value in floors]
+
+
 def timing_source(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
     """``gpu`` (kernels), ``cpu`` (only CPU step frames) or ``none``: fct_run_summary's rule."""
     if not _has(con, "fct_run_summary"):
@@ -151,13 +170,12 @@ def gather_page(con: duckdb.DuckDBPyConnection, run_id: str,
     for row in ranks:
         row["label"] = rank_label(row)
 
-    if page.timing == "gpu":
-        _gather_gpu(page, run, ranks, stages)
-    elif page.timing == "cpu":
-        _gather_cpu(page, run, ranks, stages)
-        page.notes.append(
-            "This run has no GPU kernels (a CPU-only capture): the numbers below come from "
-            "Megatron's forward/backward step frames on the CPU, not from kernels.")
+    if page.timing in ("gpu", "cpu"):
+        _gather_timed(page, run, ranks, stages)
+        if page.timing == "cpu":
+            page.notes.append(
+                "This run has no GPU kernels (a CPU-only capture): the numbers below come "
+                "from Megatron's step frames on the CPU, not from kernels.")
     else:
         page.notes.append("This run has neither GPU kernels nor Megatron step frames in the "
                           "marts; only the topology is known.")
@@ -180,70 +198,108 @@ def gather_page(con: duckdb.DuckDBPyConnection, run_id: str,
     return page
 
 
-def _gather_gpu(page: Page, run: dict[str, Any], ranks: list[dict[str, Any]],
-                stages: list[dict[str, Any]]) -> None:
+#: The step's exclusive parts (fct_rank_iterations' step_part columns), as
+#: the headline names them per timing source: (share column, label, note).
+#: Parts a timing source cannot have (overlap and memory on the CPU, the
+#: optimizer frame on the GPU) are left out; the shown ones add up to 100 %.
+STEP_PARTS = {
+    "gpu": (
+        ("compute_share", "compute", "compute kernels running, no communication"),
+        ("overlap_share", "compute ∥ communication",
+         "communication hidden behind compute"),
+        ("exposed_communication_share", "exposed communication",
+         "communication kernels running, no compute"),
+        ("exposed_memory_share", "exposed memory", "only memcpy/memset running"),
+        ("idle_share", "rank idle", "no kernel on any stream"),
+    ),
+    "cpu": (
+        ("compute_share", "forward + backward", "in forward/backward/recompute frames"),
+        ("exposed_communication_share", "communication frames",
+         "in pp_p2p and dp_sync frames (waiting included)"),
+        ("optimizer_share", "optimizer", "in the optimizer step"),
+        ("idle_share", "outside step frames", "in no classified Megatron frame"),
+    ),
+}
+
+#: How each step rule cuts the step, for the headline's note.
+STEP_RULES = {
+    "gpu_projected_step": "GPU step: first kernel of a ProfilerStep to the first of the next",
+    "gpu_whole_trace": "no steps traced: each rank's first to last kernel",
+    "profiler_step": "CPU step: the ProfilerStep range",
+    "megatron_frames": "CPU step: first to last Megatron step frame",
+}
+
+
+def _gather_timed(page: Page, run: dict[str, Any], ranks: list[dict[str, Any]],
+                  stages: list[dict[str, Any]]) -> None:
+    """The headline and worst offenders of a timed run: every figure a mart column.
+
+    The shares are the step's parts (fct_run_summary, ratios of sums), so
+    they add up to 100 %; the straggler is fct_run_summary's (the rank whose
+    late arrivals cost the others the most waiting, as fct_stragglers ranks
+    it); "most compute against its peers" is a different question and is
+    named so.
+    """
+    rule = STEP_RULES.get(run.get("step_rule") or "", "")
     page.headline += [
         Figure("ranks", f"{run['ranks']:,}", page.layout),
-        Figure("iterations", f"{run['iterations']:,}", "traced ProfilerSteps"),
+        Figure("iterations", f"{run['iterations'] or 0:,}",
+               "whole traces (no steps traced)" if run.get("step_rule") == "gpu_whole_trace"
+               else "traced iterations"),
         Figure("mean step time", ms(run["mean_step_ns"]),
-               "GPU step per rank and iteration (first kernel of a step to the first of "
-               "the next; fct_rank_steps)"),
-        Figure("compute", pct(run["compute_share"]), "share of the step time"),
-        Figure("exposed communication", pct(run["exposed_communication_share"]),
-               "communication not hidden behind compute"),
-        Figure("idle", pct(run["idle_share"]), "no kernel running"),
-        Figure("overlap ratio", pct(run["overlap_ratio"]),
-               "communication overlapped by compute (HTA's comp_comm_overlap)"),
+               f"the slowest rank's step, averaged over iterations ({rule})"),
     ]
+    parts = STEP_PARTS[page.timing]
+    shown = pct_parts([run[column] for column, _label, _note in parts])
+    page.headline += [Figure(label, value, f"{note}; share of the ranks' steps")
+                      for (_column, label, note), value in zip(parts, shown)]
+    if page.timing == "gpu":
+        page.headline.append(Figure(
+            "overlap ratio", pct(run["overlap_ratio"]),
+            "communication overlapped by compute (HTA's comp_comm_overlap), not a share of "
+            "the step"))
+    page.offenders.append(_straggler(run, ranks))
     if ranks:
-        page.offenders.append(_slowest_rank(ranks, "compute time per iteration"))
+        page.offenders.append(_most_compute(ranks))
         worst = max(ranks, key=lambda r: (r["exposed_communication_ns"] or 0, -r["rank"]))
+        label = ("communication frames (pp_p2p + dp_sync, CPU)" if page.timing == "cpu"
+                 else "exposed communication")
         page.offenders.append(Offender(
-            "most exposed communication", worst["label"], ms(worst["exposed_communication_ns"]),
+            f"most {label}", worst["label"], ms(worst["exposed_communication_ns"]),
             f"{pct(worst['exposed_communication_share'])} of its step time; "
             + _versus(worst["exposed_communication_vs_median"]), "family-heatmaps"))
     _stage_offender(page, stages, "mean compute per rank and iteration")
 
 
-def _gather_cpu(page: Page, run: dict[str, Any], ranks: list[dict[str, Any]],
-                stages: list[dict[str, Any]]) -> None:
-    page.headline += [
-        Figure("ranks", f"{run['ranks']:,}", page.layout),
-        Figure("iterations", f"{run['iterations']:,}", "traced iterations"),
-        Figure("mean step time", ms(run["mean_step_ns"]),
-               "CPU: first to last Megatron step frame per rank and iteration"),
-        Figure("forward + backward", pct(run["compute_share"]),
-               "share of the step in forward/backward/recompute frames (CPU)"),
-        Figure("communication frames", pct(run["comm_frames_share"]),
-               "share in pp_p2p and dp_sync frames (CPU; includes waiting)"),
-        Figure("optimizer", pct(run["optimizer_share"]), "share in the optimizer step"),
-    ]
-    if ranks:
-        page.offenders.append(_slowest_rank(ranks, "forward/backward time per iteration (CPU)"))
-        worst = max(ranks, key=lambda r: (r["comm_frames_ns"] or 0, -r["rank"]))
-        page.offenders.append(Offender(
-            "most time in communication frames (pp_p2p + dp_sync, CPU)", worst["label"],
-            ms(worst["comm_frames_ns"]),
-            f"{pct(worst['comm_frames_share'])} of its step time; "
-            + _versus(worst["comm_frames_vs_median"]), "family-heatmaps"))
-    _stage_offender(page, stages, "mean forward/backward time per rank and iteration (CPU)")
+def _straggler(run: dict[str, Any], ranks: list[dict[str, Any]]) -> Offender:
+    """The run's straggler (fct_run_summary.straggler_rank), or why there is none."""
+    if run.get("straggler_rank") is None:
+        return Offender("straggler", "none", "—",
+                        "no rank made another wait in a matched collective (one rank, no "
+                        "matched collectives, or all arriving together)", "family-stragglers")
+    by_rank = {row["rank"]: row for row in ranks}
+    who = by_rank.get(run["straggler_rank"], {"rank": run["straggler_rank"]})
+    return Offender("straggler (caused the most waiting)", rank_label(who),
+                    ms(run["straggler_wait_caused_ns"]),
+                    "waiting its late arrivals cost the other ranks over the run "
+                    "(fct_stragglers)", "family-stragglers")
 
 
-def _slowest_rank(ranks: list[dict[str, Any]], measure: str) -> Offender:
-    """The rank slowest *compared with its peers* (fct_rank_summary.slowness).
+def _most_compute(ranks: list[dict[str, Any]]) -> Offender:
+    """The rank with the most compute *compared with its peers* (fct_rank_summary.compute_vs_peers).
 
-    Why not the absolute maximum: the last pipeline stage (loss, output
-    layer) and the first (embedding) do more work by design; a straggler is
-    a rank slower than the ranks doing the same work. Who its peers are is
-    the mart's rule (peer_group); here only the choice and the wording.
+    Why against peers: the last pipeline stage (loss, output layer) and the
+    first (embedding) do more work by design. Who its peers are is the
+    mart's rule (peer_group); here only the choice and the wording. It is a
+    candidate cause, not the straggler (who made the others wait).
     """
-    slow = max(ranks, key=lambda r: (r["slowness"] or 0.0, -r["rank"]))
+    slow = max(ranks, key=lambda r: (r["compute_vs_peers"] or 0.0, -r["rank"]))
     by_stage = slow["peer_group"] == "pp_stage"
-    note = (f"{slow['slowness'] or 0.0:.2f}× the median of its stage's {slow['stage_ranks']} "
-            "ranks; " if by_stage else "")
+    note = (f"{slow['compute_vs_peers'] or 0.0:.2f}× the median of its stage's "
+            f"{slow['stage_ranks']} ranks; " if by_stage else "")
     note += _versus(slow["compute_vs_median"])
-    what = ("slowest rank (" + measure + ", against its pipeline stage)" if by_stage
-            else "slowest rank (" + measure + ")")
+    what = ("most compute per iteration against its pipeline stage" if by_stage
+            else "most compute per iteration against the other ranks")
     return Offender(what, slow["label"], ms(slow["compute_ns"]), note, "family-heatmaps")
 
 

@@ -48,7 +48,7 @@ class IdleFamily:
     """Idle time per rank by cause (see the module docstring)."""
 
     name = "idle"
-    title = "Why the GPU sat idle (host wait, kernel wait, other)"
+    title = "Why each GPU stream sat idle (host wait, kernel wait, other)"
     marts: tuple[str, ...] = ("fct_idle_breakdown", "fct_kernel_launches", "dim_ranks")
 
     def render(self, ctx: ChartContext) -> list[RenderedChart]:
@@ -80,17 +80,21 @@ class IdleFamily:
             ax.barh(grid.index, values, left=left, color=color, label=label)
             left = left + values
         ax.invert_yaxis()
-        ax.set_xlabel("idle time on the rank's streams (ms, streams summed"
+        ax.set_xlabel("stream idle (ms, summed over the rank's streams"
                       + (", mean per rank)" if by_stage else ")"))
         ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
-        ax.set_title("Idle time by cause — " + plain_text(ctx.run_id))
+        ax.set_title("Stream idle by cause — " + plain_text(ctx.run_id))
         totals = grid.sum()
         whole = float(totals.sum()) or 1.0
         shares = ", ".join(
             f"{name.replace('_', ' ')} {100 * float(totals.get(name, 0)) / whole:.0f} %"
             for name, _c, _l in CATEGORIES)
-        caption = (f"Gaps between kernels on each CUDA stream, by cause ({shares}), as Holistic "
-                   "Trace Analysis' idle-time breakdown defines them (fct_idle_breakdown).")
+        caption = (f"Stream idle: gaps between kernels on each CUDA stream, by cause ({shares}), "
+                   "as Holistic Trace Analysis' idle-time breakdown defines them "
+                   "(fct_idle_breakdown), summed over the rank's streams, so it can exceed "
+                   "the step. Not the rank idle of the headline and heatmaps "
+                   "(fct_rank_iterations.step_idle_ns: no kernel on any stream), which is a "
+                   "part of the step.")
         launch = ctx.con.execute(_LAUNCH_SQL, [ctx.run_id]).fetchone()
         if launch and launch[0]:
             caption += (f" Launches (fct_kernel_launches): {launch[0]:,} kernels, median launch "
@@ -98,7 +102,8 @@ class IdleFamily:
                         f"delayed over 100 µs, {100 * float(launch[3]):.1f} % shorter than "
                         "their launch call.")
         fig.tight_layout()
-        return [save_figure(fig, ctx, "idle-breakdown", "Idle time by cause per rank", caption)]
+        return [save_figure(fig, ctx, "idle-breakdown", "Stream idle by cause per rank",
+                            caption)]
 
 
 FAMILY = IdleFamily()

@@ -105,6 +105,11 @@ class StragglersFamily:
                 "No collective of this run was matched across ranks (fct_collectives is "
                 "empty for it): the traces hold no NCCL kernels or c10d calls, or only one "
                 "rank was loaded.")
+        if not (ranking["wait_caused_ns"] > 0).any():
+            raise NothingToShow(
+                "No rank of this run made another wait: its matched collectives have a "
+                "single member or every member arrived together, so there is no straggler "
+                "(fct_stragglers.straggler_rank is NULL throughout).")
         apply_theme()
         charts = [self._ranking(ctx, ranking)]
         skew = self._skew(ctx)

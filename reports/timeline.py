@@ -55,7 +55,7 @@ select
     min(first_start_ns) as first_start_ns,
     max(last_end_ns) as last_end_ns
 from fct_rank_iterations
-where run_id = ? and iteration is not null
+where run_id = ? and iteration is not null and span_ns is not null
 group by iteration
 order by ranks desc, iteration desc
 limit 1
@@ -74,7 +74,7 @@ select
 from fct_rank_iterations as iterations
 left join dim_ranks as ranks
     on iterations.run_id = ranks.run_id and iterations.rank = ranks.rank
-where iterations.run_id = ? and iterations.iteration = ?
+where iterations.run_id = ? and iterations.iteration = ? and iterations.span_ns is not null
 order by iterations.rank
 """
 

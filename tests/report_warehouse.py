@@ -36,6 +36,7 @@ QUOTED_KERNEL = "void f<\"a\" & 'b'>(int)"
 
 DLRM = SHARED_DATA / "kineto" / "dlrm_8rank"
 MEGATRON_CPU = SHARED_DATA / "kineto" / "megatron_cpu" / "tp1_pp4_dp2"
+NSYS_H100 = SHARED_DATA / "nsys" / "h100_2gpu_1s.sqlite"
 
 
 @dataclass
@@ -88,10 +89,12 @@ def hostile_trace(rank: int, world: int) -> dict:
 
 
 def cpu_ops_trace(rank: int, world: int) -> dict:
-    """A Kineto trace of a CPU-only job without Megatron frames: a step and two CPU ops."""
+    """A Kineto trace of a CPU-only job without steps or Megatron frames: two CPU ops.
+
+    No ProfilerStep either: a ProfilerStep alone would time the run on the
+    CPU (its step, all outside step frames); this run has nothing to time.
+    """
     events = [
-        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 10, "tid": 10,
-         "ts": 0.0, "dur": 1000.0},
         {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 10, "tid": 10,
          "ts": 100.0, "dur": 300.0 + 10 * rank},
         {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 10, "tid": 10,
@@ -149,6 +152,8 @@ def report_warehouse(tmp_path_factory: pytest.TempPathFactory) -> ReportWarehous
         load(DLRM, "dlrm_8rank")
     if MEGATRON_CPU.is_dir():
         load(MEGATRON_CPU, "tp1_pp4_dp2")
+    if NSYS_H100.is_file():
+        load(NSYS_H100, "nsys_h100")
     # The models' unit tests are the model tests' business; the data tests still run.
     build_warehouse(root, ["--quiet", "--exclude-resource-type", "unit_test"])
     _BUILT[key] = built

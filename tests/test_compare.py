@@ -81,9 +81,12 @@ def test_compare_prints_both_runs_and_the_difference(wh: ReportWarehouse) -> Non
     out = io.StringIO()
     assert compare_runs("sim_b", "sim_a", wh.root, fmt="json", out=out) == 0
     rows = json.loads(out.getvalue())
-    assert [row["#"] for row in rows] == ["1", "2", "mean"]
+    assert [row["#"] for row in rows] == ["1", "2", "run"]
     summary = dict(query_warehouse(wh.root, "select run_id, avg(step_ns) from "
                                    "fct_iteration_summary group by 1"))
+    run_figures = dict(query_warehouse(wh.root, "select run_id, mean_step_ns from "
+                                       "fct_run_summary"))
+    assert run_figures["sim_a"] == pytest.approx(summary["sim_a"])
     mean = rows[-1]
     assert mean["step ms A"] == pytest.approx(summary["sim_b"] / 1e6, abs=1e-3)
     assert mean["step ms B"] == pytest.approx(summary["sim_a"] / 1e6, abs=1e-3)
@@ -96,7 +99,7 @@ def test_compare_on_the_command_line(
 ) -> None:
     assert main(["compare", "sim_b", "sim_a", "--warehouse", str(wh.root)]) == 0
     text = capsys.readouterr().out
-    assert "step ms A" in text and "mean" in text
+    assert "step ms A" in text and "run" in text
     assert main(["compare", "sim_b", "no'such", "--warehouse", str(wh.root)]) == 2
     err = capsys.readouterr().err
     assert "no iterations for run(s) \"no'such\"" in err
@@ -107,4 +110,4 @@ def test_compare_a_gpu_run_with_a_cpu_run(wh: ReportWarehouse) -> None:
     out = io.StringIO()
     assert compare_runs(gpu, cpu, wh.root, fmt="csv", out=out) == 0
     lines = out.getvalue().splitlines()
-    assert lines[0].startswith("#,iter A,iter B,step ms A") and lines[-1].startswith("mean,")
+    assert lines[0].startswith("#,iter A,iter B,step ms A") and lines[-1].startswith("run,")

@@ -63,6 +63,8 @@ COMPARED_MODELS = [
     "intermediate.int_stream_idle_categorized",
     "intermediate.int_microbatch_phases_swept",
     "intermediate.int_stage_work_merged",
+    "intermediate.int_rank_steps_swept",
+    "intermediate.int_rank_steps_timed",
     "main.fct_kernels",
     "main.fct_rank_iterations",
     "main.fct_kernel_summary",
@@ -79,9 +81,7 @@ COMPARED_MODELS = [
     "main.fct_stragglers",
     "main.dim_rank_clock_offsets",
     "main.fct_idle_breakdown",
-    "main.fct_rank_steps",
     "main.fct_kernel_launches",
-    "main.fct_step_breakdown",
     "main.fct_run_summary",
     "main.fct_rank_summary",
     "main.fct_stage_summary",
@@ -94,7 +94,7 @@ SELECT = [
     "--select", "+fct_rank_iterations", "+fct_kernel_summary", "+fct_microbatch_phases",
     "+fct_cpu_steps", "+fct_pipeline_bubbles", "+fct_cpu_collectives",
     "+fct_collectives", "+fct_collective_ranks", "+fct_stragglers", "+dim_rank_clock_offsets",
-    "+fct_idle_breakdown", "+fct_rank_steps", "+fct_kernel_launches",
+    "+fct_idle_breakdown", "+fct_kernel_launches",
     "+fct_run_summary", "+fct_rank_summary", "+fct_stage_summary", "+fct_run_kernel_summary",
     "+fct_iteration_summary", "--resource-type", "seed", "--resource-type", "model",
 ]  # fmt: skip
@@ -116,6 +116,7 @@ MARKERS = {
     "intermediate.int_stream_idle_categorized": ("gap_count", "-1"),
     "intermediate.int_microbatch_phases_swept": ("overlap_ns", "-1"),
     "intermediate.int_stage_work_merged": ("work_count", "-1"),
+    "intermediate.int_rank_steps_swept": ("step_idle_ns", "-1"),
     "intermediate.int_collective_calls_sequenced": ("collective_name", "'untouched'"),
 }
 

@@ -102,8 +102,9 @@ def test_unit_and_internal_tests_pass(warehouse: Path) -> None:
     statuses = _run_results(warehouse)
     unit_tests = [uid for uid in statuses if uid.startswith("unit_test.")]
     assert len(unit_tests) >= 20, unit_tests
-    # The report's rules: the GPU step scope and the slowness peer rule.
-    assert {"unit_test.tracehouse.fct_step_breakdown.step_breakdown_scope_and_step_rule",
+    # The one step and its parts, the run's timing source, and the peer rule.
+    assert {"unit_test.tracehouse.int_rank_steps_swept.step_parts_gpu_and_cpu_windows",
+            "unit_test.tracehouse.int_rank_steps_timed.run_timing_source_decided_once",
             "unit_test.tracehouse.fct_rank_summary.rank_summary_peer_rule"} <= set(unit_tests)
     internal = [uid for uid in statuses if uid.startswith("test.") and "_int_" in uid]
     assert len(internal) >= 20, internal

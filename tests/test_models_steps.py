@@ -1,8 +1,12 @@
-"""fct_rank_steps on real traces: GPU steps tile the kernel timeline, CPU-only runs get rows.
+"""The one step and its parts (fct_rank_iterations) on every kind of real trace.
 
-One warehouse per module: the A100 trace (three ProfilerSteps, so steps
-follow each other on the GPU), dlrm_8rank (one step per rank, kernels
-before it) and a CPU-only Megatron run.
+One warehouse per module, built with `tracehouse build` (so every data
+test runs, step_parts_add_up among them): the A100 trace (three
+ProfilerSteps, so steps follow each other on the GPU), dlrm_8rank (one step
+per rank, kernels before it), two ranks of a 128-rank job, a CPU-only
+Megatron run, both Nsight exports (no ProfilerStep) and a simulated run.
+The parts are checked against the YAML's `step_part` columns and against
+an independent sweep in Python over the same kernels.
 """
 
 from __future__ import annotations
@@ -11,8 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
-from conftest import SHARED_DATA, query_warehouse
+from conftest import REPO_ROOT, SHARED_DATA, query_warehouse
 from tracehouse.dbt import EXIT_OK, run_dbt
 from tracehouse.ingest.runner import ingest_paths
 
@@ -20,117 +25,183 @@ pytestmark = pytest.mark.slow
 
 KINETO = SHARED_DATA / "kineto"
 SETS = {
-    "a100": KINETO / "single_rank" / "a100_nccl_pg_args.json.gz",
-    "dlrm": KINETO / "dlrm_8rank",
-    "cpu": KINETO / "megatron_cpu" / "tp1_pp4_dp2",
+    "a100": [KINETO / "single_rank" / "a100_nccl_pg_args.json.gz"],
+    "dlrm": [KINETO / "dlrm_8rank"],
+    "sampled": sorted((KINETO / "single_rank").glob("sampled_128rank_job_rank-*.json.gz")),
+    "cpu": [KINETO / "megatron_cpu" / "tp1_pp4_dp2"],
+    "nsys_h100": [SHARED_DATA / "nsys" / "h100_2gpu_1s.sqlite"],
+    "nsys_mfu": [SHARED_DATA / "nsys" / "mfu_2gpu_before.sqlite"],
 }
+PARTS = ("step_compute_ns", "step_overlap_ns", "step_exposed_communication_ns",
+         "step_exposed_memory_ns", "step_optimizer_ns", "step_idle_ns")
 
 
 @pytest.fixture(scope="module")
 def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    missing = [str(p) for p in SETS.values() if not p.exists()]
-    if missing:
-        pytest.skip(f"shared traces not found: {missing}")
-    root = tmp_path_factory.mktemp("steps") / "warehouse"
-    for run, path in SETS.items():
-        result = ingest_paths([path], warehouse=root, run=run, progress=False)
+    missing = [str(p) for paths in SETS.values() for p in paths if not p.exists()]
+    if missing or not SETS["sampled"]:
+        pytest.skip(f"shared traces not found: {missing or 'sampled_128rank_job_rank-*'}")
+    from tracehouse.simulate import SimConfig, simulate_run
+
+    base = tmp_path_factory.mktemp("steps")
+    root = base / "warehouse"
+    sim = simulate_run(SimConfig(tp=2, pp=2, dp=1, microbatches=2, iterations=2, layers=4,
+                                 hidden=512, heads=4, seq_length=512, vocab=8_000,
+                                 stragglers=((1, 1.4),)), base / "sim", jobs=1)
+    for run, paths in {**SETS, "sim": [sim.out_dir]}.items():
+        result = ingest_paths(paths, warehouse=root, run=run, jobs=1, progress=False)
         assert not result.failed, result.failed
-    assert run_dbt(["run", "--select", "+fct_rank_steps", "+fct_kernels"], root) == EXIT_OK
-    assert run_dbt(["test", "--select", "fct_rank_steps"], root) == EXIT_OK
+    # Every data test runs (step_parts_add_up among them); a failing one fails the build.
+    assert run_dbt(["build", "--quiet"], root) == EXIT_OK
     yield root
 
 
+def test_step_parts_are_the_yaml_step_part_columns() -> None:
+    """The parts every check sums are exactly the columns marked meta step_part."""
+    spec = yaml.safe_load((REPO_ROOT / "models/marts/core/_core__models.yml").read_text())
+    [model] = [m for m in spec["models"] if m["name"] == "fct_rank_iterations"]
+    marked = tuple(c["name"] for c in model["columns"]
+                   if (c.get("meta") or {}).get("step_part"))
+    assert marked == PARTS
+    assert any("step_parts_add_up" in test for test in model["data_tests"])
+
+
+def test_parts_add_up_to_the_step_on_every_row_of_every_run(warehouse: Path) -> None:
+    rows = query_warehouse(warehouse, f"""
+        select run_id, timing_source, count(*),
+               count(*) filter (where {' + '.join(PARTS)} <> step_ns),
+               count(*) filter (where least({', '.join(PARTS)}) < 0)
+        from fct_rank_iterations where step_ns is not null
+        group by 1, 2 order by 1
+    """)
+    assert {run: source for run, source, *_ in rows} == {
+        "a100": "gpu", "cpu": "cpu", "dlrm": "gpu", "nsys_h100": "gpu", "nsys_mfu": "gpu",
+        "sampled": "gpu", "sim": "gpu"}
+    for run, _source, count, wrong, negative in rows:
+        assert count > 0 and (wrong, negative) == (0, 0), run
+
+
 def test_gpu_steps_tile_each_trace(warehouse: Path) -> None:
-    """Each step ends where the next begins; together they fit in the trace's kernel span."""
-    rows = query_warehouse(
-        warehouse,
-        """
+    """Each step ends where the next begins; the last ends at the trace's last kernel."""
+    rows = query_warehouse(warehouse, """
         with ordered as (
-            select *, lead(gpu_step_start_ns) over (
-                partition by trace_id order by iteration) as next_start_ns
-            from fct_rank_steps where gpu_step_ns is not null
+            select *, lead(step_start_ns) over (
+                partition by trace_id order by step_start_ns) as next_start_ns
+            from fct_rank_iterations where step_rule = 'gpu_projected_step'
         ),
         kernels as (
-            select trace_id, max(end_ns) - min(ts_ns) as kernel_span_ns
-            from fct_kernels group by 1
+            select trace_id, min(ts_ns) as first_ns, max(end_ns) as last_ns
+            from fct_kernels where iteration is not null group by 1
         )
         select
-            ordered.run_id, ordered.rank, count(*),
-            sum(gpu_step_ns), any_value(kernels.kernel_span_ns),
-            count(*) filter (where next_start_ns is not null and gpu_step_end_ns <> next_start_ns),
-            count(*) filter (where gpu_step_ns < 0)
+            ordered.run_id, count(*),
+            count(*) filter (where next_start_ns is not null and step_end_ns <> next_start_ns),
+            count(*) filter (where next_start_ns is null and step_end_ns <> kernels.last_ns),
+            min(step_start_ns = kernels.first_ns or step_start_ns > kernels.first_ns)
         from ordered inner join kernels using (trace_id)
-        group by 1, 2
-        """,
-    )
-    assert {run for run, *_ in rows} == {"a100", "dlrm"}
-    for run, rank, _steps, total, span, gaps, negative in rows:
-        assert total <= span, (run, rank, total, span)
-        assert (gaps, negative) == (0, 0), (run, rank)
-    [(a100_steps, a100_total, a100_span)] = [
-        (steps, total, span) for run, _r, steps, total, span, *_ in rows if run == "a100"
-    ]
-    assert a100_steps == 3
-    # Kernels of all three steps: the steps tile first kernel to last end exactly.
-    assert a100_total == a100_span
+        group by 1 order by 1
+    """)
+    assert {run for run, *_ in rows} == {"a100", "dlrm", "sampled", "sim"}
+    for run, _steps, gaps, ends, starts in rows:
+        assert (gaps, ends, starts) == (0, 0, True), run
+    assert dict((run, steps) for run, steps, *_ in rows)["a100"] == 3
 
 
-def test_gpu_steps_never_overlap_unlike_spans(warehouse: Path) -> None:
-    """A step starts no earlier than the previous step's start plus its length."""
-    [(overlapping,)] = query_warehouse(
-        warehouse,
-        """
-        select count(*) from fct_rank_steps as a inner join fct_rank_steps as b
-            on a.trace_id = b.trace_id and a.iteration < b.iteration
-        where a.gpu_step_end_ns > b.gpu_step_start_ns
-        """,
-    )
-    assert overlapping == 0
+def test_traces_without_steps_are_one_whole_trace_window(warehouse: Path) -> None:
+    rows = query_warehouse(warehouse, """
+        select steps.run_id, steps.step_rule, steps.step_start_ns = k.first_ns,
+               steps.step_end_ns = k.last_ns
+        from fct_rank_iterations as steps
+        inner join (select run_id, rank, min(ts_ns) as first_ns, max(end_ns) as last_ns
+                    from fct_kernels group by 1, 2) as k using (run_id, rank)
+        where steps.step_rule = 'gpu_whole_trace'
+    """)
+    # Nsight exports carry no ProfilerStep: each GPU's trace is one window, first to
+    # last kernel (its kernels all sit in the trace's iteration).
+    assert sorted(run for run, *_ in rows) == ["nsys_h100"] * 2 + ["nsys_mfu"] * 2
+    assert all(start and end for _run, _rule, start, end in rows)
+
+
+def test_parts_match_an_independent_sweep(warehouse: Path) -> None:
+    """Recompute each GPU window's parts in Python from fct_kernels (every kernel of the trace)."""
+    windows = query_warehouse(warehouse, f"""
+        select run_id, rank, iteration, trace_id, step_start_ns, step_end_ns, {', '.join(PARTS)}
+        from fct_rank_iterations where timing_source = 'gpu' and run_id in ('a100', 'dlrm', 'sim')
+    """)
+    kernels = query_warehouse(warehouse, """
+        select trace_id, kind, ts_ns, end_ns from fct_kernels
+        where run_id in ('a100', 'dlrm', 'sim') and end_ns > ts_ns
+    """)
+    by_trace: dict[str, list[tuple[str, int, int]]] = {}
+    for trace, kind, start, end in kernels:
+        by_trace.setdefault(trace, []).append((kind, start, end))
+    assert len(windows) > 10
+    for _run, _rank, _iteration, trace, start, end, *parts in windows:
+        assert tuple(parts) == _sweep(by_trace[trace], start, end), (trace, start, end)
+
+
+def _sweep(kernels: list[tuple[str, int, int]], start: int, end: int) -> tuple[int, ...]:
+    """Nanoseconds of [start, end) per part by the GPU priority, from raw kernel intervals."""
+    points = sorted({start, end} | {t for _k, s, e in kernels for t in (s, e) if start < t < end})
+    totals = dict.fromkeys(("compute", "overlap", "communication", "memory", "idle"), 0)
+    for left, right in zip(points, points[1:]):
+        open_kinds = {kind for kind, s, e in kernels if s <= left and e >= right}
+        if {"compute", "communication"} <= open_kinds:
+            part = "overlap"
+        elif "compute" in open_kinds:
+            part = "compute"
+        elif "communication" in open_kinds:
+            part = "communication"
+        elif "memory" in open_kinds:
+            part = "memory"
+        else:
+            part = "idle"
+        totals[part] += right - left
+    return (totals["compute"], totals["overlap"], totals["communication"], totals["memory"], 0,
+            totals["idle"])
 
 
 def test_cpu_step_is_the_profiler_step(warehouse: Path) -> None:
-    rows = query_warehouse(
-        warehouse,
-        """
-        select steps.run_id, count(*) filter (where steps.cpu_step_ns = p.end_ns - p.ts_ns),
+    rows = query_warehouse(warehouse, """
+        select steps.run_id, steps.timing_source,
+               count(*) filter (where steps.cpu_step_start_ns = p.ts_ns
+                                and steps.cpu_step_ns = p.window_end_ns - p.ts_ns),
                count(*)
-        from fct_rank_steps as steps
+        from fct_rank_iterations as steps
         inner join intermediate.int_profiler_steps as p
             on steps.trace_id = p.trace_id and steps.iteration = p.step_number
-        group by 1
-        """,
-    )
-    assert {run: (same, n) for run, same, n in rows} == {
-        "a100": (3, 3),
-        "dlrm": (8, 8),
-        "cpu": (8, 8),
+        group by 1, 2 order by 1
+    """)
+    assert {run: (source, same, n) for run, source, same, n in rows} == {
+        "a100": ("gpu", 3, 3),
+        "cpu": ("cpu", 8, 8),
+        "dlrm": ("gpu", 8, 8),
+        "sampled": ("gpu", 4, 4),
+        "sim": ("gpu", 8, 8),
     }
-
-
-def test_cpu_only_runs_get_steps(warehouse: Path) -> None:
-    rows = query_warehouse(
-        warehouse,
-        """
-        select rank, iteration, step_source, step_ns, cpu_step_ns, gpu_step_ns, kernel_count
-        from fct_rank_steps where run_id = 'cpu' order by rank
-        """,
-    )
-    assert [r[0] for r in rows] == list(range(8))
-    for _rank, iteration, source, step, cpu, gpu, kernels in rows:
-        assert iteration == 3
-        assert source == "profiler_step"
-        assert step == cpu > 0
-        assert gpu is None and kernels == 0
+    [(cpu_rows, cpu_same)] = query_warehouse(warehouse, """
+        select count(*), count(*) filter (
+            where step_ns = cpu_step_ns and step_rule = 'profiler_step' and kernel_count = 0)
+        from fct_rank_iterations where run_id = 'cpu'""")
+    assert cpu_rows == cpu_same == 8
 
 
 def test_gpu_lag_is_gpu_start_minus_cpu_start(warehouse: Path) -> None:
-    [(bad, lagging)] = query_warehouse(
-        warehouse,
-        """
-        select count(*) filter (where gpu_lag_ns <> gpu_step_start_ns - cpu_step_start_ns),
-               count(*) filter (where gpu_lag_ns > 0)
-        from fct_rank_steps where gpu_step_ns is not null
-        """,
-    )
+    [(bad, lagging, total)] = query_warehouse(warehouse, """
+        select count(*) filter (where gpu_lag_ns <> step_start_ns - cpu_step_start_ns),
+               count(*) filter (where gpu_lag_ns > 0), count(*)
+        from fct_rank_iterations
+        where timing_source = 'gpu' and cpu_step_start_ns is not null
+    """)
     assert bad == 0
-    assert lagging == 11  # every GPU step starts after its CPU step
+    assert lagging == total > 0  # every GPU step starts after its CPU step
+
+
+def test_span_figures_stay_beside_the_step(warehouse: Path) -> None:
+    """HTA's span figures are unchanged by the step: they still add up to the span."""
+    [(rows, wrong)] = query_warehouse(warehouse, """
+        select count(*), count(*) filter (where compute_ns + exposed_communication_ns +
+                                          exposed_memory_ns + idle_ns <> span_ns)
+        from fct_rank_iterations where span_ns is not null
+    """)
+    assert rows > 0 and wrong == 0

@@ -168,3 +168,24 @@ def test_every_real_family_that_imports_draws(built: Lake, tmp_path: Path) -> No
                 drawn += 1
     if drawn == 0:
         pytest.skip("no registered chart family is importable yet")
+
+
+def test_every_marts_integer_columns_are_bigint_and_do_arithmetic(built: Lake) -> None:
+    """Sums stay BIGINT in every mart (DuckDB's sum() of BIGINT is HUGEINT, which pandas
+    gets as decimal.Decimal: ``df.compute_ns / 1e6`` would raise TypeError)."""
+    with open_warehouse(built.warehouse) as wh:
+        wide = wh.sql("""
+            select table_name, column_name, data_type from information_schema.columns
+            where table_schema = 'main' and (table_name like 'fct\\_%' escape '\\'
+                                             or table_name like 'dim\\_%' escape '\\')
+              and (data_type like 'HUGEINT%' or data_type like 'DECIMAL%'
+                   or data_type like 'UHUGEINT%')""").fetchall()
+        assert wide == []
+        frame = wh.df("fct_rank_iterations", run_id=built.run_id)
+        for column in ("compute_ns", "step_ns", "step_idle_ns", "kernel_count"):
+            assert str(frame[column].dtype) in ("Int64", "int64"), column
+        assert (frame["compute_ns"] / 1e6).notna().any()
+        assert ((frame["step_ns"] - frame["step_idle_ns"]) >= 0).all()
+        phases = wh.df("fct_microbatch_phases", run_id=built.run_id)
+        assert str(phases["busy_ns"].dtype) in ("Int64", "int64")
+        assert float((phases["busy_ns"] / 1e6).sum()) > 0

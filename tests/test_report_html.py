@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import stat
+from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -101,52 +102,145 @@ def test_index_references_every_chart_and_nothing_missing(wh: ReportWarehouse,
     assert len(re.findall(r"^\[\d+/\d+\] ", result.log, flags=re.M)) == len(result.sections)
 
 
+def _cards(source: str) -> dict[str, tuple[str, str]]:
+    """The headline cards as label -> (value, note), as the page shows them."""
+    cards = re.findall(r'<div class="card"><div class="label">(.*?)</div>'
+                       r'<div class="value">(.*?)</div><div class="sub">(.*?)</div>', source)
+    return {unescape(label): (unescape(value), unescape(note)) for label, value, note in cards}
+
+
+def _shown_shares(cards: dict[str, tuple[str, str]]) -> dict[str, float]:
+    return {label: float(value.rstrip(" %")) for label, (value, note) in cards.items()
+            if "share of the ranks' steps" in note}
+
+
+PARTS = ("compute", "overlap", "exposed_communication", "exposed_memory", "optimizer", "idle")
+
+
+def _independent_run(wh: ReportWarehouse, run: str) -> dict[str, object]:
+    """The run's headline figures recomputed from fct_rank_iterations and fct_stragglers."""
+    row = _query(wh, f"""
+        select {", ".join(f"sum(step_{p}_ns) / sum(step_ns)" for p in PARTS)},
+               sum(overlap_ns) / sum(communication_ns),
+               (select avg(step_ns) from (
+                    select max(step_ns) as step_ns from fct_rank_iterations
+                    where run_id = $run and step_ns is not null group by iteration)),
+               count(distinct iteration)
+        from fct_rank_iterations where run_id = $run and step_ns is not null
+    """, {"run": run})  # type: ignore[arg-type]
+    straggler = _query(wh, """
+        select rank, sum(wait_caused_ns) from fct_stragglers where run_id = ?
+        group by rank having sum(wait_caused_ns) > 0
+        order by sum(wait_caused_ns) desc, sum(times_last) desc, rank limit 1""", [run])
+    return {**dict(zip(PARTS, row[:6])), "overlap_ratio": row[6], "step": row[7],
+            "iterations": row[8], "straggler": straggler}
+
+
+def _names_straggler(shown: str, rank: int, caused_ns: int) -> bool:
+    """The offenders table's straggler row names ``rank`` and the waiting it caused."""
+    return re.search(rf"straggler \(caused the most waiting\)rank {rank}(?: · [^\n]*?)?"
+                     + re.escape(f"{caused_ns / 1e6:,.2f} ms"), shown) is not None
+
+
 def test_headline_numbers_are_the_marts_numbers(wh: ReportWarehouse, tmp_path: Path) -> None:
     run = wh.need("sim_a")
     result = _render(wh, tmp_path / "report", run)
-    shown = Page(result.index_html.read_text()).shown
-    step, compute, exposed, idle, overlap, iterations = _query(wh, """
-        select (select avg(gpu_step_ns) from fct_rank_steps
-                where run_id = ? and gpu_step_ns is not null),
-               sum(compute_ns) / sum(span_ns),
-               sum(exposed_communication_ns) / sum(span_ns), sum(idle_ns) / sum(span_ns),
-               sum(overlap_ns) / sum(communication_ns), count(distinct iteration)
-        from fct_rank_iterations where run_id = ? and iteration is not null
-    """, [run, run])
-    for text in (f"{step / 1e6:,.2f} ms", f"{100 * compute:.1f} %", f"{100 * exposed:.1f} %",
-                 f"{100 * idle:.1f} %", f"{100 * overlap:.1f} %"):
-        assert text in shown, text
-    assert re.search(rf"ITERATIONS\s*{iterations}\b", shown, flags=re.I) or \
-        f"iterations{iterations}" in shown.replace(" ", "").lower()
-    # Slowest rank against its stage peers: the simulator's straggler, rank 1 (compute x1.5).
-    slow_rank, slow_ns = _query(wh, """
+    source = result.index_html.read_text()
+    shown = Page(source).shown
+    cards = _cards(source)
+    want = _independent_run(wh, run)
+    assert cards["mean step time"][0] == f"{want['step'] / 1e6:,.2f} ms"
+    assert cards["iterations"][0] == f"{want['iterations']}"
+    assert cards["overlap ratio"][0] == f"{100 * want['overlap_ratio']:.1f} %"
+    labels = {"compute": "compute", "compute ∥ communication": "overlap",
+              "exposed communication": "exposed_communication",
+              "exposed memory": "exposed_memory", "rank idle": "idle"}
+    shares = _shown_shares(cards)
+    assert set(shares) == set(labels)
+    for label, part in labels.items():
+        assert shares[label] == pytest.approx(100 * want[part], abs=0.1), label
+    assert sum(shares.values()) == pytest.approx(100.0, abs=1e-9)
+    # The straggler: fct_stragglers' rank with the most waiting caused over the run.
+    straggler, caused = want["straggler"]
+    assert _names_straggler(shown, straggler, caused)
+    # Most compute against its stage peers: the simulator's slow rank 1 (compute x1.5),
+    # named as what it is, not as the straggler.
+    slow_rank, slow_ns, stage_ratio, peers = _query(wh, """
         with per_rank as (
-            select rank, avg(compute_ns) as compute_ns from fct_rank_iterations
-            where run_id = ? and iteration is not null group by rank
+            select rank, pp_stage, avg(step_compute_ns + step_overlap_ns) as compute_ns
+            from fct_rank_iterations where run_id = ? and step_ns is not null
+            group by rank, pp_stage
         )
-        select per_rank.rank, compute_ns from per_rank
-        join dim_ranks as d on d.run_id = 'sim_a' and d.rank = per_rank.rank
-        order by compute_ns / median(compute_ns) over (partition by d.pp_stage) desc limit 1
+        select rank, compute_ns, compute_ns / median(compute_ns) over (partition by pp_stage),
+               count(*) over (partition by pp_stage)
+        from per_rank
+        order by compute_ns / median(compute_ns) over (partition by pp_stage) desc, rank limit 1
     """, [run])
     assert slow_rank == 1
-    assert re.search(rf"slowest rank[^\n]*?rank {slow_rank}\b", shown)
+    assert re.search(rf"most compute per iteration against its pipeline stage[^\n]*?"
+                     rf"rank {slow_rank}\b", shown)
     assert f"{slow_ns / 1e6:,.2f} ms" in shown
-    # ... by how much, against the median of its stage (fct_rank_summary's numbers).
-    stage_ratio, peers = _query(wh, """
-        with per_rank as (
-            select rank, avg(compute_ns) as compute_ns from fct_rank_iterations
-            where run_id = ? and iteration is not null group by rank
-        ),
-        placed as (
-            select per_rank.rank, compute_ns,
-                   median(compute_ns) over (partition by d.pp_stage) as stage_median,
-                   count(*) over (partition by d.pp_stage) as peers
-            from per_rank join dim_ranks as d on d.run_id = ? and d.rank = per_rank.rank
-        )
-        select compute_ns / stage_median, peers from placed where rank = ?
-    """, [run, run, slow_rank])
-    assert peers == 2
     assert f"{stage_ratio:.2f}× the median of its stage's {peers} ranks" in shown
+    assert "slowest rank (" not in shown
+
+
+@pytest.mark.parametrize("run", ["tp1_pp4_dp2", "dlrm_8rank", "nsys_h100"])
+def test_headline_shares_add_up_on_every_kind_of_run(wh: ReportWarehouse, tmp_path: Path,
+                                                     run: str) -> None:
+    """CPU-timed, GPU-timed and Nsight runs: the shares shown are the step's parts, 100 %."""
+    run = wh.need(run)
+    result = _render(wh, tmp_path / "report", run)
+    source = result.index_html.read_text()
+    cards = _cards(source)
+    want = _independent_run(wh, run)
+    shares = _shown_shares(cards)
+    assert len(shares) >= 4
+    assert sum(shares.values()) == pytest.approx(100.0, abs=1e-9)
+    assert cards["mean step time"][0] == f"{want['step'] / 1e6:,.2f} ms"
+    shown = Page(source).shown
+    if want["straggler"] is None:
+        assert re.search(r"straggler\s*none", shown)
+    else:
+        assert _names_straggler(shown, *want["straggler"])
+
+
+def test_report_and_compare_name_the_same_slowest_rank_and_straggler(
+        wh: ReportWarehouse, tmp_path: Path) -> None:
+    """The heatmap caption's worst step, compare's rows and the page agree, per iteration."""
+    import json
+
+    from tracehouse.compare import compare_runs
+
+    out = io.StringIO()
+    assert compare_runs("sim_a", "sim_b", wh.root, fmt="json", out=out) == 0
+    rows = json.loads(out.getvalue())
+    iterations = {r[0]: r[1:] for r in _query_all(wh, """
+        select iteration, slowest_rank, straggler_rank, step_ns from fct_iteration_summary
+        where run_id = 'sim_a' order by iteration""")}
+    for row in rows[:-1]:
+        slowest, straggler, _step = iterations[row["iter A"]]
+        assert (row["slowest rank A"], row["straggler A"]) == (slowest, straggler)
+    [run_row] = rows[-1:]
+    (run_straggler,) = _query(wh, "select straggler_rank from fct_run_summary "
+                              "where run_id = 'sim_a'", [])
+    assert run_row["straggler A"] == run_straggler
+    result = _render(wh, tmp_path / "report", "sim_a")
+    [heatmap] = [c for c in result.charts if c.slug == "heatmaps-rank-iteration"]
+    match = re.search(r"step time: [^;]*?worst rank (\d+) at iteration (\d+) \(([\d.]+) ms\)",
+                      heatmap.caption)
+    assert match, heatmap.caption
+    rank, iteration, ms = int(match[1]), int(match[2]), float(match[3])
+    worst_iteration = max(iterations, key=lambda it: (iterations[it][2], -it))
+    assert (rank, iteration) == (iterations[worst_iteration][0], worst_iteration)
+    assert ms == pytest.approx(iterations[worst_iteration][2] / 1e6, abs=0.005)
+
+
+def _query_all(wh: ReportWarehouse, sql: str) -> list[tuple]:
+    con = duckdb.connect(str(Warehouse(wh.root).database), read_only=True)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
 
 
 def test_cpu_only_run_gets_a_useful_report(wh: ReportWarehouse, tmp_path: Path) -> None:
@@ -159,9 +253,8 @@ def test_cpu_only_run_gets_a_useful_report(wh: ReportWarehouse, tmp_path: Path) 
     assert "CPU" in shown and "no GPU kernels" in shown
     (step,) = _query(wh, """
         select avg(step_ns) from (
-            select rank, iteration, max(last_end_ns) - min(first_start_ns) as step_ns
-            from fct_microbatch_phases where run_id = ? and timing_source = 'cpu'
-            group by rank, iteration)
+            select iteration, max(step_ns) as step_ns from fct_rank_iterations
+            where run_id = ? and step_ns is not null group by iteration)
     """, [run])
     assert f"{step / 1e6:,.2f} ms" in shown
     assert "slowest pipeline stage" in shown

@@ -218,8 +218,9 @@ def test_compare_two_runs(con: duckdb.DuckDBPyConnection, wh: ReportWarehouse, t
     assert [c.slug for c in charts] == ["compare-step-time", "compare-breakdown"]
     for chart in charts:
         assert_real_picture(chart)
-    mean_a = con.execute("select avg(span_ns) / 1e6 from fct_rank_iterations "
-                         "where run_id = 'sim_a' and iteration is not null").fetchone()[0]
+    mean_a = con.execute("select avg(step_ns) / 1e6 from (select max(step_ns) as step_ns "
+                         "from fct_rank_iterations where run_id = 'sim_a' "
+                         "and step_ns is not null group by iteration)").fetchone()[0]
     assert f"sim_a: {mean_a:.2f} ms" in charts[0].caption
 
 
@@ -227,21 +228,28 @@ def test_compare_two_runs(con: duckdb.DuckDBPyConnection, wh: ReportWarehouse, t
 
 
 #: The marts the heatmaps and the page read (models/marts/summary).
-SUMMARY_MARTS = ("fct_step_breakdown", "fct_run_summary")
+SUMMARY_MARTS = ("fct_run_summary",)
 
 
 def _summarise_gpu_run(mem: duckdb.DuckDBPyConnection, run: str) -> None:
-    """Made-up fct_rank_iterations rows as the summary marts hold them (no GPU steps:
-    step = span, every iteration traced); the rules themselves are the models'
-    (unit-tested in dbt)."""
+    """Made-up fct_rank_iterations rows given the step the models would (step = span,
+    its parts the span figures, the rank's coordinates); the rules themselves are
+    the models' (unit-tested in dbt)."""
     mem.execute("""
-        insert into fct_step_breakdown (run_id, rank, iteration, timing_source, step_ns,
-            span_ns, compute_ns, compute_only_ns, overlap_ns, communication_ns,
-            exposed_communication_ns, exposed_memory_ns, idle_ns)
-        select run_id, rank, iteration, 'gpu', span_ns, span_ns, compute_ns,
-               compute_ns - coalesce(overlap_ns, 0), overlap_ns, communication_ns,
-               exposed_communication_ns, exposed_memory_ns, idle_ns
-        from fct_rank_iterations where run_id = ?
+        update fct_rank_iterations set
+            timing_source = 'gpu', step_rule = 'gpu_projected_step', step_ns = span_ns,
+            step_compute_ns = compute_ns - coalesce(overlap_ns, 0),
+            step_overlap_ns = coalesce(overlap_ns, 0),
+            step_exposed_communication_ns = exposed_communication_ns,
+            step_exposed_memory_ns = coalesce(exposed_memory_ns, 0), step_optimizer_ns = 0,
+            step_idle_ns = idle_ns
+        where run_id = ?
+    """, [run])
+    mem.execute("""
+        update fct_rank_iterations as i set
+            pp_stage = d.pp_stage, tp_rank = d.tp_rank, dp_rank = d.dp_rank, cp_rank = d.cp_rank
+        from dim_ranks as d
+        where i.run_id = ? and d.run_id = i.run_id and d.rank = i.rank
     """, [run])
     mem.execute("insert into fct_run_summary (run_id, timing_source) values (?, 'gpu')", [run])
 
@@ -255,7 +263,7 @@ def big_marts(wh: ReportWarehouse) -> Iterator[duckdb.DuckDBPyConnection]:
     """
     mem = duckdb.connect(":memory:")
     mem.execute("attach ? as built (read_only)", [str(Warehouse(wh.root).database)])
-    for table in ("fct_rank_iterations", "fct_rank_steps", "dim_ranks", "fct_kernels",
+    for table in ("fct_rank_iterations", "dim_ranks", "fct_kernels",
                   "fct_kernel_summary", "fct_microbatch_phases", *SUMMARY_MARTS):
         mem.execute(f"create table {table} as select * from built.{table} limit 0")
     mem.execute("detach built")
@@ -337,7 +345,7 @@ def test_many_ranks_without_stages_and_many_iterations(wh: ReportWarehouse,
     """100 ranks, 8 iterations, no topology: square grids of the mean, blocks of ranks."""
     mem = duckdb.connect(":memory:")
     mem.execute("attach ? as built (read_only)", [str(Warehouse(wh.root).database)])
-    for table in ("fct_rank_iterations", "fct_rank_steps", "dim_ranks", "fct_kernels",
+    for table in ("fct_rank_iterations", "dim_ranks", "fct_kernels",
                   "fct_microbatch_phases", *SUMMARY_MARTS):
         mem.execute(f"create table {table} as select * from built.{table} limit 0")
     mem.execute("detach built")

@@ -71,6 +71,19 @@ def test_parquet_keeps_rows_and_types(built: Lake, tmp_path: Path) -> None:
     assert rows == len(written) == len(expected) > 0
     assert written == expected
     assert types["span_ns"] == "BIGINT" and types["overlap_ratio"] == "DOUBLE"
+    # Sums stay integers too (a HUGEINT sum would be written as a double).
+    for column in ("compute_ns", "busy_ns", "step_ns", "step_compute_ns", "kernel_count"):
+        assert types[column] == "BIGINT", column
+    phases = tmp_path / "phases.parquet"
+    export_table(built.warehouse, "fct_microbatch_phases", phases)
+    con = duckdb.connect()
+    try:
+        [(kind, total)] = con.execute(
+            "select typeof(busy_ns), sum(busy_ns) // 1 from read_parquet(?) group by 1",
+            [str(phases)]).fetchall()
+    finally:
+        con.close()
+    assert kind == "BIGINT" and total > 0
 
 
 def test_run_filter_is_bound(built: Lake, tmp_path: Path) -> None:

@@ -5,8 +5,11 @@ The answer is ``fct_iteration_summary`` of both runs, iteration by
 iteration, with the differences computed, not read off two reports.
 Iterations are paired by their order within each run (a rerun is often
 profiled at other step numbers), and both numbers are shown. The last row
-compares the runs' means. Numbers come from the mart only; this module
-adds nothing but the pairing, the differences and the formatting
+compares the runs: ``fct_run_summary``'s figures (mean step over
+iterations; shares as ratios of sums over all iterations, never a mean of
+the iterations' ratios; the run's straggler), the same the report shows.
+Numbers come from the marts only; this module adds nothing but the
+pairing, the differences and the formatting
 (:func:`tracehouse.sql.run_sql`: table, CSV or JSON).
 """
 
@@ -54,15 +57,19 @@ paired as (
         a.worst_skew_ns as worst_skew_ns_a, b.worst_skew_ns as worst_skew_ns_b
     from a full outer join b on a.n = b.n
 ),
+run_a as (select * from fct_run_summary where run_id = {a}),
+run_b as (select * from fct_run_summary where run_id = {b}),
 rows as (
     select * from paired
     union all
     select
-        'mean', null, null,
-        avg(step_ns_a), avg(step_ns_b), avg(exposed_a), avg(exposed_b),
-        avg(bubble_a), avg(bubble_b), null, null, null, null,
-        avg(worst_skew_ns_a), avg(worst_skew_ns_b)
-    from paired
+        'run', null, null,
+        run_a.mean_step_ns, run_b.mean_step_ns,
+        run_a.exposed_communication_share, run_b.exposed_communication_share,
+        run_a.bubble_ratio, run_b.bubble_ratio, null, null,
+        run_a.straggler_rank, run_b.straggler_rank,
+        (select avg(worst_skew_ns_a) from paired), (select avg(worst_skew_ns_b) from paired)
+    from run_a full outer join run_b on true
 )
 select
     pair as "#",
@@ -83,7 +90,7 @@ select
     round(worst_skew_ns_a / 1e6, 3) as "worst skew ms A",
     round(worst_skew_ns_b / 1e6, 3) as "worst skew ms B"
 from rows
-order by pair = 'mean', try_cast(pair as integer)
+order by pair = 'run', try_cast(pair as integer)
 """
 
 

@@ -25,9 +25,9 @@ final as (
         collective,
         count(*) as instances,
         count(distinct group_key) as group_count,
-        sum(bytes) as bytes,
-        sum(bus_bytes) as bus_bytes,
-        sum(case when in_step then bytes else 0 end) as step_bytes
+        cast(sum(bytes) as bigint) as bytes,
+        cast(sum(bus_bytes) as bigint) as bus_bytes,
+        cast(sum(case when in_step then bytes else 0 end) as bigint) as step_bytes
     from instances
     group by 1, 2, 3
 )

@@ -23,7 +23,7 @@ per_name as (
         name,
         min(kind) as kind,
         count(*) as kernel_count,
-        sum(dur_ns) as total_dur_ns,
+        cast(sum(dur_ns) as bigint) as total_dur_ns,
         min(dur_ns) as min_dur_ns,
         max(dur_ns) as max_dur_ns
     from kernels

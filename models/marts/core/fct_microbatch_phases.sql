@@ -112,7 +112,7 @@ cpu_timings as (
         min(start_ns) as first_start_ns,
         max(end_ns) as last_end_ns,
         max(end_ns) - min(start_ns) as wall_ns,
-        sum(busy_ns) as busy_ns,
+        cast(sum(busy_ns) as bigint) as busy_ns,
         cast(null as bigint) as compute_ns,
         cast(null as bigint) as communication_ns,
         cast(null as bigint) as memory_ns,
@@ -131,15 +131,15 @@ gpu_timings as (
         step_chunks.vpp_chunk,
         step_chunks.chunk_microbatch,
         'gpu' as timing_source,
-        sum(gpu_groups.kernel_count) as kernel_count,
+        cast(sum(gpu_groups.kernel_count) as bigint) as kernel_count,
         min(gpu_groups.first_start_ns) as first_start_ns,
         max(gpu_groups.last_end_ns) as last_end_ns,
         max(gpu_groups.last_end_ns) - min(gpu_groups.first_start_ns) as wall_ns,
-        sum(gpu_groups.busy_ns) as busy_ns,
-        sum(gpu_groups.compute_ns) as compute_ns,
-        sum(gpu_groups.communication_ns) as communication_ns,
-        sum(gpu_groups.memory_ns) as memory_ns,
-        sum(gpu_groups.overlap_ns) as overlap_ns
+        cast(sum(gpu_groups.busy_ns) as bigint) as busy_ns,
+        cast(sum(gpu_groups.compute_ns) as bigint) as compute_ns,
+        cast(sum(gpu_groups.communication_ns) as bigint) as communication_ns,
+        cast(sum(gpu_groups.memory_ns) as bigint) as memory_ns,
+        cast(sum(gpu_groups.overlap_ns) as bigint) as overlap_ns
     from gpu_groups
     left join step_chunks
         on

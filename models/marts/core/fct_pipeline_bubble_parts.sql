@@ -310,12 +310,14 @@ part_totals as (
         iteration,
         timing_source,
         schedule_part,
-        sum(case when state = 'busy' then length_ns else 0 end) as busy_ns,
-        sum(case when state = 'p2p_wait' then length_ns else 0 end) as p2p_wait_ns,
-        sum(case when state = 'dp_wait' then length_ns else 0 end) as dp_wait_ns,
-        sum(case when state = 'collective_wait' then length_ns else 0 end) as collective_wait_ns,
-        sum(case when state = 'other_kernel' then length_ns else 0 end) as other_kernel_ns,
-        sum(case when state = 'idle' then length_ns else 0 end) as idle_ns
+        cast(sum(case when state = 'busy' then length_ns else 0 end) as bigint) as busy_ns,
+        cast(sum(case when state = 'p2p_wait' then length_ns else 0 end) as bigint) as p2p_wait_ns,
+        cast(sum(case when state = 'dp_wait' then length_ns else 0 end) as bigint) as dp_wait_ns,
+        cast(sum(case when state = 'collective_wait' then length_ns else 0 end) as bigint)
+            as collective_wait_ns,
+        cast(sum(case when state = 'other_kernel' then length_ns else 0 end) as bigint)
+            as other_kernel_ns,
+        cast(sum(case when state = 'idle' then length_ns else 0 end) as bigint) as idle_ns
     from classified
     group by 1, 2, 3, 4, 5
 ),

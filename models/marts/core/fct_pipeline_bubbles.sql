@@ -34,8 +34,8 @@ stage_work as (
         timing_source,
         min(stage_start_ns) as stage_start_ns,
         max(stage_end_ns) as stage_end_ns,
-        sum(busy_ns) as busy_ns,
-        sum(work_count) as work_count
+        cast(sum(busy_ns) as bigint) as busy_ns,
+        cast(sum(work_count) as bigint) as work_count
     from {{ ref('int_stage_work_merged') }}
     group by 1, 2, 3, 4
 ),

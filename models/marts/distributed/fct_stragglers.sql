@@ -8,7 +8,11 @@
     straggler_rank 1 is the rank that holds the job back most in the
     iteration (most waiting caused, then most times last, then lowest
     rank), so "which rank holds the job back" is
-    `select * from fct_stragglers where straggler_rank = 1`.
+    `select * from fct_stragglers where straggler_rank = 1`; "straggler"
+    means that rank everywhere (report, compare, summaries). A rank that
+    caused no waiting is nobody's straggler: straggler_rank is NULL, so an
+    iteration without cross-rank waiting (one rank, members arriving
+    together) has no straggler.
     A per-run table rebuilt each time.
 #}
 
@@ -98,10 +102,13 @@ final as (
         case
             when stage_median_compute_ns > 0 then compute_ns / stage_median_compute_ns
         end as compute_vs_stage_median,
-        cast(row_number() over (
-            partition by run_id, iteration
-            order by wait_caused_ns desc, times_last desc, rank asc
-        ) as bigint) as straggler_rank
+        case
+            when wait_caused_ns > 0
+                then cast(row_number() over (
+                    partition by run_id, iteration, wait_caused_ns > 0
+                    order by wait_caused_ns desc, times_last desc, rank asc
+                ) as bigint)
+        end as straggler_rank
     from with_compute
 )
 

@@ -28,8 +28,8 @@ summed as (
         device,
         stream,
         idle_category,
-        sum(gap_count) as gap_count,
-        sum(idle_ns) as idle_ns
+        cast(sum(gap_count) as bigint) as gap_count,
+        cast(sum(idle_ns) as bigint) as idle_ns
     from gaps
     group by 1, 2, 3, 4, 5
 ),

@@ -31,7 +31,7 @@ busy as (
     select
         run_id,
         rank,
-        sum(busy_ns) as busy_ns
+        cast(sum(busy_ns) as bigint) as busy_ns
     from islands
     group by 1, 2
 ),
@@ -47,7 +47,7 @@ totals as (
         min(ts_ns) as first_start_ns,
         max(end_ns) as last_end_ns,
         max(end_ns) - min(ts_ns) as span_ns,
-        sum(dur_ns) as compute_ns
+        cast(sum(dur_ns) as bigint) as compute_ns
     from kernels
     group by 1, 2
 ),
@@ -67,7 +67,7 @@ final as (
         busy.busy_ns,
         totals.span_ns - busy.busy_ns as idle_ns,
         case
-            when totals.span_ns > 0 then totals.compute_ns::double / totals.span_ns
+            when totals.span_ns > 0 then cast(totals.compute_ns as double) / totals.span_ns
         end as utilization_ratio
     from totals
     inner join busy

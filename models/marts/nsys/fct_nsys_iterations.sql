@@ -169,12 +169,12 @@ marker_totals as (
         min(primary_kernels.ts_ns) as gpu_start_ns,
         max(primary_kernels.end_ns) as gpu_end_ns,
         count(primary_kernels.slice_id) as kernel_count,
-        coalesce(sum(primary_kernels.dur_ns) filter (
+        cast(coalesce(sum(primary_kernels.dur_ns) filter (
             where primary_kernels.nsys_class = 'compute'
-        ), 0) as compute_ns,
-        coalesce(sum(primary_kernels.dur_ns) filter (
+        ), 0) as bigint) as compute_ns,
+        cast(coalesce(sum(primary_kernels.dur_ns) filter (
             where primary_kernels.nsys_class = 'communication'
-        ), 0) as communication_ns,
+        ), 0) as bigint) as communication_ns,
         count(primary_kernels.slice_id) filter (
             where primary_kernels.nsys_class = 'communication'
         ) as communication_kernel_count
@@ -226,7 +226,7 @@ gaps as (
 numbered as (
     select
         *,
-        sum(
+        cast(sum(
             case
                 when
                     previous_end_ns is not null
@@ -238,7 +238,7 @@ numbered as (
             partition by run_id, rank
             order by ts_ns, slice_id
             rows between unbounded preceding and current row
-        ) as iteration
+        ) as bigint) as iteration
     from gaps
 ),
 
@@ -254,8 +254,9 @@ heuristic_iterations as (
         min(ts_ns) as gpu_start_ns,
         max(end_ns) as gpu_end_ns,
         count(*) as kernel_count,
-        coalesce(sum(dur_ns) filter (where nsys_class = 'compute'), 0) as compute_ns,
-        coalesce(sum(dur_ns) filter (where nsys_class = 'communication'), 0)
+        cast(coalesce(sum(dur_ns) filter (where nsys_class = 'compute'), 0) as bigint)
+            as compute_ns,
+        cast(coalesce(sum(dur_ns) filter (where nsys_class = 'communication'), 0) as bigint)
             as communication_ns,
         count(*) filter (where nsys_class = 'communication') as communication_kernel_count
     from numbered

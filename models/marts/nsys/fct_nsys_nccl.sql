@@ -25,7 +25,7 @@ groups as (
         stream,
         op,
         count(*) as kernel_count,
-        sum(dur_ns) as total_dur_ns,
+        cast(sum(dur_ns) as bigint) as total_dur_ns,
         avg(dur_ns) as mean_dur_ns,
         min(dur_ns) as min_dur_ns,
         max(dur_ns) as max_dur_ns
@@ -36,7 +36,8 @@ groups as (
 final as (
     select
         *,
-        total_dur_ns::double / sum(total_dur_ns) over (partition by run_id, rank) as share_ratio
+        cast(total_dur_ns as double)
+        / sum(total_dur_ns) over (partition by run_id, rank) as share_ratio
     from groups
 )
 

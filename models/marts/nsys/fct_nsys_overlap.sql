@@ -27,8 +27,9 @@ union_lengths as (
     select
         run_id,
         rank,
-        sum(case when kind = 'compute' then busy_ns else 0 end) as compute_ns,
-        sum(case when kind = 'communication' then busy_ns else 0 end) as communication_ns
+        cast(sum(case when kind = 'compute' then busy_ns else 0 end) as bigint) as compute_ns,
+        cast(sum(case when kind = 'communication' then busy_ns else 0 end) as bigint)
+            as communication_ns
     from islands
     group by 1, 2
 ),
@@ -64,7 +65,9 @@ final as (
         ) as idle_ns,
         case
             when union_lengths.communication_ns > 0
-                then coalesce(overlapped.overlap_ns, 0)::double / union_lengths.communication_ns
+                then
+                    cast(coalesce(overlapped.overlap_ns, 0) as double)
+                    / union_lengths.communication_ns
         end as overlap_ratio,
         totals.compute_kernel_count,
         totals.communication_kernel_count

@@ -23,7 +23,7 @@ final as (
         stream,
         count(*) as kernel_count,
         count(*) filter (where nsys_class = 'communication') as communication_kernel_count,
-        sum(dur_ns) as total_dur_ns
+        cast(sum(dur_ns) as bigint) as total_dur_ns
     from kernels
     group by 1, 2, 3
 )

@@ -1,16 +1,20 @@
 {#
-    One row per run x rank with timings: the rank's mean compute,
-    exposed communication (GPU) or communication frames (CPU) per
-    iteration of the run's timing scope (fct_step_breakdown), the medians
-    over the run's ranks and over its pipeline stage, and its slowness.
+    One row per run x rank with a step: the rank's mean step and compute
+    per iteration, its step's parts as shares (ratios of sums, macro
+    share_of_sums, over the rank's rows of fct_rank_iterations), and its
+    compute against its peers.
 
+    compute_ns: the mean per iteration of the time the rank computed in its
+    step (step_compute_ns + step_overlap_ns: GPU compute kernels, or
+    forward/backward/recompute frames on CPU-timed runs).
     Peer rule (one place): a rank's peers are the ranks of its pipeline
     stage (same layers, same work), or every rank of the run when its stage
     is unknown or it is alone in its stage. peer_group says which;
-    slowness = compute_ns / peer_median_compute_ns (1.5 = 50 % slower than
-    its peers), NULL when the peers' median is not positive. Why not the
-    absolute maximum: the first and last stages do more work by design; a
-    straggler is a rank slower than the ranks doing the same work.
+    compute_vs_peers = compute_ns / peer_median_compute_ns (1.5 = 50 %
+    more compute than its peers), NULL when the peers' median is not
+    positive. This is not the straggler (fct_stragglers: the rank whose
+    late arrivals cost the others the most waiting): a rank computing more
+    than its peers is a candidate cause, the straggler is the measured one.
     *_vs_median: the rank's value over the median over all ranks, NULL
     when either is zero or unknown.
     A per-run table rebuilt each time.
@@ -18,46 +22,43 @@
 
 with
 
+rank_iterations as (
+    select
+        run_id,
+        rank,
+        timing_source,
+        pp_stage,
+        tp_rank,
+        cp_rank,
+        dp_rank,
+        step_ns,
+        step_compute_ns + step_overlap_ns as step_computing_ns,
+        step_compute_ns,
+        step_overlap_ns,
+        step_exposed_communication_ns,
+        step_exposed_memory_ns,
+        step_optimizer_ns,
+        step_idle_ns
+    from {{ ref('fct_rank_iterations') }}
+    where step_ns is not null
+),
+
 per_rank as (
     select
         run_id,
         rank,
         max(timing_source) as timing_source,
+        max(pp_stage) as pp_stage,
+        max(tp_rank) as tp_rank,
+        max(cp_rank) as cp_rank,
+        max(dp_rank) as dp_rank,
         count(*) as rank_iterations,
         avg(step_ns) as mean_step_ns,
-        avg(compute_ns) as compute_ns,
-        avg(exposed_communication_ns) as exposed_communication_ns,
-        sum(exposed_communication_ns) / nullif(sum(span_ns), 0)
-            as exposed_communication_share,
-        avg(comm_frames_ns) as comm_frames_ns,
-        sum(comm_frames_ns) / nullif(sum(span_ns), 0) as comm_frames_share
-    from {{ ref('fct_step_breakdown') }}
+        avg(step_computing_ns) as compute_ns,
+        avg(step_exposed_communication_ns) as exposed_communication_ns,
+        {{ step_part_shares() }}
+    from rank_iterations
     group by 1, 2
-),
-
-ranks as (
-    select
-        run_id,
-        rank,
-        pp_stage,
-        tp_rank,
-        cp_rank,
-        dp_rank
-    from {{ ref('dim_ranks') }}
-),
-
-placed as (
-    select
-        per_rank.*,
-        ranks.pp_stage,
-        ranks.tp_rank,
-        ranks.cp_rank,
-        ranks.dp_rank
-    from per_rank
-    left join ranks
-        on
-            per_rank.run_id = ranks.run_id
-            and per_rank.rank = ranks.rank
 ),
 
 medians as (
@@ -67,9 +68,8 @@ medians as (
         median(compute_ns) over (partition by run_id, pp_stage) as stage_compute_median,
         count(*) over (partition by run_id, pp_stage) as stage_rank_count,
         median(exposed_communication_ns) over (partition by run_id)
-            as median_exposed_communication_ns,
-        median(comm_frames_ns) over (partition by run_id) as median_comm_frames_ns
-    from placed
+            as median_exposed_communication_ns
+    from per_rank
 ),
 
 peers as (
@@ -108,25 +108,23 @@ final as (
         case
             when peer_median_compute_ns > 0
                 then coalesce(compute_ns, 0) / peer_median_compute_ns
-        end as slowness,
+        end as compute_vs_peers,
         case
             when compute_ns > 0 and median_compute_ns > 0
                 then compute_ns / median_compute_ns
         end as compute_vs_median,
         exposed_communication_ns,
-        exposed_communication_share,
         median_exposed_communication_ns,
         case
             when exposed_communication_ns > 0 and median_exposed_communication_ns > 0
                 then exposed_communication_ns / median_exposed_communication_ns
         end as exposed_communication_vs_median,
-        comm_frames_ns,
-        comm_frames_share,
-        median_comm_frames_ns,
-        case
-            when comm_frames_ns > 0 and median_comm_frames_ns > 0
-                then comm_frames_ns / median_comm_frames_ns
-        end as comm_frames_vs_median
+        compute_share,
+        overlap_share,
+        exposed_communication_share,
+        exposed_memory_share,
+        optimizer_share,
+        idle_share
     from peers
 )
 

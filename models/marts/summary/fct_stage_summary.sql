@@ -1,8 +1,9 @@
 {#
     One row per run x pipeline stage with timings: the stage's mean
-    compute and step per rank and iteration of the run's timing scope
-    (fct_step_breakdown; GPU compute kernels, or forward/backward/recompute
-    frames on CPU-only runs), and how its compute compares with the other
+    compute and step per rank and iteration (fct_rank_iterations' rows
+    with a step; compute = step_compute_ns + step_overlap_ns: GPU compute
+    kernels, or forward/backward/recompute frames on CPU-timed runs), its
+    step's parts as shares (ratios of sums), and how its compute compares with the other
     stages' mean (the other stages with compute above zero; NULL when
     there are none). Ranks without a known stage (dim_ranks) are left out.
     A per-run table rebuilt each time.
@@ -10,28 +11,17 @@
 
 with
 
-ranks as (
-    select
-        run_id,
-        rank,
-        pp_stage
-    from {{ ref('dim_ranks') }}
-    where pp_stage is not null
-),
-
 per_stage as (
     select
-        steps.run_id,
-        ranks.pp_stage,
-        max(steps.timing_source) as timing_source,
-        count(distinct steps.rank) as ranks,
-        avg(steps.compute_ns) as compute_ns,
-        avg(steps.step_ns) as mean_step_ns
-    from {{ ref('fct_step_breakdown') }} as steps
-    inner join ranks
-        on
-            steps.run_id = ranks.run_id
-            and steps.rank = ranks.rank
+        run_id,
+        pp_stage,
+        max(timing_source) as timing_source,
+        count(distinct rank) as ranks,
+        avg(step_compute_ns + step_overlap_ns) as compute_ns,
+        avg(step_ns) as mean_step_ns,
+        {{ step_part_shares() }}
+    from {{ ref('fct_rank_iterations') }}
+    where step_ns is not null and pp_stage is not null
     group by 1, 2
 ),
 
@@ -62,7 +52,13 @@ final as (
         case
             when others_with_compute > 0
                 then coalesce(compute_ns, 0) / (others_compute_total / others_with_compute)
-        end as compute_vs_other_stages
+        end as compute_vs_other_stages,
+        compute_share,
+        overlap_share,
+        exposed_communication_share,
+        exposed_memory_share,
+        optimizer_share,
+        idle_share
     from others
 )
 
