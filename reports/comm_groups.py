@@ -3,18 +3,17 @@
 Why: "too much communication" is only actionable once you know *which*
 group carries it — tensor-parallel all-reduces inside a node, data-parallel
 gradient reductions across nodes, or pipeline send/receive waiting on the
-previous stage. ``fct_kernels.comm_group_kind`` says which; this family sums
-communication kernel durations by it (durations summed, so concurrent
-kernels both count — this is load, not wall time; see the heatmaps for
-exposed time). When no kernel's group is known (traces without
+previous stage. ``fct_group_communication`` sums communication kernel
+durations by ``fct_kernels.comm_group_kind`` (durations summed, so
+concurrent kernels both count — this is load, not wall time; see the
+heatmaps for exposed time); this family draws it. When no kernel's group is known (traces without
 process-group args or topology, e.g. the DLRM job), it draws nothing and
 says why (:class:`~tracehouse.reports.base.NothingToShow`). A CPU-only run
 (gloo, no kernels) gets the same bars from its c10d calls in
-``fct_cpu_collectives`` (group kind of the call site; call durations
-summed). Up to 64 ranks
+``fct_cpu_collectives``, summed by the same mart. Up to 64 ranks
 there is one bar per rank; beyond that one bar per pipeline stage (mean per
 rank), or per block of consecutive ranks when stages are unknown. Reads
-``fct_kernels``, ``fct_cpu_collectives`` and ``dim_ranks``.
+``fct_group_communication`` only.
 """
 
 from __future__ import annotations
@@ -50,35 +49,10 @@ GROUP_COLORS: dict[str, str] = {
 }
 
 _SQL = """
-    select
-        kernels.rank,
-        coalesce(kernels.comm_group_kind, 'unknown') as group_kind,
-        kernels.phase,
-        ranks.pp_stage,
-        count(*) as kernel_count,
-        sum(kernels.dur_ns) as dur_ns
-    from fct_kernels as kernels
-    left join dim_ranks as ranks
-        on ranks.run_id = kernels.run_id and ranks.rank = kernels.rank
-    where kernels.run_id = ? and kernels.kind = 'communication'
-    group by all
-"""
-
-
-#: CPU-only runs: c10d calls (not gloo's waits, which repeat send/recv) by group kind.
-_CPU_SQL = """
-    select
-        calls.rank,
-        coalesce(calls.comm_group_kind, 'unknown') as group_kind,
-        'other' as phase,
-        ranks.pp_stage,
-        count(*) as kernel_count,
-        sum(calls.dur_ns) as dur_ns
-    from fct_cpu_collectives as calls
-    left join dim_ranks as ranks
-        on ranks.run_id = calls.run_id and ranks.rank = calls.rank
-    where calls.run_id = ? and calls.event_type = 'call'
-    group by all
+    select rank, group_kind, phase, pp_stage, call_count as kernel_count,
+           summed_dur_ns as dur_ns, source
+    from fct_group_communication
+    where run_id = ?
 """
 
 
@@ -98,16 +72,17 @@ class CommGroupsFamily:
 
     name = "comm_groups"
     title = "Communication time by process-group kind"
-    marts: tuple[str, ...] = ("fct_kernels", "fct_cpu_collectives", "dim_ranks")
+    marts: tuple[str, ...] = ("fct_group_communication",)
 
     def render(self, ctx: ChartContext) -> list[RenderedChart]:
         """Bars by group kind per rank (or stage), then kind × phase; [] without communication."""
+        if not ctx.has_table("fct_group_communication"):
+            return []
         frame = ctx.df(_SQL, [ctx.run_id])
         if frame.empty:
-            if not ctx.has_table("fct_cpu_collectives"):
-                return []
-            frame = ctx.df(_CPU_SQL, [ctx.run_id])
-            if frame.empty or set(frame["group_kind"]) == {"unknown"}:
+            return []
+        if (frame["source"] == "cpu_calls").all():
+            if set(frame["group_kind"]) == {"unknown"}:
                 return []
             apply_theme()
             frame["ms"] = frame["dur_ns"].astype(float) / 1e6

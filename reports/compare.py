@@ -169,7 +169,7 @@ class CompareFamily:
         ax.set_yticks([0, 1])
         ax.set_yticklabels([plain_text(f"{r.run_id}\n({r.source})") for r in runs])
         ax.invert_yaxis()
-        ax.set_xlim(0, ax.get_xlim()[1] * 1.15)
+        ax.set_xlim(0, ax.get_xlim()[1] * 1.3)
         ax.set_xlabel("mean per rank and iteration (ms)")
         ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
         ax.set_title("Where a step's time goes")

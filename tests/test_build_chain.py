@@ -149,8 +149,12 @@ def test_sql_reads_the_last_build_while_a_build_runs(torch_job: Path, tmp_path: 
     assert read.stdout.split() == ["kernels", str(kernels_before)]
     # Once published, the new build is what readers see.
     assert not copy.exists()
-    [(runs,)] = query_warehouse(torch_job, "select count(distinct run_id) from fct_rank_iterations")
-    assert runs == 1  # the megatron_cpu run is CPU-only: no kernels, but it was built
+    [(runs, kernel_runs)] = query_warehouse(
+        torch_job, "select count(distinct run_id), count(distinct run_id) filter "
+        "(where span_ns is not null) from fct_rank_iterations")
+    # The megatron_cpu run is CPU-only: no kernels (no span figures), but it was
+    # built and has its CPU-timed steps.
+    assert (runs, kernel_runs) == (2, 1)
     [(cpu_runs,)] = query_warehouse(torch_job, "select count(distinct run_id) from fct_cpu_steps")
     assert cpu_runs == 1
 

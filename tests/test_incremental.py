@@ -87,6 +87,7 @@ COMPARED_MODELS = [
     "main.fct_stage_summary",
     "main.fct_run_kernel_summary",
     "main.fct_iteration_summary",
+    "main.fct_group_communication",
 ]
 #: Build only the chain and what it needs, seeds included (the rest of the
 #: project and the dbt tests are covered by other tests).
@@ -96,7 +97,8 @@ SELECT = [
     "+fct_collectives", "+fct_collective_ranks", "+fct_stragglers", "+dim_rank_clock_offsets",
     "+fct_idle_breakdown", "+fct_kernel_launches",
     "+fct_run_summary", "+fct_rank_summary", "+fct_stage_summary", "+fct_run_kernel_summary",
-    "+fct_iteration_summary", "--resource-type", "seed", "--resource-type", "model",
+    "+fct_iteration_summary", "+fct_group_communication",
+    "--resource-type", "seed", "--resource-type", "model",
 ]  # fmt: skip
 #: Per per-trace model: a column overwritten with a marker in iteration 1's
 #: rows. Rows an incremental build leaves alone keep the marker; recomputed

@@ -227,8 +227,8 @@ def test_compare_two_runs(con: duckdb.DuckDBPyConnection, wh: ReportWarehouse, t
 # --------------------------------------------------------------------------- 1,024 ranks
 
 
-#: The marts the heatmaps and the page read (models/marts/summary).
-SUMMARY_MARTS = ("fct_run_summary",)
+#: The marts the heatmaps, the comm-group bars and the page read.
+SUMMARY_MARTS = ("fct_run_summary", "fct_group_communication")
 
 
 def _summarise_gpu_run(mem: duckdb.DuckDBPyConnection, run: str) -> None:
@@ -252,6 +252,16 @@ def _summarise_gpu_run(mem: duckdb.DuckDBPyConnection, run: str) -> None:
         where i.run_id = ? and d.run_id = i.run_id and d.rank = i.rank
     """, [run])
     mem.execute("insert into fct_run_summary (run_id, timing_source) values (?, 'gpu')", [run])
+    mem.execute("""
+        insert into fct_group_communication (run_id, rank, pp_stage, tp_rank, dp_rank, source,
+            group_kind, phase, call_count, summed_dur_ns)
+        select k.run_id, k.rank, d.pp_stage, d.tp_rank, d.dp_rank, 'gpu_kernels',
+               coalesce(k.comm_group_kind, 'unknown'), k.phase, count(*), sum(k.dur_ns)
+        from fct_kernels as k
+        left join dim_ranks as d on d.run_id = k.run_id and d.rank = k.rank
+        where k.run_id = ? and k.kind = 'communication'
+        group by all
+    """, [run])
 
 
 @pytest.fixture(scope="module")
