@@ -50,7 +50,7 @@ GROUP_COLORS: dict[str, str] = {
 
 _SQL = """
     select rank, group_kind, phase, pp_stage, call_count as kernel_count,
-           summed_dur_ns as dur_ns, source
+           summed_dur_ns as dur_ns, counted_from
     from fct_group_communication
     where run_id = ?
 """
@@ -81,7 +81,7 @@ class CommGroupsFamily:
         frame = ctx.df(_SQL, [ctx.run_id])
         if frame.empty:
             return []
-        if (frame["source"] == "cpu_calls").all():
+        if (frame["counted_from"] == "cpu_calls").all():
             if set(frame["group_kind"]) == {"unknown"}:
                 return []
             apply_theme()

@@ -31,9 +31,14 @@ def test_demo_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
         traces, ranks = con.execute(
             "select count(*), count(distinct rank) from stg_lake__traces where run_id = ?",
             ["demo_run"]).fetchone()
+        straggler = con.execute("select straggler_rank from fct_run_summary "
+                                "where run_id = ?", ["demo_run"]).fetchone()[0]
     finally:
         con.close()
     assert (traces, ranks) == (32, 16)
+    # The straggler line names the report's straggler (fct_run_summary), not another rank.
+    assert straggler is not None
+    assert f"straggler (fct_stragglers, as the report names it): rank {straggler}," in out
 
     # The suggested query, pasted as printed, puts the straggler on top.
     [suggested] = [line.removeprefix("try: ") for line in out.splitlines()

@@ -253,7 +253,8 @@ def _summarise_gpu_run(mem: duckdb.DuckDBPyConnection, run: str) -> None:
     """, [run])
     mem.execute("insert into fct_run_summary (run_id, timing_source) values (?, 'gpu')", [run])
     mem.execute("""
-        insert into fct_group_communication (run_id, rank, pp_stage, tp_rank, dp_rank, source,
+        insert into fct_group_communication (run_id, rank, pp_stage, tp_rank, dp_rank,
+            counted_from,
             group_kind, phase, call_count, summed_dur_ns)
         select k.run_id, k.rank, d.pp_stage, d.tp_rank, d.dp_rank, 'gpu_kernels',
                coalesce(k.comm_group_kind, 'unknown'), k.phase, count(*), sum(k.dur_ns)

@@ -52,6 +52,8 @@ class DemoResult:
     run_id: str
     per_rank: list[dict] = field(default_factory=list)
     slowest_rank: int | None = None
+    #: fct_run_summary's straggler: (rank, waiting it caused, ns), or None.
+    straggler: tuple[int, int] | None = None
     report: Path | None = None
 
 
@@ -104,19 +106,24 @@ def run_demo(out: Path | None = None, warehouse: Path | str | None = None,
 
     demo = DemoResult(run_dir=run_dir, warehouse=wh.root, run_id=run_id,
                       report=report.index_html)
-    demo.per_rank = _per_rank(wh, run_id)
+    demo.per_rank, demo.straggler = _per_rank(wh, run_id)
     _print_headline(demo, config, say)
     return demo
 
 
-def _per_rank(wh: Warehouse, run_id: str) -> list[dict]:
+def _per_rank(wh: Warehouse, run_id: str) -> tuple[list[dict], tuple[int, int] | None]:
+    """The per-rank rows and the run's straggler (fct_run_summary), as the report shows it."""
     import duckdb
 
     con = duckdb.connect(str(wh.database), read_only=True)
     try:
         cursor = con.execute(_PER_RANK_SQL, [run_id])
         columns = [c[0] for c in cursor.description]
-        return [dict(zip(columns, row)) for row in cursor.fetchall()]
+        rows = [dict(zip(columns, row)) for row in cursor.fetchall()]
+        straggler = con.execute(
+            "select straggler_rank, straggler_wait_caused_ns from fct_run_summary "
+            "where run_id = ? and straggler_rank is not null", [run_id]).fetchone()
+        return rows, (int(straggler[0]), int(straggler[1])) if straggler else None
     finally:
         con.close()
 
@@ -134,13 +141,17 @@ def _print_headline(demo: DemoResult, config: SimConfig, say: Callable[[str], No
     say(f"{'rank':>6} {'kernels':>8} {'compute ms':>11} {'comm ms':>9} {'exposed ms':>11} "
         f"{'idle ms':>9}")
     for r in rows:
-        mark = "  ← slowest compute" if r is slowest else ""
+        mark = "  ← most compute" if r is slowest else ""
         say(f"{r['rank']:>6} {int(r['kernels']):>8} {r['compute_ms']:>11.2f} "
             f"{r['communication_ms']:>9.2f} {r['exposed_communication_ms']:>11.2f} "
             f"{r['idle_ms']:>9.2f}{mark}")
     say("")
     say(f"rank {demo.slowest_rank} computes {slowest['compute_ms'] / median:.2f}x the median "
         "rank; its peers spend the difference waiting in NCCL kernels.")
+    if demo.straggler is not None:
+        rank, caused = demo.straggler
+        say(f"straggler (fct_stragglers, as the report names it): rank {rank}, whose late "
+            f"arrivals cost the other ranks {caused / 1e6:,.2f} ms of waiting.")
     say(f"warehouse: {demo.warehouse}  (database {demo.warehouse / 'tracehouse.duckdb'})")
     say(f"simulated run: {demo.run_dir}  (ground truth: {demo.run_dir / 'ground_truth.json'})")
     if demo.report is not None:

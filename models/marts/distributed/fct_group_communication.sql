@@ -45,12 +45,12 @@ calls as (
 sources as (
     select
         *,
-        'gpu_kernels' as source
+        'gpu_kernels' as counted_from
     from kernels
     union all
     select
         *,
-        'cpu_calls' as source
+        'cpu_calls' as counted_from
     from calls
 ),
 
@@ -71,7 +71,7 @@ final as (
         ranks.pp_stage,
         ranks.tp_rank,
         ranks.dp_rank,
-        sources.source,
+        sources.counted_from,
         sources.group_kind,
         sources.phase,
         count(*) as call_count,
