@@ -109,8 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
         "build",
         parents=[common],
         help="run dbt (default: dbt build) on the warehouse",
-        description="Run the dbt project on the warehouse. Arguments after the options go "
-                    "to dbt, e.g. `tracehouse build -- run -s stg_lake__slices`.",
+        description="Run the dbt project on the warehouse. tracehouse's own option "
+                    "(--warehouse) may stand anywhere; every other argument goes to dbt, in "
+                    "order, e.g. `tracehouse build -- run -s stg_lake__slices`.",
     )
     build.add_argument("dbt_args", nargs=argparse.REMAINDER, metavar="DBT_ARGS",
                        help="dbt command and arguments (default: build)")
@@ -386,6 +387,24 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
+def _own_build_options(dbt_args: list[str]) -> tuple[str | None, list[str]]:
+    """``--warehouse DIR`` (or ``--warehouse=DIR``) wherever it stands among the
+    arguments argparse left to dbt, and those arguments without it (the last
+    one given wins, as argparse does). dbt has no ``--warehouse``, so the
+    option is always tracehouse's."""
+    warehouse = None
+    kept: list[str] = []
+    words = iter(dbt_args)
+    for word in words:
+        if word == "--warehouse":
+            warehouse = next(words, "")
+        elif word.startswith("--warehouse="):
+            warehouse = word.split("=", 1)[1]
+        else:
+            kept.append(word)
+    return warehouse, kept
+
+
 def _cmd_build(args: argparse.Namespace) -> int:
     from tracehouse.dbt import run_dbt
     from tracehouse.warehouse import resolve_warehouse
@@ -574,10 +593,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args, unknown = parser.parse_known_args(argv)
-        if unknown and getattr(args, "handler", None) is _cmd_build:
+        if getattr(args, "handler", None) is _cmd_build:
             # dbt options before any dbt command (`tracehouse build --full-refresh`)
-            # go to dbt's default command, build.
-            args.dbt_args = [*unknown, *args.dbt_args]
+            # go to dbt's default command, build; tracehouse's own options among
+            # them (`build --target spark --warehouse W`) are taken out.
+            warehouse, args.dbt_args = _own_build_options([*unknown, *args.dbt_args])
+            if warehouse is not None:
+                try:
+                    args.warehouse = _warehouse_dir(warehouse)
+                except argparse.ArgumentTypeError as exc:
+                    parser.error(f"argument --warehouse: {exc}")
         elif unknown:
             parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
