@@ -329,7 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(handler=_cmd_demo)
     from tracehouse.nsys_cli import add_parser as add_nsys_parser
 
-    add_nsys_parser(sub, common)
+    add_nsys_parser(sub)
     from tracehouse.commtrace_cli import add_parser as add_commtrace_parser
 
     add_commtrace_parser(sub)

@@ -39,7 +39,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tracehouse import parse_cache
-from tracehouse.build_state import changed_lake_tables, fingerprint, read_state, write_state
+from tracehouse.build_state import (
+    args_fingerprint,
+    changed_lake_tables,
+    fingerprint,
+    read_state,
+    write_state,
+)
 from tracehouse.dbt_import import import_dbt
 from tracehouse.publish import (
     DATABASE_ENV_VAR,
@@ -387,6 +393,24 @@ def resource_settings_problem() -> str | None:
     if threads is not None and not (threads.strip().isdigit() and int(threads) > 0):
         return f"TRACEHOUSE_DBT_THREADS={threads!r} is not a positive whole number"
     return None
+
+
+def is_up_to_date(warehouse: Path, args: Sequence[str]) -> bool:
+    """True when ``run_dbt(args)`` would build nothing new: the last successful build of
+    ``warehouse`` ran these arguments (or a plain build, which builds every model) on
+    the same project, the same lake and in the same folder, and its database is there.
+
+    For callers that build a selection of their own (``tracehouse nsys``); a plain
+    ``tracehouse build`` makes the same check itself.
+    """
+    root = Warehouse.at(warehouse).root
+    if not Warehouse(root).database.exists():
+        return False
+    last = read_state(root / DBT_ARTIFACTS_DIR)
+    now = fingerprint(project_dir(), Warehouse(root).lake, list(args), location=root)
+    return (last is not None
+            and (last.project, last.lake, last.location) == (now.project, now.lake, now.location)
+            and last.args in (now.args, args_fingerprint(["build"])))
 
 
 def build_warehouse(warehouse: Path, args: Sequence[str] = ()) -> None:
