@@ -81,6 +81,18 @@ class Discovery:
     #: with their run: loaded into ``comm_log_events``.
     comm_logs: list[tuple[Path, str]] = field(default_factory=list)
 
+    def paths_without_inputs(self, given: list[Path]) -> list[Path]:
+        """The paths of ``given`` under which nothing to load was found (no trace,
+        topology, PP-timer or comm-log file; skipped sidecars do not count)."""
+        inputs = [t.path for t in self.traces] + [
+            path for path, _run in (*self.topologies, *self.pp_timers, *self.comm_logs)]
+        empty = []
+        for path in given:
+            root = path.resolve()
+            if not any(found == root or root in found.parents for found in inputs):
+                empty.append(path)
+        return empty
+
 
 def is_trace_name(name: str) -> bool:
     return name.endswith(".json") or name.endswith(".json.gz")

@@ -86,6 +86,8 @@ class IngestResult:
     topologies: list[tuple[str, str, int]] = field(default_factory=list)  # (path, run, rows)
     pp_timers: list[tuple[str, str, int]] = field(default_factory=list)  # (path, run, rows)
     comm_logs: list[tuple[str, str, int]] = field(default_factory=list)  # (path, run, rows)
+    #: Paths given under which discovery found nothing to load.
+    empty_paths: list[str] = field(default_factory=list)
     bytes_read: int = 0
     uncompressed_bytes: int = 0
     seconds: float = 0.0
@@ -469,7 +471,9 @@ def ingest_paths(
     found = discover([Path(p) for p in paths], run=run)
     if shard is not None:
         found = _shard_files(found, shard)
-    result = IngestResult(skipped=[(display_path(p), why) for p, why in found.skipped])
+    result = IngestResult(skipped=[(display_path(p), why) for p, why in found.skipped],
+                          empty_paths=[display_path(p) for p in
+                                       found.paths_without_inputs([Path(p) for p in paths])])
     token = uuid.uuid4().hex[:12]
     parser = "native" if engine == "spark" else engine
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import SHARED_DATA
 from tracehouse.cli import main
 
 
@@ -51,3 +52,37 @@ def test_build_warehouse_among_dbt_arguments_is_checked(
     assert main(["build", "--target", "spark", *bad]) == 2
     assert "--warehouse" in capsys.readouterr().err
     assert dbt_calls == []
+
+
+DLRM = SHARED_DATA / "kineto" / "dlrm_8rank"
+
+
+@pytest.mark.slow
+def test_ingest_of_a_folder_without_inputs_warns_and_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pngs = tmp_path / "folder_of_pngs"
+    pngs.mkdir()
+    for name in ("a.png", "b.png"):
+        (pngs / name).write_bytes(b"\x89PNG\r\n\x1a\n")
+    assert main(["ingest", str(pngs), "--warehouse", str(tmp_path / "wh")]) == 2
+    err = capsys.readouterr().err
+    assert f"warning: {pngs}: no trace" in err
+    assert "loaded 0" not in err
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not DLRM.is_dir(), reason=f"shared data missing: {DLRM}")
+def test_ingest_names_each_path_without_inputs_while_the_others_load(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = tmp_path / "job"
+    job.mkdir()
+    first = sorted(DLRM.glob("worker0_*"))[0]
+    (job / first.name).write_bytes(first.read_bytes())
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["ingest", str(job), str(empty), "--warehouse", str(tmp_path / "wh")]) == 0
+    err = capsys.readouterr().err
+    assert f"warning: {empty}: no trace" in err and f"warning: {job}" not in err
+    assert "loaded 1 trace(s)" in err

@@ -377,6 +377,13 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     except DiscoveryError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    for path in result.empty_paths:
+        print(f"warning: {path}: no trace, topology, PP-timer or comm-log files found there "
+              "(Kineto *.json[.gz], Nsight *.sqlite / *.nsys-rep, topology*.json, "
+              "event_times_PP*.json, comm_log_rank_*.json)", file=sys.stderr)
+    if result.empty_paths and len(result.empty_paths) == len(args.paths):
+        print("error: nothing to ingest", file=sys.stderr)
+        return EXIT_USAGE
     print(result.summary(into=warehouse.lake), file=sys.stderr)
     if result.failed:
         print(
