@@ -194,8 +194,6 @@ def discover(paths: list[Path], run: str | None = None) -> Discovery:
             seen.add(resolved)
             if not explicit and is_topology_name(path.name):
                 found.topologies.append((resolved, run or default_run_for(resolved)))
-                found.skipped.append((resolved, "topology file, not a profiler trace: "
-                                      "loaded into topology_groups"))
                 continue
             if is_pp_timer_name(path.name):
                 found.pp_timers.append((resolved, run or default_run_for(resolved)))

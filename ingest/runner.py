@@ -47,7 +47,7 @@ from .pp_timer import load_pp_timer_file, read_pp_timer_manifest
 from .progress import Progress
 from .shard import STALE_AFTER_S, Shard
 from .spark_tasks import run_tasks_in_spark
-from .topology import load_topology_file
+from .topology import load_topology_file, read_topology_manifest
 
 ENGINES = ("native", "perfetto", "spark")
 
@@ -516,7 +516,7 @@ def ingest_paths(
             raise
         finally:
             bar.close()
-        _load_topologies(found.topologies, committer, result, stream)
+        _load_topologies(found.topologies, committer, result, stream, force)
         _load_pp_timers(found.pp_timers, committer, result, stream, force)
         _load_comm_logs(found.comm_logs, committer, result, stream, force)
     result.seconds = time.perf_counter() - started
@@ -677,28 +677,13 @@ def _settle(outcome: _Outcome, committer: _Committer, result: IngestResult,
 
 
 def _load_topologies(files: list[tuple[Path, str]], committer: _Committer,
-                     result: IngestResult, stream: TextIO) -> None:
-    """Load every topology file (small; always reloaded) into ``topology_groups``.
-
-    A bad file gets an error line and an ``ingest_errors`` row, like a bad trace.
-    """
-    for path, run_id in files:
-        shown = display_path(path)
-        committer.start_writing()
-        try:
-            rows = load_topology_file(committer.warehouse, run_id, path, committer.token)
-        except TraceError as exc:
-            stat = path.stat() if path.exists() else None
-            source = TraceFile(path=path, run_id=run_id, layout="topology", rank_hint=None,
-                               iteration_hint=None,
-                               size_bytes=stat.st_size if stat else 0,
-                               mtime_ns=stat.st_mtime_ns if stat else 0)
-            failed = committer.reject(source, exc)
-            result.failed.append(failed)
-            print(failed.line(), file=stream, flush=True)
-            continue
-        lake.clear_error(committer.warehouse, run_id, shown)
-        result.topologies.append((shown, run_id, rows))
+                     result: IngestResult, stream: TextIO, force: bool) -> None:
+    """Load every topology file into ``topology_groups``, incrementally (see
+    _load_side_files): an unchanged one is skipped like a trace, so the next
+    build has nothing to redo."""
+    _load_side_files(files, committer, result, stream, force, layout="topology",
+                     read_manifest=read_topology_manifest, load=load_topology_file,
+                     loaded=result.topologies)
 
 
 def _reject_side_file(path: Path, run_id: str, layout: str, exc: TraceError,
