@@ -489,15 +489,15 @@ def ingest_paths(
                 result.skipped.append((display_path(source.path), "already loaded, unchanged"))
             else:
                 todo.append(source)
-        bar = Progress(len(todo), sum(s.size_bytes for s in todo), stream, enabled=progress)
         tasks = [
             _Task(s, str(wh.root), token, committer.known_hash(s, force), parser,
                   trace_processor_bin)
             for s in todo
         ]
         if engine == "perfetto" and tasks:
-            tasks = _check_engine_once(tasks, committer, result, bar, stream)
-        elif tasks and not scanner_available():
+            _check_engine_once(tasks)
+        bar = Progress(len(todo), sum(s.size_bytes for s in todo), stream, enabled=progress)
+        if engine != "perfetto" and tasks and not scanner_available():
             print("note: the compiled Kineto scanner is not in use (not built at install: no "
                   "C compiler?); ingest runs the pure-Python decoder, about 2-3x slower",
                   file=stream, flush=True)
@@ -533,30 +533,25 @@ def _shard_files(found: Discovery, shard: Shard) -> Discovery:
     )
 
 
-def _check_engine_once(tasks: list[_Task], committer: _Committer, result: IngestResult,
-                       bar: Progress, stream: TextIO) -> list[_Task]:
-    """Find the trace processor before starting: without one, say so once and stop.
+class EngineUnavailable(Exception):
+    """The engine asked for (``--engine perfetto``) cannot run here: a usage error
+    (exit 2), about the command and not about any file, so no file is blamed,
+    recorded in ``ingest_errors`` or counted."""
 
-    Every file would fail the same way; the first file gets the error line
-    and ``ingest_errors`` row, the others are listed as not tried.
-    """
+    def __init__(self, error: TraceError, files: int):
+        super().__init__(f"--engine perfetto: {error.message}; {files} file(s) not loaded "
+                         f"(hint: {error.hint})")
+
+
+def _check_engine_once(tasks: list[_Task]) -> None:
+    """Find the trace processor before starting: without one, every file would
+    fail the same way, so raise :class:`EngineUnavailable` once, before any file."""
     from .perfetto_engine import resolve_backend
 
     try:
         resolve_backend(tasks[0].trace_processor_bin)
     except TraceError as exc:
-        first, rest = tasks[0], tasks[1:]
-        failed = committer.reject(first.source, exc)
-        result.failed.append(failed)
-        bar.advance(first.source.size_bytes, error=failed.line())
-        for task in rest:
-            result.skipped.append((display_path(task.source.path),
-                                   "not tried: no trace processor for --engine perfetto"))
-        if rest:
-            print(f"stopped: --engine perfetto has no trace processor; {len(rest)} other "
-                  "file(s) not tried", file=stream, flush=True)
-        return []
-    return tasks
+        raise EngineUnavailable(exc, len(tasks)) from exc
 
 
 def _settle_single_process(deferred: list[_Outcome], committer: _Committer,

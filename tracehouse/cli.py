@@ -338,7 +338,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _cmd_ingest(args: argparse.Namespace) -> int:
     from tracehouse.ingest.discover import DiscoveryError
-    from tracehouse.ingest.runner import default_jobs, ingest_paths
+    from tracehouse.ingest.runner import EngineUnavailable, default_jobs, ingest_paths
     from tracehouse.warehouse import Warehouse
 
     jobs = args.jobs if args.jobs is not None else default_jobs()
@@ -374,7 +374,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
             trace_processor_bin=args.trace_processor_bin,
             shard=shard,
         )
-    except DiscoveryError as exc:
+    except (DiscoveryError, EngineUnavailable) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     for path in result.empty_paths:
