@@ -90,6 +90,8 @@ class IngestResult:
     empty_paths: list[str] = field(default_factory=list)
     bytes_read: int = 0
     uncompressed_bytes: int = 0
+    #: Bytes parsed per kind of input (Kineto JSON, Nsight SQLite), for the summary.
+    bytes_by_input: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
 
     def summary(self, into: object | None = None) -> str:
@@ -102,7 +104,9 @@ class IngestResult:
         rate = mb / self.seconds if self.seconds > 0 else 0.0
         where = f" into {into}" if into is not None else ""
         comm = f", {len(self.comm_logs)} comm log(s)" if self.comm_logs else ""
-        return (f"loaded {len(self.loaded)} trace(s) ({mb:.1f} MB of JSON, {rate:.1f} MB/s), "
+        read = " + ".join(f"{size / 1e6:.1f} MB of {kind}"
+                          for kind, size in sorted(self.bytes_by_input.items())) or "0.0 MB"
+        return (f"loaded {len(self.loaded)} trace(s) ({read}, {rate:.1f} MB/s), "
                 f"{len(self.topologies)} topology file(s), {len(self.pp_timers)} PP-timer "
                 f"file(s){comm}; skipped {len(self.skipped)}, failed {len(self.failed)}{where}")
 
@@ -663,6 +667,8 @@ def _settle(outcome: _Outcome, committer: _Committer, result: IngestResult,
                                     part.slices, part.flows, part.seconds))
     result.bytes_read += source.size_bytes
     result.uncompressed_bytes += outcome.uncompressed_bytes
+    kind = "Nsight SQLite" if source.layout == "nsys" else "Kineto JSON"
+    result.bytes_by_input[kind] = result.bytes_by_input.get(kind, 0) + outcome.uncompressed_bytes
     ranks = ", ".join(str(part.rank) for part in parts)
     rank = (f"rank {ranks} (single-process trace: no distributed rank)"
             if outcome.rank_source == "single_process" else f"rank {ranks}")
