@@ -8,6 +8,8 @@ directly. Exit codes: 0 success, 1 some inputs failed (the rest landed),
 from __future__ import annotations
 
 import argparse
+import io
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -78,9 +80,14 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         help="load traces into the warehouse's Parquet lake (incremental)",
         description=(
-            "Find every Kineto trace (*.json, *.json.gz) under PATH... and load it into the "
-            "lake. Files already loaded and unchanged are skipped; bad files are reported "
-            "and recorded in ingest_errors while the good ones still land."
+            "Find every input under PATH... and load it into the lake: Kineto traces "
+            "(*.json, *.json.gz), Nsight Systems exports (*.sqlite, any SQLite file, "
+            "*.nsys-rep with nsys on PATH), topology files (topology*.json, "
+            "unique_parallel_groups_*.txt), PP-timer logs (event_times_PP*.json) and comm "
+            "logs (comm_log_rank_*.json). Files already loaded and unchanged are skipped; "
+            "bad files are reported and recorded in ingest_errors while the good ones still "
+            "land. A PATH holding none of these is named in a warning; when no PATH holds "
+            "any, ingest exits 2."
         ),
     )
     ingest.add_argument("paths", nargs="+", type=_path, metavar="PATH")
@@ -135,7 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="table format: never cut long values (default: cut in the middle)")
     sql.add_argument("--allow-files", action="store_true",
                      help="let the query read and write any file (read_csv, copy ... to, "
-                          "attach); by default it reads only the warehouse")
+                          "attach, and create or drop what it attaches); by default it reads "
+                          "only the warehouse and changes nothing (exit 2)")
     sql.set_defaults(handler=_cmd_sql)
 
     compare = sub.add_parser(
@@ -144,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="two runs' iteration summaries side by side, with the differences",
         description=(
             "Print fct_iteration_summary of two runs side by side: step time (the slowest "
-            "rank's step), its difference in ms and %%, exposed communication share, "
+            "rank's step), its difference in ms and %, exposed communication share, "
             "pipeline bubble, slowest rank, straggler and worst collective skew. "
             "Iterations are paired by their order within each run; the last row compares "
             "the means. An unknown run is a usage error (exit 2)."
@@ -264,6 +272,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="report folder (default: <warehouse>/reports/<run>)")
     report.add_argument("--force", action="store_true",
                         help="re-render even when the marts have not changed")
+    report.add_argument("-q", "--quiet", action="store_true",
+                        help="no progress output, only failed chart families and where the "
+                             "report is")
     report.set_defaults(handler=_cmd_report)
 
     export = sub.add_parser(
@@ -530,10 +541,14 @@ def _cmd_report(args: argparse.Namespace) -> int:
     try:
         result = render_report(warehouse.root, args.out, run_id=args.run,
                                compare_run_id=args.compare, force=args.force,
-                               stream=sys.stderr)
+                               stream=io.StringIO() if args.quiet else sys.stderr)
     except ReportError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if args.quiet:  # the progress lines were dropped: name the failures
+        for failure in result.failures:
+            print(f"error: chart family {failure.family} failed: {failure.error}",
+                  file=sys.stderr)
     print(f"report: {result.index_html}", file=sys.stderr)
     return EXIT_FAILED if result.failures else EXIT_OK
 
@@ -582,6 +597,27 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+#: Exit status of a command whose reader closed the pipe (``| head``): what any
+#: unix tool killed by SIGPIPE reports, 128 + 13.
+EXIT_BROKEN_PIPE = 141
+
+
+def _reader_went_away() -> int:
+    """Standard output's reader closed the pipe: stop quietly, like other unix tools.
+
+    What is still buffered can never be written; standard output is pointed at
+    /dev/null so that flushing it at exit does not fail again (Python's advice
+    for SIGPIPE, docs.python.org/3/library/signal.html#note-on-sigpipe).
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no real file descriptor (an embedding's stdout)
+        pass
+    return EXIT_BROKEN_PIPE
+
+
 def console_main() -> int:
     """The ``tracehouse`` console script: :func:`main` on ``sys.argv``.
 
@@ -592,7 +628,12 @@ def console_main() -> int:
         from tracehouse.ingest.lean import keep_pandas_out
 
         keep_pandas_out()
-    return main()
+    code = main()
+    try:
+        sys.stdout.flush()  # here, not at exit, where a closed pipe cannot be caught
+    except BrokenPipeError:
+        return _reader_went_away()
+    return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -616,6 +657,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exc.code or 0)
     try:
         return int(args.handler(args))
+    except BrokenPipeError:
+        return _reader_went_away()
     except OSError as exc:  # a path the user gave cannot be read or written
         where = f"{exc.filename}: " if exc.filename else ""
         print(f"error: {where}{exc.strerror or exc}", file=sys.stderr)

@@ -218,6 +218,10 @@ def run_dbt(args: Sequence[str] = (), warehouse: Path | None = None) -> int:
     for name, (flag, value) in defaults.items():
         if name in accepted and not _has_flag(argv, flag):
             added += [flag, value]
+    if ("use_colors" in accepted and not _stdout_is_a_terminal()
+            and not _wants_colours_decided(argv)):
+        # dbt colours its lines whatever stdout is; a pipe or a file gets plain text.
+        added.append("--no-use-colors")
     target = _target(argv)
     is_plain_build = _without_target(argv) == ["build"]
     selection = list(PLAIN_BUILD_EXCLUDES) if is_plain_build else []
@@ -498,6 +502,19 @@ def _without_target(argv: Sequence[str]) -> list[str]:
         elif not arg.startswith("--target="):
             kept.append(arg)
     return kept
+
+
+def _wants_colours_decided(argv: Sequence[str]) -> bool:
+    """The user chose dbt's colours: ``--use-colors``/``--no-use-colors``, or its variables."""
+    return (any(_has_flag(argv, flag) for flag in ("--use-colors", "--no-use-colors"))
+            or any(name in os.environ for name in ("DBT_USE_COLORS", "DBT_ENGINE_USE_COLORS")))
+
+
+def _stdout_is_a_terminal() -> bool:
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):  # replaced or closed
+        return False
 
 
 def _has_flag(argv: Sequence[str], flag: str) -> bool:
