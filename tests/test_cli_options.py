@@ -150,6 +150,7 @@ def test_build_output_has_no_colour_codes_when_piped(
     monkeypatch.setattr(sys.stdout, "isatty", lambda: False, raising=False)
     assert dbt.run_dbt(["compile"], tmp_path) == 0
     assert "--no-use-colors" in invocations[-1]
+    assert "--use-colors-file" in invocations[-1]  # dbt's log file stays as it was
     assert dbt.run_dbt(["compile", "--use-colors"], tmp_path) == 0  # asked for: kept
     assert "--no-use-colors" not in invocations[-1]
     monkeypatch.setenv("DBT_USE_COLORS", "true")

@@ -221,7 +221,11 @@ def run_dbt(args: Sequence[str] = (), warehouse: Path | None = None) -> int:
     if ("use_colors" in accepted and not _stdout_is_a_terminal()
             and not _wants_colours_decided(argv)):
         # dbt colours its lines whatever stdout is; a pipe or a file gets plain text.
+        # Its own log file keeps its colours (they follow --use-colors unless told),
+        # which benchmarks/dbt_statements.py reads entries by.
         added.append("--no-use-colors")
+        if "use_colors_file" in accepted and not _wants_colours_decided(argv, "_FILE"):
+            added.append("--use-colors-file")
     target = _target(argv)
     is_plain_build = _without_target(argv) == ["build"]
     selection = list(PLAIN_BUILD_EXCLUDES) if is_plain_build else []
@@ -504,10 +508,13 @@ def _without_target(argv: Sequence[str]) -> list[str]:
     return kept
 
 
-def _wants_colours_decided(argv: Sequence[str]) -> bool:
-    """The user chose dbt's colours: ``--use-colors``/``--no-use-colors``, or its variables."""
-    return (any(_has_flag(argv, flag) for flag in ("--use-colors", "--no-use-colors"))
-            or any(name in os.environ for name in ("DBT_USE_COLORS", "DBT_ENGINE_USE_COLORS")))
+def _wants_colours_decided(argv: Sequence[str], of: str = "") -> bool:
+    """The user chose dbt's colours (``of="_FILE"``: its log file's): ``--use-colors``/
+    ``--no-use-colors`` (``--use-colors-file``/...), or the variables dbt reads them from."""
+    flag = "use-colors" + of.lower().replace("_", "-")
+    return (any(_has_flag(argv, option) for option in (f"--{flag}", f"--no-{flag}"))
+            or any(name in os.environ
+                   for name in (f"DBT_USE_COLORS{of}", f"DBT_ENGINE_USE_COLORS{of}")))
 
 
 def _stdout_is_a_terminal() -> bool:
