@@ -81,6 +81,18 @@ class Discovery:
     #: with their run: loaded into ``comm_log_events``.
     comm_logs: list[tuple[Path, str]] = field(default_factory=list)
 
+    def paths_without_inputs(self, given: list[Path]) -> list[Path]:
+        """The paths of ``given`` under which nothing to load was found (no trace,
+        topology, PP-timer or comm-log file; skipped sidecars do not count)."""
+        inputs = [t.path for t in self.traces] + [
+            path for path, _run in (*self.topologies, *self.pp_timers, *self.comm_logs)]
+        empty = []
+        for path in given:
+            root = path.resolve()
+            if not any(found == root or root in found.parents for found in inputs):
+                empty.append(path)
+        return empty
+
 
 def is_trace_name(name: str) -> bool:
     return name.endswith(".json") or name.endswith(".json.gz")
@@ -182,8 +194,6 @@ def discover(paths: list[Path], run: str | None = None) -> Discovery:
             seen.add(resolved)
             if not explicit and is_topology_name(path.name):
                 found.topologies.append((resolved, run or default_run_for(resolved)))
-                found.skipped.append((resolved, "topology file, not a profiler trace: "
-                                      "loaded into topology_groups"))
                 continue
             if is_pp_timer_name(path.name):
                 found.pp_timers.append((resolved, run or default_run_for(resolved)))

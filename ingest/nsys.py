@@ -63,12 +63,24 @@ NVTX_MARK, NVTX_PUSH_POP, NVTX_START_END, NVTX_DOMAIN_CREATE = 34, 59, 60, 75
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 
 
+#: Columns read as something other than integers (every other column is int64).
+_COLUMN_TYPES = {"text": pa.string(), "jsonText": pa.string(), "doubleValue": pa.float64(),
+                 "floatValue": pa.float64()}
+
+
 @dataclass(frozen=True)
 class _Source:
     """One activity table of the export and the columns we read from it."""
 
     base: str
     columns: tuple[str, ...]
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The columns' types, whatever SQLite held: the ADBC driver types a column
+        by its values, so a TEXT column that is all NULL (NVTX ``text`` in exports
+        that name ranges by ``textId``) or one this export lacks arrives as int64."""
+        return pa.schema([(c, _COLUMN_TYPES.get(c, pa.int64())) for c in self.columns])
 
 
 _KERNEL = _Source("CUPTI_ACTIVITY_KIND_KERNEL", (
@@ -107,7 +119,16 @@ def _read(db: NsysDatabase, source: _Source) -> pa.Table | None:
         return None
     present = db.columns(table)
     select = ", ".join(f'"{c}"' if c in present else f'null as "{c}"' for c in source.columns)
-    return db.query(f'select {select} from "{table}"')
+    return _typed(db.query(f'select {select} from "{table}"'), source.schema)
+
+
+def _typed(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` with ``schema``'s types, so the SQL below binds one way on every export."""
+    try:
+        return table.cast(schema)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise TraceError("invalid_sqlite", f"a column holds values of an unexpected type: {exc}",
+                         "export the report again with `nsys export --type sqlite`") from exc
 
 
 def read_export(db: NsysDatabase) -> dict[str, pa.Table]:
@@ -145,7 +166,7 @@ _TID = "(({col}) & 16777215)"
 
 
 def _empty_like(source: _Source) -> pa.Table:
-    return pa.table({c: pa.array([], pa.int64()) for c in source.columns})
+    return source.schema.empty_table()
 
 
 def _gpu_slices_sql(tables: dict[str, pa.Table]) -> str:
@@ -211,16 +232,17 @@ def _cpu_slices_sql(tables: dict[str, pa.Table]) -> str:
             left join strings as names on r.nameId = names.id""")
     parts.append(f"""
         select
-            case when n.eventType = {NVTX_MARK} then 'nvtx_mark' else 'nvtx' end,
-            case when n.eventType = {NVTX_MARK} then 'i' else 'X' end,
-            n.start, coalesce(n."end", n.start),
-            {_PID.format(col='n.globalTid')},
+            case when n.eventType = {NVTX_MARK} then 'nvtx_mark' else 'nvtx' end as category,
+            case when n.eventType = {NVTX_MARK} then 'i' else 'X' end as phase,
+            n.start, coalesce(n."end", n.start) as "end",
+            {_PID.format(col='n.globalTid')} as pid,
             case when n.eventType = {NVTX_START_END}
                 then ({_PID.format(col='n.globalTid')} << 32) | coalesce(n.domainId, 0)
-                else n.globalTid end,
-            case when n.eventType = {NVTX_START_END} then 'nvtx_async' else 'thread' end,
-            null::bigint,
-            coalesce(n.text, texts.value, ''),
+                else n.globalTid end as track_key,
+            case when n.eventType = {NVTX_START_END} then 'nvtx_async' else 'thread' end
+                as track_kind,
+            null::bigint as correlation,
+            coalesce(n.text, texts.value, '') as name,
             to_json({{'domain id': n.domainId, 'domain': domains.name,
                       'event type': n.eventType, 'range id': n.rangeId,
                       'category': n.category, 'end thread': n.endGlobalTid,
@@ -228,7 +250,7 @@ def _cpu_slices_sql(tables: dict[str, pa.Table]) -> str:
                       'payload': coalesce(n.uint64Value::varchar, n.int64Value::varchar,
                                           n.doubleValue::varchar, n.uint32Value::varchar,
                                           n.int32Value::varchar, n.floatValue::varchar),
-                      'json': n.jsonText}})::varchar
+                      'json': n.jsonText}})::varchar as args
         from nvtx as n
         left join strings as texts on n.textId = texts.id
         left join domains on n.domainId = domains.domain_id

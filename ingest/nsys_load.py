@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 from .model import ParsedTrace, TraceError, TraceFile
 from .nsys import parse_nsys
@@ -18,11 +19,11 @@ from .nsys_read import exported_sqlite
 _CHUNK = 1 << 20
 
 
-def file_hash(source: TraceFile) -> str:
+def file_hash(path: Path) -> str:
     """blake2b-128 of the file's bytes, read in 1 MiB chunks (exports can be GBs)."""
     digest = hashlib.blake2b(digest_size=16)
     try:
-        with open(source.path, "rb") as handle:
+        with open(path, "rb") as handle:
             while chunk := handle.read(_CHUNK):
                 digest.update(chunk)
     except OSError as exc:
@@ -42,7 +43,7 @@ def load_nsys_file(source: TraceFile, known_hash: str | None,
     run, the content and the GPU's index, so reloading the same bytes is
     idempotent.
     """
-    content_hash = file_hash(source)
+    content_hash = file_hash(source.path)
     if known_hash == content_hash:
         return content_hash, None
     return content_hash, _traces(source, content_hash, trace_id_for)

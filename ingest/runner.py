@@ -47,7 +47,7 @@ from .pp_timer import load_pp_timer_file, read_pp_timer_manifest
 from .progress import Progress
 from .shard import STALE_AFTER_S, Shard
 from .spark_tasks import run_tasks_in_spark
-from .topology import load_topology_file
+from .topology import load_topology_file, read_topology_manifest
 
 ENGINES = ("native", "perfetto", "spark")
 
@@ -86,8 +86,12 @@ class IngestResult:
     topologies: list[tuple[str, str, int]] = field(default_factory=list)  # (path, run, rows)
     pp_timers: list[tuple[str, str, int]] = field(default_factory=list)  # (path, run, rows)
     comm_logs: list[tuple[str, str, int]] = field(default_factory=list)  # (path, run, rows)
+    #: Paths given under which discovery found nothing to load.
+    empty_paths: list[str] = field(default_factory=list)
     bytes_read: int = 0
     uncompressed_bytes: int = 0
+    #: Bytes parsed per kind of input (Kineto JSON, Nsight SQLite), for the summary.
+    bytes_by_input: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
 
     def summary(self, into: object | None = None) -> str:
@@ -100,7 +104,9 @@ class IngestResult:
         rate = mb / self.seconds if self.seconds > 0 else 0.0
         where = f" into {into}" if into is not None else ""
         comm = f", {len(self.comm_logs)} comm log(s)" if self.comm_logs else ""
-        return (f"loaded {len(self.loaded)} trace(s) ({mb:.1f} MB of JSON, {rate:.1f} MB/s), "
+        read = " + ".join(f"{size / 1e6:.1f} MB of {kind}"
+                          for kind, size in sorted(self.bytes_by_input.items())) or "0.0 MB"
+        return (f"loaded {len(self.loaded)} trace(s) ({read}, {rate:.1f} MB/s), "
                 f"{len(self.topologies)} topology file(s), {len(self.pp_timers)} PP-timer "
                 f"file(s){comm}; skipped {len(self.skipped)}, failed {len(self.failed)}{where}")
 
@@ -469,7 +475,9 @@ def ingest_paths(
     found = discover([Path(p) for p in paths], run=run)
     if shard is not None:
         found = _shard_files(found, shard)
-    result = IngestResult(skipped=[(display_path(p), why) for p, why in found.skipped])
+    result = IngestResult(skipped=[(display_path(p), why) for p, why in found.skipped],
+                          empty_paths=[display_path(p) for p in
+                                       found.paths_without_inputs([Path(p) for p in paths])])
     token = uuid.uuid4().hex[:12]
     parser = "native" if engine == "spark" else engine
 
@@ -485,15 +493,15 @@ def ingest_paths(
                 result.skipped.append((display_path(source.path), "already loaded, unchanged"))
             else:
                 todo.append(source)
-        bar = Progress(len(todo), sum(s.size_bytes for s in todo), stream, enabled=progress)
         tasks = [
             _Task(s, str(wh.root), token, committer.known_hash(s, force), parser,
                   trace_processor_bin)
             for s in todo
         ]
         if engine == "perfetto" and tasks:
-            tasks = _check_engine_once(tasks, committer, result, bar, stream)
-        elif tasks and not scanner_available():
+            _check_engine_once(tasks)
+        bar = Progress(len(todo), sum(s.size_bytes for s in todo), stream, enabled=progress)
+        if engine != "perfetto" and tasks and not scanner_available():
             print("note: the compiled Kineto scanner is not in use (not built at install: no "
                   "C compiler?); ingest runs the pure-Python decoder, about 2-3x slower",
                   file=stream, flush=True)
@@ -512,7 +520,7 @@ def ingest_paths(
             raise
         finally:
             bar.close()
-        _load_topologies(found.topologies, committer, result, stream)
+        _load_topologies(found.topologies, committer, result, stream, force)
         _load_pp_timers(found.pp_timers, committer, result, stream, force)
         _load_comm_logs(found.comm_logs, committer, result, stream, force)
     result.seconds = time.perf_counter() - started
@@ -529,30 +537,25 @@ def _shard_files(found: Discovery, shard: Shard) -> Discovery:
     )
 
 
-def _check_engine_once(tasks: list[_Task], committer: _Committer, result: IngestResult,
-                       bar: Progress, stream: TextIO) -> list[_Task]:
-    """Find the trace processor before starting: without one, say so once and stop.
+class EngineUnavailable(Exception):
+    """The engine asked for (``--engine perfetto``) cannot run here: a usage error
+    (exit 2), about the command and not about any file, so no file is blamed,
+    recorded in ``ingest_errors`` or counted."""
 
-    Every file would fail the same way; the first file gets the error line
-    and ``ingest_errors`` row, the others are listed as not tried.
-    """
+    def __init__(self, error: TraceError, files: int):
+        super().__init__(f"--engine perfetto: {error.message}; {files} file(s) not loaded "
+                         f"(hint: {error.hint})")
+
+
+def _check_engine_once(tasks: list[_Task]) -> None:
+    """Find the trace processor before starting: without one, every file would
+    fail the same way, so raise :class:`EngineUnavailable` once, before any file."""
     from .perfetto_engine import resolve_backend
 
     try:
         resolve_backend(tasks[0].trace_processor_bin)
     except TraceError as exc:
-        first, rest = tasks[0], tasks[1:]
-        failed = committer.reject(first.source, exc)
-        result.failed.append(failed)
-        bar.advance(first.source.size_bytes, error=failed.line())
-        for task in rest:
-            result.skipped.append((display_path(task.source.path),
-                                   "not tried: no trace processor for --engine perfetto"))
-        if rest:
-            print(f"stopped: --engine perfetto has no trace processor; {len(rest)} other "
-                  "file(s) not tried", file=stream, flush=True)
-        return []
-    return tasks
+        raise EngineUnavailable(exc, len(tasks)) from exc
 
 
 def _settle_single_process(deferred: list[_Outcome], committer: _Committer,
@@ -664,6 +667,8 @@ def _settle(outcome: _Outcome, committer: _Committer, result: IngestResult,
                                     part.slices, part.flows, part.seconds))
     result.bytes_read += source.size_bytes
     result.uncompressed_bytes += outcome.uncompressed_bytes
+    kind = "Nsight SQLite" if source.layout == "nsys" else "Kineto JSON"
+    result.bytes_by_input[kind] = result.bytes_by_input.get(kind, 0) + outcome.uncompressed_bytes
     ranks = ", ".join(str(part.rank) for part in parts)
     rank = (f"rank {ranks} (single-process trace: no distributed rank)"
             if outcome.rank_source == "single_process" else f"rank {ranks}")
@@ -673,28 +678,13 @@ def _settle(outcome: _Outcome, committer: _Committer, result: IngestResult,
 
 
 def _load_topologies(files: list[tuple[Path, str]], committer: _Committer,
-                     result: IngestResult, stream: TextIO) -> None:
-    """Load every topology file (small; always reloaded) into ``topology_groups``.
-
-    A bad file gets an error line and an ``ingest_errors`` row, like a bad trace.
-    """
-    for path, run_id in files:
-        shown = display_path(path)
-        committer.start_writing()
-        try:
-            rows = load_topology_file(committer.warehouse, run_id, path, committer.token)
-        except TraceError as exc:
-            stat = path.stat() if path.exists() else None
-            source = TraceFile(path=path, run_id=run_id, layout="topology", rank_hint=None,
-                               iteration_hint=None,
-                               size_bytes=stat.st_size if stat else 0,
-                               mtime_ns=stat.st_mtime_ns if stat else 0)
-            failed = committer.reject(source, exc)
-            result.failed.append(failed)
-            print(failed.line(), file=stream, flush=True)
-            continue
-        lake.clear_error(committer.warehouse, run_id, shown)
-        result.topologies.append((shown, run_id, rows))
+                     result: IngestResult, stream: TextIO, force: bool) -> None:
+    """Load every topology file into ``topology_groups``, incrementally (see
+    _load_side_files): an unchanged one is skipped like a trace, so the next
+    build has nothing to redo."""
+    _load_side_files(files, committer, result, stream, force, layout="topology",
+                     read_manifest=read_topology_manifest, load=load_topology_file,
+                     loaded=result.topologies)
 
 
 def _reject_side_file(path: Path, run_id: str, layout: str, exc: TraceError,

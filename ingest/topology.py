@@ -35,12 +35,14 @@ from tracehouse.warehouse import Warehouse
 from . import lake
 from .model import TraceError, display_path
 from .schema import TOPOLOGY_GROUPS
+from .side_files import ManifestEntry, read_manifest, read_text
 
 __all__ = [
     "TOPOLOGY_JSON_NAME",
     "TRACEVIZ_TXT_NAME",
     "is_topology_name",
     "load_topology_file",
+    "read_topology_manifest",
     "parse_topology_json",
     "parse_traceviz_txt",
     "topology_table",
@@ -229,29 +231,28 @@ def topology_table(parsed: dict[str, Any], run_id: str, path: str, content_hash:
     return pa.Table.from_pylist(rows, schema=TOPOLOGY_GROUPS)
 
 
-def load_topology_file(warehouse: Warehouse, run_id: str, path: Path, token: str) -> int:
+def read_topology_manifest(warehouse: Warehouse) -> dict[tuple[str, str], ManifestEntry]:
+    """Every loaded topology file, keyed by (run, path), read back from the lake table."""
+    return read_manifest(warehouse, "topology_groups")
+
+
+def load_topology_file(warehouse: Warehouse, run_id: str, path: Path, token: str,
+                       known: ManifestEntry | None = None) -> int | None:
     """Parse one topology file and land its rows atomically; return the row count.
 
+    Returns None when ``known`` shows the same content is already loaded.
     Raises :class:`TraceError` when the file cannot be read or parsed; nothing
-    is written then.
+    is written then (a previously loaded version stays).
     """
-    try:
-        raw = path.read_bytes()
-        stat = path.stat()
-    except OSError as exc:
-        raise TraceError("unreadable", f"cannot read the file: {exc.strerror}",
-                         "check the path and its permissions") from exc
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise _bad(f"not UTF-8 text (byte {exc.start})", "the file is damaged; copy it "
-                   "again") from exc
-    if not text.strip():
-        raise TraceError("empty", "the file is empty", "the dump was cut short; write it again")
+    read = read_text(path, known, _bad, "the file is damaged; copy it again",
+                     "the dump was cut short; write it again")
+    if read is None:
+        return None
+    text, stat, content_hash = read
     parsed = parse_traceviz_txt(text) if path.suffix == ".txt" else parse_topology_json(text)
     shown = display_path(path)
     table = topology_table(
-        parsed, run_id, shown, hashlib.blake2b(raw, digest_size=16).hexdigest(),
+        parsed, run_id, shown, content_hash,
         stat.st_size, stat.st_mtime_ns, dt.datetime.now(dt.timezone.utc),
     )
     final = warehouse.partition_dir("topology_groups", run_id) / (

@@ -41,7 +41,9 @@ def test_discover_skips_sidecars_but_not_named_files(tmp_path: Path) -> None:
     (job / "notes.txt").write_text("not json")
     found = discover([job])
     assert [t.path.name for t in found.traces] == ["rank_0000_iter_1.pt.trace.json"]
-    assert [p.name for p, _ in found.skipped] == ["topology.json"]
+    # Loaded into topology_groups, and counted there only (not also as skipped).
+    assert [(p.name, run) for p, run in found.topologies] == [("topology.json", "job")]
+    assert found.skipped == []
     assert found.traces[0].run_id == "job"
     named = discover([job / "topology.json"], run="r1")
     assert [t.path.name for t in named.traces] == ["topology.json"]

@@ -69,8 +69,8 @@ def test_every_shared_trace_loads(loaded) -> None:
     files = sorted(p for p in KINETO.rglob("*.json.gz"))
     assert len(result.loaded) == len(files)
     assert con.execute("select count(*) from traces").fetchone()[0] == len(files)
-    skipped = {Path(p).name for p, _ in result.skipped}
-    assert skipped == {"topology.json"}
+    assert result.skipped == []  # topology.json is loaded (counted as a topology file)
+    assert {Path(p).name for p, _run, _rows in result.topologies} == {"topology.json"}
 
 
 def test_unrelated_jobs_in_one_folder_are_reported_not_merged(loaded) -> None:
@@ -253,7 +253,9 @@ def test_rerun_loads_nothing_new(loaded) -> None:
     again = ingest_paths([KINETO], warehouse=warehouse, jobs=1, progress=False)
     assert again.loaded == []
     assert sorted(Path(f.path).name for f in again.failed) == [p.name for p in SAMPLED]
-    assert len(again.skipped) == len(first.loaded) - len(SAMPLED) + len(first.skipped)
+    assert again.topologies == []  # unchanged: skipped, like the traces
+    assert len(again.skipped) == (len(first.loaded) - len(SAMPLED) + len(first.skipped)
+                                  + len(first.topologies))
     own_run = ingest_paths(SAMPLED, warehouse=warehouse, run="sampled_128rank",
                            progress=False)
     assert own_run.loaded == [] and own_run.failed == [] and len(own_run.skipped) == 2

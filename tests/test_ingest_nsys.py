@@ -291,3 +291,17 @@ def test_graph_launch_domains_start_end_ranges_and_gpu_info(tmp_path: Path) -> N
     (props,), = _lake(root, "select device_properties from traces")
     assert json.loads(props)[0]["name"] == "NVIDIA H100 80GB HBM3"
     assert json.loads(props)[0]["numSms"] == 132
+
+
+def test_summary_names_what_was_read(tmp_path: Path) -> None:
+    """An Nsight ingest is not "MB of JSON": the line says what the input was."""
+    path = write_export(tmp_path / "one.sqlite", kernels=[(2000, 3000, 7, "k", 1)],
+                        launches=[(1100, 1200, 1)], ranges=[(1000, 1500, "step")])
+    result = ingest_paths([path], warehouse=tmp_path / "wh", run="one", progress=False)
+    line = result.summary()
+    megabytes = path.stat().st_size / 1e6
+    assert f"({megabytes:.1f} MB of Nsight SQLite, " in line and "JSON" not in line
+    if KINETO_RANK0 is not None:
+        mixed = ingest_paths([KINETO_RANK0], warehouse=tmp_path / "wh", run="k",
+                             progress=False).summary()
+        assert "MB of Kineto JSON, " in mixed and "SQLite" not in mixed

@@ -75,9 +75,9 @@ def test_both_formats_load_and_reload_incrementally(job: Path, tmp_path: Path) -
     (job / "topology.json").write_text(json.dumps({"sizes": {"world": 2, "pp": 2},
                                                    "groups": {"pp": [[0, 1]]}}))
     with_topology = ingest_paths([job], root, progress=False, stream=stream)
-    assert with_topology.summary(into="LAKE").startswith("loaded 0 trace(s) (0.0 MB of JSON")
+    assert with_topology.summary(into="LAKE").startswith("loaded 0 trace(s) (0.0 MB, ")
     assert with_topology.summary(into="LAKE").endswith(
-        "1 topology file(s), 0 PP-timer file(s); skipped 3, failed 0 into LAKE")
+        "1 topology file(s), 0 PP-timer file(s); skipped 2, failed 0 into LAKE")
     ours = lake_rows(root, "pp_timer_events", "rank = 0 and timer_format = 'tracehouse'")
     assert len(ours) == 6
     with duckdb.connect() as con:  # its own connection: the module default may be busy

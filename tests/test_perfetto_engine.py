@@ -133,11 +133,14 @@ def test_missing_binary_fails_cleanly_via_cli(tmp_path: Path, monkeypatch: pytes
     code = main(["ingest", str(trace), "--warehouse", str(warehouse), "--engine", "perfetto",
                  "-q"])
     elapsed = time.perf_counter() - started
-    assert code == 1
+    # Issue 29: the engine, not the trace, is missing: a usage error (exit 2), said
+    # once, with no ingest_errors row against a healthy trace and nothing counted.
+    assert code == 2
     err = capsys.readouterr().err
-    line = next(ln for ln in err.splitlines() if ln.startswith("error:"))
-    assert str(trace) in line and str(missing) in line
+    (line,) = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert str(trace) not in line and str(missing) in line and "--engine perfetto" in line
     assert "trace_processor_shell" in line and f"(hint: {HINT})" in line
+    assert "skipped" not in err and "loaded 0" not in err
     assert elapsed < 15, f"a missing binary took {elapsed:.1f} s to report"
     with duckdb.connect() as con:
         rows = con.execute(
@@ -150,26 +153,27 @@ def test_missing_binary_fails_cleanly_via_cli(tmp_path: Path, monkeypatch: pytes
             "hive_partitioning = false)",
             [str(Warehouse(warehouse).table_dir("slices") / "**" / "*.parquet")],
         ).fetchone()[0]
-    assert rows == [("engine_unavailable", HINT)]
+    assert rows == []
     assert loaded == 0
 
 
 def test_missing_binary_is_said_once_for_many_files(tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    """Issue 15: without a trace processor every file would fail the same way; the
-    first gets the error line and row, then ingest stops and says how many it left."""
+    """Issue 15: without a trace processor every file would fail the same way: one
+    error line, then ingest stops (issue 29: exit 2, no file counted or blamed)."""
     folder = tmp_path / "job"
     folder.mkdir()
     traces = [small_trace(folder / f"rank-{r}.json.gz") for r in range(3)]
     monkeypatch.setenv("TRACE_PROCESSOR_BIN", str(tmp_path / "nowhere" / "tp_shell"))
     code = main(["ingest", str(folder), "--warehouse", str(tmp_path / "wh"),
                  "--engine", "perfetto", "-q", "-j", "2"])
-    assert code == 1
+    assert code == 2
     err = capsys.readouterr().err
     errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
-    assert len(errors) == 1 and str(traces[0]) in errors[0]
-    assert "2 other file(s) not tried" in err
+    assert len(errors) == 1 and not any(str(trace) in err for trace in traces)
+    assert "3 file(s) not loaded" in errors[0]
+    assert not list((tmp_path / "wh" / "lake" / "ingest_errors").rglob("run=*/*.parquet"))
 
 
 def _source(path: Path):

@@ -54,12 +54,13 @@ def lake(runs: dict[str, SimulatedRun], tmp_path_factory: pytest.TempPathFactory
     """All simulated traces ingested with the real ingest."""
     warehouse = tmp_path_factory.mktemp("warehouse")
     for name, run in runs.items():
-        # The whole run folder: topology.json and ground_truth.json are sidecars.
+        # The whole run folder: topology.json loads into topology_groups;
+        # ground_truth.json is a sidecar, skipped.
         result = ingest_paths([run.out_dir], warehouse=warehouse, run=name, progress=False)
         assert not result.failed, result.failed
         assert len(result.loaded) == len(run.trace_paths)
-        assert {Path(p).name for p, _ in result.skipped} == {"topology.json",
-                                                             "ground_truth.json"}
+        assert {Path(p).name for p, _ in result.skipped} == {"ground_truth.json"}
+        assert [Path(p).name for p, _run, _rows in result.topologies] == ["topology.json"]
     return warehouse
 
 

@@ -135,17 +135,36 @@ def test_sql_error_names_it_on_stderr(
     built_warehouse: Lake, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, text = _run("select * from no_such_table", built_warehouse.warehouse)
-    assert code == 1
+    assert code == 2  # an unknown table is a usage error (README: exit codes)
     assert text == ""
     err = capsys.readouterr().err
-    assert "CatalogException" in err and "no_such_table" in err
+    assert "error: unknown table no_such_table" in err and "show tables" in err
+    # Other errors of a query that names real tables stay exit 1.
+    assert _run("select no_such_column from traces", built_warehouse.warehouse)[0] == 1
 
 
+@pytest.mark.parametrize("query", [
+    "create table scribble as select 1 as x",
+    "drop view slices",
+    "drop table fct_kernels",
+    "insert into traces select * from traces",
+    "delete from traces",
+    "select 1; drop view traces",
+])  # fmt: skip
 def test_database_is_opened_read_only(
-    built_warehouse: Lake, capsys: pytest.CaptureFixture[str]
+    built_warehouse: Lake, query: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, _ = _run("create table scribble as select 1 as x", built_warehouse.warehouse)
-    assert code == 1
+    code, text = _run(query, built_warehouse.warehouse)
+    assert (code, text) == (2, "")
+    err = capsys.readouterr().err
+    assert "read-only" in err.lower() and "Success" not in err
+    assert _run("select count(*) from slices", built_warehouse.warehouse)[0] == 0
+
+
+def test_unbuilt_warehouse_is_read_only_too(make_lake, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before the build the queries run in memory; a drop still is not a change to make."""
+    lake = make_lake(ranks=1)
+    assert _run("drop view slices", lake.warehouse) == (2, "")
     assert "read-only" in capsys.readouterr().err.lower()
 
 

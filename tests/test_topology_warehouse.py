@@ -232,3 +232,42 @@ def test_simulated_run_pg_config_equals_its_topology(tmp_path: Path) -> None:
     for kind in ("tp", "pp", "dp", "cp", "mp", "ep", "edp", "embedding"):
         assert dumped[kind] == reference[kind], kind
         assert traced[kind] == [sorted(g) for g in reference[kind]], kind
+
+
+def test_unchanged_topology_is_skipped_and_the_build_stays_up_to_date(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A topology file loads once, like a trace: the second identical ingest skips it,
+    so the next build has nothing to do; and a first ingest counts it once."""
+    from tracehouse.cli import main
+
+    job = tmp_path / "job"
+    iteration = job / "iteration_3"
+    iteration.mkdir(parents=True)
+    source = MEGATRON_CPU / "tp2_pp2_dp1_vpp2"
+    for trace in sorted((source / "iteration_3").iterdir()):
+        (iteration / trace.name).write_bytes(trace.read_bytes())
+    (job / "topology.json").write_bytes((source / "topology.json").read_bytes())
+    root = str(tmp_path / "warehouse")
+
+    assert main(["ingest", str(job), "--warehouse", root, "-q"]) == 0
+    assert "4 trace(s)" in (first := capsys.readouterr().err)
+    assert "1 topology file(s)" in first and "skipped 0," in first
+    assert main(["build", "--warehouse", root]) == 0
+    capsys.readouterr()
+
+    assert main(["ingest", str(job), "--warehouse", root, "-q"]) == 0
+    second = capsys.readouterr().err
+    assert "loaded 0 trace(s)" in second and "0 topology file(s)" in second
+    assert "skipped 5," in second
+    assert main(["build", "--warehouse", root]) == 0
+    assert "is up to date" in capsys.readouterr().out
+
+    # Touched, same bytes: read, found equal, skipped; changed: reloaded.
+    topology = job / "topology.json"
+    topology.write_bytes(topology.read_bytes())
+    assert main(["ingest", str(job), "--warehouse", root, "-q"]) == 0
+    assert "0 topology file(s)" in capsys.readouterr().err
+    topology.write_text(json.dumps(build_topology(4, tp=2, pp=2, vpp=2)))
+    assert main(["ingest", str(job), "--warehouse", root, "-q"]) == 0
+    assert "1 topology file(s)" in capsys.readouterr().err

@@ -118,7 +118,7 @@ def fingerprint(
         for table, files in sorted(by_table.items())
     )
     lake = hashlib.blake2b(json.dumps(lake_tables).encode(), digest_size=16).hexdigest()
-    args = hashlib.blake2b(json.dumps(list(dbt_args)).encode(), digest_size=16).hexdigest()
+    args = args_fingerprint(dbt_args)
     return BuildFingerprint(
         project=project,
         lake=lake,
@@ -126,6 +126,11 @@ def fingerprint(
         location=str(location.resolve()) if location is not None else "",
         lake_tables=lake_tables,
     )
+
+
+def args_fingerprint(dbt_args: Sequence[str]) -> str:
+    """The fingerprint of a build's dbt arguments (``BuildFingerprint.args``)."""
+    return hashlib.blake2b(json.dumps(list(dbt_args)).encode(), digest_size=16).hexdigest()
 
 
 def changed_lake_tables(last: BuildFingerprint | None, now: BuildFingerprint) -> list[str] | None:

@@ -8,6 +8,8 @@ directly. Exit codes: 0 success, 1 some inputs failed (the rest landed),
 from __future__ import annotations
 
 import argparse
+import io
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -78,9 +80,14 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         help="load traces into the warehouse's Parquet lake (incremental)",
         description=(
-            "Find every Kineto trace (*.json, *.json.gz) under PATH... and load it into the "
-            "lake. Files already loaded and unchanged are skipped; bad files are reported "
-            "and recorded in ingest_errors while the good ones still land."
+            "Find every input under PATH... and load it into the lake: Kineto traces "
+            "(*.json, *.json.gz), Nsight Systems exports (*.sqlite, any SQLite file, "
+            "*.nsys-rep with nsys on PATH), topology files (topology*.json, "
+            "unique_parallel_groups_*.txt), PP-timer logs (event_times_PP*.json) and comm "
+            "logs (comm_log_rank_*.json). Files already loaded and unchanged are skipped; "
+            "bad files are reported and recorded in ingest_errors while the good ones still "
+            "land. A PATH holding none of these is named in a warning; when no PATH holds "
+            "any, ingest exits 2."
         ),
     )
     ingest.add_argument("paths", nargs="+", type=_path, metavar="PATH")
@@ -109,8 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
         "build",
         parents=[common],
         help="run dbt (default: dbt build) on the warehouse",
-        description="Run the dbt project on the warehouse. Arguments after the options go "
-                    "to dbt, e.g. `tracehouse build -- run -s stg_lake__slices`.",
+        description="Run the dbt project on the warehouse. tracehouse's own option "
+                    "(--warehouse) may stand anywhere; every other argument goes to dbt, in "
+                    "order, e.g. `tracehouse build -- run -s stg_lake__slices`.",
     )
     build.add_argument("dbt_args", nargs=argparse.REMAINDER, metavar="DBT_ARGS",
                        help="dbt command and arguments (default: build)")
@@ -134,7 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="table format: never cut long values (default: cut in the middle)")
     sql.add_argument("--allow-files", action="store_true",
                      help="let the query read and write any file (read_csv, copy ... to, "
-                          "attach); by default it reads only the warehouse")
+                          "attach, and create or drop what it attaches); by default it reads "
+                          "only the warehouse and changes nothing (exit 2)")
     sql.set_defaults(handler=_cmd_sql)
 
     compare = sub.add_parser(
@@ -143,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="two runs' iteration summaries side by side, with the differences",
         description=(
             "Print fct_iteration_summary of two runs side by side: step time (the slowest "
-            "rank's step), its difference in ms and %%, exposed communication share, "
+            "rank's step), its difference in ms and %, exposed communication share, "
             "pipeline bubble, slowest rank, straggler and worst collective skew. "
             "Iterations are paired by their order within each run; the last row compares "
             "the means. An unknown run is a usage error (exit 2)."
@@ -263,6 +272,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="report folder (default: <warehouse>/reports/<run>)")
     report.add_argument("--force", action="store_true",
                         help="re-render even when the marts have not changed")
+    report.add_argument("-q", "--quiet", action="store_true",
+                        help="no progress output, only failed chart families and where the "
+                             "report is")
     report.set_defaults(handler=_cmd_report)
 
     export = sub.add_parser(
@@ -328,7 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(handler=_cmd_demo)
     from tracehouse.nsys_cli import add_parser as add_nsys_parser
 
-    add_nsys_parser(sub, common)
+    add_nsys_parser(sub)
     from tracehouse.commtrace_cli import add_parser as add_commtrace_parser
 
     add_commtrace_parser(sub)
@@ -337,7 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _cmd_ingest(args: argparse.Namespace) -> int:
     from tracehouse.ingest.discover import DiscoveryError
-    from tracehouse.ingest.runner import default_jobs, ingest_paths
+    from tracehouse.ingest.runner import EngineUnavailable, default_jobs, ingest_paths
     from tracehouse.warehouse import Warehouse
 
     jobs = args.jobs if args.jobs is not None else default_jobs()
@@ -373,8 +385,15 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
             trace_processor_bin=args.trace_processor_bin,
             shard=shard,
         )
-    except DiscoveryError as exc:
+    except (DiscoveryError, EngineUnavailable) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    for path in result.empty_paths:
+        print(f"warning: {path}: no trace, topology, PP-timer or comm-log files found there "
+              "(Kineto *.json[.gz], Nsight *.sqlite / *.nsys-rep, topology*.json, "
+              "event_times_PP*.json, comm_log_rank_*.json)", file=sys.stderr)
+    if result.empty_paths and len(result.empty_paths) == len(args.paths):
+        print("error: nothing to ingest", file=sys.stderr)
         return EXIT_USAGE
     print(result.summary(into=warehouse.lake), file=sys.stderr)
     if result.failed:
@@ -384,6 +403,24 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return result.exit_code
+
+
+def _own_build_options(dbt_args: list[str]) -> tuple[str | None, list[str]]:
+    """``--warehouse DIR`` (or ``--warehouse=DIR``) wherever it stands among the
+    arguments argparse left to dbt, and those arguments without it (the last
+    one given wins, as argparse does). dbt has no ``--warehouse``, so the
+    option is always tracehouse's."""
+    warehouse = None
+    kept: list[str] = []
+    words = iter(dbt_args)
+    for word in words:
+        if word == "--warehouse":
+            warehouse = next(words, "")
+        elif word.startswith("--warehouse="):
+            warehouse = word.split("=", 1)[1]
+        else:
+            kept.append(word)
+    return warehouse, kept
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
@@ -504,10 +541,14 @@ def _cmd_report(args: argparse.Namespace) -> int:
     try:
         result = render_report(warehouse.root, args.out, run_id=args.run,
                                compare_run_id=args.compare, force=args.force,
-                               stream=sys.stderr)
+                               stream=io.StringIO() if args.quiet else sys.stderr)
     except ReportError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if args.quiet:  # the progress lines were dropped: name the failures
+        for failure in result.failures:
+            print(f"error: chart family {failure.family} failed: {failure.error}",
+                  file=sys.stderr)
     print(f"report: {result.index_html}", file=sys.stderr)
     return EXIT_FAILED if result.failures else EXIT_OK
 
@@ -556,6 +597,27 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+#: Exit status of a command whose reader closed the pipe (``| head``): what any
+#: unix tool killed by SIGPIPE reports, 128 + 13.
+EXIT_BROKEN_PIPE = 141
+
+
+def _reader_went_away() -> int:
+    """Standard output's reader closed the pipe: stop quietly, like other unix tools.
+
+    What is still buffered can never be written; standard output is pointed at
+    /dev/null so that flushing it at exit does not fail again (Python's advice
+    for SIGPIPE, docs.python.org/3/library/signal.html#note-on-sigpipe).
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no real file descriptor (an embedding's stdout)
+        pass
+    return EXIT_BROKEN_PIPE
+
+
 def console_main() -> int:
     """The ``tracehouse`` console script: :func:`main` on ``sys.argv``.
 
@@ -566,7 +628,12 @@ def console_main() -> int:
         from tracehouse.ingest.lean import keep_pandas_out
 
         keep_pandas_out()
-    return main()
+    code = main()
+    try:
+        sys.stdout.flush()  # here, not at exit, where a closed pipe cannot be caught
+    except BrokenPipeError:
+        return _reader_went_away()
+    return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -574,16 +641,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args, unknown = parser.parse_known_args(argv)
-        if unknown and getattr(args, "handler", None) is _cmd_build:
+        if getattr(args, "handler", None) is _cmd_build:
             # dbt options before any dbt command (`tracehouse build --full-refresh`)
-            # go to dbt's default command, build.
-            args.dbt_args = [*unknown, *args.dbt_args]
+            # go to dbt's default command, build; tracehouse's own options among
+            # them (`build --target spark --warehouse W`) are taken out.
+            warehouse, args.dbt_args = _own_build_options([*unknown, *args.dbt_args])
+            if warehouse is not None:
+                try:
+                    args.warehouse = _warehouse_dir(warehouse)
+                except argparse.ArgumentTypeError as exc:
+                    parser.error(f"argument --warehouse: {exc}")
         elif unknown:
             parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
         return int(exc.code or 0)
     try:
         return int(args.handler(args))
+    except BrokenPipeError:
+        return _reader_went_away()
     except OSError as exc:  # a path the user gave cannot be read or written
         where = f"{exc.filename}: " if exc.filename else ""
         print(f"error: {where}{exc.strerror or exc}", file=sys.stderr)

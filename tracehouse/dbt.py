@@ -39,7 +39,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tracehouse import parse_cache
-from tracehouse.build_state import changed_lake_tables, fingerprint, read_state, write_state
+from tracehouse.build_state import (
+    args_fingerprint,
+    changed_lake_tables,
+    fingerprint,
+    read_state,
+    write_state,
+)
 from tracehouse.dbt_import import import_dbt
 from tracehouse.publish import (
     DATABASE_ENV_VAR,
@@ -212,6 +218,14 @@ def run_dbt(args: Sequence[str] = (), warehouse: Path | None = None) -> int:
     for name, (flag, value) in defaults.items():
         if name in accepted and not _has_flag(argv, flag):
             added += [flag, value]
+    if ("use_colors" in accepted and not _stdout_is_a_terminal()
+            and not _wants_colours_decided(argv)):
+        # dbt colours its lines whatever stdout is; a pipe or a file gets plain text.
+        # Its own log file keeps its colours (they follow --use-colors unless told),
+        # which benchmarks/dbt_statements.py reads entries by.
+        added.append("--no-use-colors")
+        if "use_colors_file" in accepted and not _wants_colours_decided(argv, "_FILE"):
+            added.append("--use-colors-file")
     target = _target(argv)
     is_plain_build = _without_target(argv) == ["build"]
     selection = list(PLAIN_BUILD_EXCLUDES) if is_plain_build else []
@@ -389,6 +403,24 @@ def resource_settings_problem() -> str | None:
     return None
 
 
+def is_up_to_date(warehouse: Path, args: Sequence[str]) -> bool:
+    """True when ``run_dbt(args)`` would build nothing new: the last successful build of
+    ``warehouse`` ran these arguments (or a plain build, which builds every model) on
+    the same project, the same lake and in the same folder, and its database is there.
+
+    For callers that build a selection of their own (``tracehouse nsys``); a plain
+    ``tracehouse build`` makes the same check itself.
+    """
+    root = Warehouse.at(warehouse).root
+    if not Warehouse(root).database.exists():
+        return False
+    last = read_state(root / DBT_ARTIFACTS_DIR)
+    now = fingerprint(project_dir(), Warehouse(root).lake, list(args), location=root)
+    return (last is not None
+            and (last.project, last.lake, last.location) == (now.project, now.lake, now.location)
+            and last.args in (now.args, args_fingerprint(["build"])))
+
+
 def build_warehouse(warehouse: Path, args: Sequence[str] = ()) -> None:
     """Run ``dbt build`` (plus ``args``) on ``warehouse``; raise if it does not pass.
 
@@ -474,6 +506,22 @@ def _without_target(argv: Sequence[str]) -> list[str]:
         elif not arg.startswith("--target="):
             kept.append(arg)
     return kept
+
+
+def _wants_colours_decided(argv: Sequence[str], of: str = "") -> bool:
+    """The user chose dbt's colours (``of="_FILE"``: its log file's): ``--use-colors``/
+    ``--no-use-colors`` (``--use-colors-file``/...), or the variables dbt reads them from."""
+    flag = "use-colors" + of.lower().replace("_", "-")
+    return (any(_has_flag(argv, option) for option in (f"--{flag}", f"--no-{flag}"))
+            or any(name in os.environ
+                   for name in (f"DBT_USE_COLORS{of}", f"DBT_ENGINE_USE_COLORS{of}")))
+
+
+def _stdout_is_a_terminal() -> bool:
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):  # replaced or closed
+        return False
 
 
 def _has_flag(argv: Sequence[str], flag: str) -> bool:

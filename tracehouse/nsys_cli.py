@@ -32,14 +32,26 @@ class NsysViewError(Exception):
     """The file could not be loaded or the marts not built; the message says why."""
 
 
-def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+class NsysUsageError(NsysViewError):
+    """The arguments ask for something the file does not hold (a GPU it lacks)."""
+
+
+def add_parser(sub: Any) -> None:
     """Register ``tracehouse nsys`` on the main parser's subcommands."""
+    from tracehouse.cli import _warehouse_dir
+
     parser = sub.add_parser(
-        "nsys", parents=[common],
+        "nsys",
         help="Nsight Systems views (as nsys-ai shows them), answered by the marts",
         description="Ingest an Nsight Systems export (.sqlite, or .nsys-rep with nsys on PATH) "
                     "into --warehouse (else a temporary warehouse), build the nsys marts and "
-                    "print one view of them.")
+                    "print one view of them. A file the warehouse already holds (same path, "
+                    "else same content) is not loaded again, and the marts are not rebuilt "
+                    "when nothing changed.")
+    parser.add_argument("--warehouse", type=_warehouse_dir, metavar="DIR",
+                        help="warehouse to load the file into and keep (default: a temporary "
+                             "warehouse, removed afterwards; $TRACEHOUSE_WAREHOUSE is not "
+                             "used)")
     parser.add_argument("view", choices=VIEWS)
     parser.add_argument("file", type=Path, metavar="FILE")
     parser.add_argument("--gpu", type=int, metavar="N", help="CUDA device id (default: all)")
@@ -60,6 +72,9 @@ def _cmd_nsys(args: argparse.Namespace) -> int:
     try:
         result = nsys_view(args.view, args.file, warehouse=args.warehouse, gpu=args.gpu,
                            trim=tuple(args.trim) if args.trim else None)
+    except NsysUsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except NsysViewError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -89,8 +104,24 @@ def nsys_view(view: str, file: Path, *, warehouse: str | Path | None = None,
         raise ValueError(f"view must be one of {VIEWS}")
     with _warehouse_for(warehouse, trim is not None) as root:
         trace_ids = ingest_file(file, root)
+        devices = _devices(root, trace_ids)
+        if gpu is not None and gpu not in devices:
+            listed = ", ".join(str(d) for d in devices)
+            raise NsysUsageError(f"{file}: no GPU {gpu} (GPUs: {listed})")
         build_marts(root, trim)
         return query_view(root, view, trace_ids, gpu)
+
+
+def _devices(root: Path, trace_ids: list[str]) -> list[int]:
+    """The CUDA devices of the file's traces (one trace per GPU), in order."""
+    glob = str(root / "lake" / "traces" / "**" / "*.parquet")
+    with duckdb.connect() as con:
+        rows = con.execute(
+            "select distinct (distributed_info::json ->> 'nsys_device')::bigint as device "
+            "from read_parquet(?, union_by_name = true) "
+            "where trace_id in (select unnest(?::varchar[])) order by 1",
+            [glob, trace_ids]).fetchall()
+    return [row[0] for row in rows if row[0] is not None]
 
 
 def query_view(root: Path, view: str, trace_ids: list[str], gpu: int | None = None) -> Any:
@@ -103,28 +134,53 @@ def query_view(root: Path, view: str, trace_ids: list[str], gpu: int | None = No
 
 
 def ingest_file(file: Path, root: Path) -> list[str]:
-    """Load ``file`` into run ``nsys-<stem>`` of warehouse ``root``; its trace ids by rank.
+    """Load ``file`` into warehouse ``root``; its trace ids by rank.
 
-    Incremental: a file already loaded and unchanged is not read again.
+    A file the warehouse already holds is reused, never loaded a second
+    time as another run: by its path (in whichever run it was loaded, e.g.
+    by ``tracehouse ingest``; reloaded there if it changed since), else by
+    its content (a copy at another path). Otherwise it is loaded into run
+    ``nsys-<stem>``. Incremental: a file loaded and unchanged is not read again.
     """
+    from tracehouse.ingest import lake
     from tracehouse.ingest.discover import sanitize_run_name
     from tracehouse.ingest.model import display_path
     from tracehouse.ingest.runner import ingest_paths
+    from tracehouse.warehouse import Warehouse
 
-    run_id = sanitize_run_name(f"nsys-{file.stem}")
+    path = display_path(file.resolve())
+    manifest = lake.read_manifest(Warehouse(root)) if (root / "lake").is_dir() else []
+    same_path = sorted(e.run_id for e in manifest if e.path == path)
+    if not same_path and manifest:
+        same_content = _same_content(file, manifest)
+        if same_content:
+            print(f"note: {path} has the same content as {same_content[0].path}, already in "
+                  f"run {same_content[0].run_id!r} of {root}: showing that", file=sys.stderr)
+            return [e.trace_id for e in same_content]
+    run_id = same_path[0] if same_path else sanitize_run_name(f"nsys-{file.stem}")
     result = ingest_paths([file], warehouse=root, run=run_id, jobs=1, progress=False,
                           stream=sys.stderr)
     if result.failed:  # ingest already printed why, one line per file
         raise NsysViewError(f"{display_path(file)}: not loaded, so there is nothing to show")
-    path = display_path(file.resolve())
-    glob = str(root / "lake" / "traces" / "**" / "*.parquet")
-    with duckdb.connect() as con:
-        rows = con.execute(
-            "select trace_id from read_parquet(?, union_by_name = true) "
-            "where run_id = ? and path = ? order by rank", [glob, run_id, path]).fetchall()
+    rows = sorted((e for e in lake.read_manifest(Warehouse(root))
+                   if e.run_id == run_id and e.path == path), key=lambda e: e.rank)
     if not rows:
         raise NsysViewError(f"{file}: nothing was loaded from it")
-    return [row[0] for row in rows]
+    return [e.trace_id for e in rows]
+
+
+def _same_content(file: Path, manifest: list[Any]) -> list[Any]:
+    """The loaded traces (one run's, by rank) whose file had the bytes of ``file``."""
+    from tracehouse.ingest.model import TraceError
+    from tracehouse.ingest.nsys_load import file_hash
+
+    try:
+        digest = file_hash(file)
+    except TraceError:
+        return []  # unreadable: ingest reports it
+    found = [e for e in manifest if e.content_hash == digest]
+    runs = sorted({e.run_id for e in found})
+    return sorted((e for e in found if e.run_id == runs[0]), key=lambda e: e.rank) if runs else []
 
 
 def build_marts(root: Path, trim: tuple[float, float] | None = None) -> None:
@@ -140,6 +196,10 @@ def build_marts(root: Path, trim: tuple[float, float] | None = None) -> None:
             "--exclude-resource-type", "test", "--exclude-resource-type", "unit_test"]
     if variables:
         args += ["--vars", json.dumps(variables)]
+    from tracehouse.dbt import is_up_to_date
+
+    if is_up_to_date(root, args):
+        return  # neither the project nor the lake changed since these marts were built
     with contextlib.redirect_stdout(sys.stderr):
         code = run_dbt(args, root)
     if code != 0:

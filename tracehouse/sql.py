@@ -59,6 +59,21 @@ FILE_WRITING_STATEMENTS = frozenset({
     duckdb.StatementType.COPY_DATABASE,
 })
 
+#: Statement types that change tables or views: refused, since `tracehouse sql` is
+#: read-only (dropping a raw view only hid it in that connection, yet said "Success").
+#: With ``--allow-files`` the user takes files, and what they attach, into their hands.
+CATALOG_CHANGING_STATEMENTS = frozenset({
+    duckdb.StatementType.CREATE,
+    duckdb.StatementType.DROP,
+    duckdb.StatementType.ALTER,
+    duckdb.StatementType.INSERT,
+    duckdb.StatementType.UPDATE,
+    duckdb.StatementType.DELETE,
+    duckdb.StatementType.MERGE_INTO,
+})
+#: DuckDB's message for a table or view that does not exist.
+_UNKNOWN_TABLE = re.compile(r"Table with name (?P<name>.+?) does not exist")
+
 _FETCH_BATCH = 10_000
 
 
@@ -93,8 +108,9 @@ def run_sql(
 
     Returns:
         0 on success, 1 when the query fails or the database cannot be
-        opened (the reason goes to stderr), 2 for an unknown format or an
-        empty query.
+        opened (the reason goes to stderr), 2 for an unknown format, an
+        empty query, an unknown table, or a statement that would write
+        files or change tables and views (without ``allow_files``).
     """
     out = sys.stdout if out is None else out
     if fmt not in FORMATS:
@@ -131,6 +147,17 @@ def run_sql(
             print("hint: `tracehouse sql` reads only the warehouse; pass --allow-files to "
                   "read or write other files", file=sys.stderr)
             return 1
+        except duckdb.CatalogException as exc:
+            unknown = _UNKNOWN_TABLE.search(str(exc))
+            if unknown is None or unknown.group("name") in LAKE_TABLES:
+                # Another catalog error, or a raw table the lake does not hold yet
+                # (nothing ingested: connect() said so): not a typo.
+                print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+                return 1
+            print(f"error: unknown table {unknown.group('name')} ({str(exc).splitlines()[0]})"
+                  "; `tracehouse sql \"show tables\"` lists the tables and views",
+                  file=sys.stderr)
+            return 2
         except duckdb.Error as exc:
             print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
             return 1
@@ -154,11 +181,13 @@ def run_sql(
 
 
 def check_query(con: duckdb.DuckDBPyConnection, query: str, *, allow_files: bool) -> None:
-    """Refuse a query with no statement, or one that writes files when files are not allowed.
+    """Refuse a query with no statement, or one that writes files or changes tables and
+    views when files are not allowed.
 
     Raises:
         QueryError: the query is empty (only blanks, comments or ``;``) or
-            holds ``copy``/``export`` without ``allow_files``.
+            holds ``copy``/``export``, ``create``/``drop``/``alter``/``insert``/
+            ``update``/``delete`` without ``allow_files``.
         duckdb.ParserException: the query does not parse.
     """
     statements = con.extract_statements(query)
@@ -168,6 +197,12 @@ def check_query(con: duckdb.DuckDBPyConnection, query: str, *, allow_files: bool
     if allow_files:
         return
     for statement in statements:
+        if statement.type in CATALOG_CHANGING_STATEMENTS:
+            raise QueryError(
+                f"`tracehouse sql` is read-only: a {statement.type.name.lower()} statement "
+                "would change the warehouse's tables or views, which only `tracehouse "
+                "ingest` and `tracehouse build` do; query them with select (a with clause "
+                "for intermediate results)")
         if statement.type in FILE_WRITING_STATEMENTS:
             raise QueryError(
                 f"`tracehouse sql` does not write files ({statement.type.name.lower()} "
