@@ -12,6 +12,10 @@
     var('nsys_iteration_gap_ns') after every earlier kernel ended
     (is_heuristic). gpu_start_ns/gpu_end_ns bound the iteration's kernels;
     compute_ns and communication_ns sum their durations by nsys_class.
+    Kernels are those of int_nsys_kernels_windowed (fct_nsys_kernels' rows),
+    NVTX push/pop ranges the trace's own (fct_nsys_nvtx_ranges' rows, read
+    from the lake as that mart reads them). fct_nsys_iterations shows the
+    rows.
 #}
 
 {#- The Nsight traces, read once: the lake scan reads only their files, and
@@ -32,7 +36,7 @@ kernels as (
         ts_ns,
         dur_ns,
         end_ns
-    from {{ ref('fct_nsys_kernels') }}
+    from {{ ref('int_nsys_kernels_windowed') }}
 ),
 
 launch_slices as (
@@ -56,11 +60,14 @@ ranges as (
         slice_id,
         track_id,
         name,
-        nvtx_depth,
-        parent_range_id,
         ts_ns,
         end_ns
-    from {{ ref('fct_nsys_nvtx_ranges') }}
+    from {{ lake_scan('slices', nsys_traces) }}
+    where
+        category = 'nvtx'
+        and cast({{ json_text('args', 'event type') }} as bigint)
+        = {{ var('nsys_push_pop_event_type') }}
+        and {{ trace_filter(nsys_traces) }}
 ),
 
 markers as (

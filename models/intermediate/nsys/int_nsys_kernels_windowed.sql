@@ -5,10 +5,12 @@
     a kernel counts only when it lies wholly inside, as nsys-ai's --trim).
     Copies and fills are left out: nsys-ai's views count kernels only.
 
-    `nsys_class` is `communication` for the kernels fct_kernels classifies as
-    communication (the seed kernel_kind_patterns: NCCL and the like), else
-    `compute`; `nccl_op` is the first seeds/nsys_nccl_ops.csv pattern (by
-    priority) the short name matches, `other` when none does.
+    `nsys_class` is `communication` for the kernels int_kernels_classified
+    (fct_kernels' kind) classifies as communication (the seed
+    kernel_kind_patterns: NCCL and the like), else `compute`; `nccl_op` is
+    the first seeds/nsys_nccl_ops.csv pattern (by priority) the short name
+    matches, `other` when none does. fct_nsys_kernels shows these rows;
+    int_nsys_iterations_detected and the other Nsight marts read them.
 #}
 
 {#- The Nsight traces, read once: the lake scan reads only their files, and
@@ -41,7 +43,7 @@ kernels as (
         ts_ns,
         dur_ns,
         end_ns
-    from {{ ref('fct_kernels') }}
+    from {{ ref('int_kernels_classified') }}
     where
         category = 'kernel'
         and {{ trace_filter(nsys_traces) }}
