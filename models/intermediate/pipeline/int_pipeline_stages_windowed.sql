@@ -1,19 +1,20 @@
 {#
     One row per run x pp group x iteration x pipeline stage: the pipeline
-    group's window in the iteration and how much of it the stage spent idle (ARCHITECTURE.md, "Metric
-    definitions").
+    group's window in the iteration and how much of it the stage spent idle
+    (ARCHITECTURE.md, "Metric definitions").
 
     Work of a stage = its forward, backward and recompute work: on GPU
-    traces the compute and memory kernels of those phases (communication is left out because a collective's time includes waiting
-    for its peers, and PP send/recv, DP sync and the optimizer are not
-    microbatch work; the simulator's ground truth counts the same), on
-    traces without kernels the
+    traces the compute and memory kernels of those phases (communication is
+    left out because a collective's time includes waiting for its peers, and
+    PP send/recv, DP sync and the optimizer are not microbatch work; the
+    simulator's ground truth counts the same), on traces without kernels the
     outermost forward and backward step frames (timing_source = 'cpu'),
-    which hold their CPU-side collectives. busy = length of the union
-    of that work, merged per trace in int_stage_work_merged. The group window runs from the first
-    start to the last end of any stage's work in the iteration, so the
-    optimizer and DP sync at the end of the step are outside it, as in the
-    theory the ratio is compared with. bubble = window - busy.
+    which hold their CPU-side collectives. busy = length of the union of
+    that work, merged per trace in int_stage_work_merged. The group window
+    runs from the first start to the last end of any stage's work in the
+    iteration, so the optimizer and DP sync at the end of the step are
+    outside it, as in the theory the ratio is compared with.
+    bubble = window - busy.
     theoretical_bubble_ratio = (p - 1) / (v * m + p - 1), p = pp size,
     v = vpp size, m = microbatches per chunk: 1F1B's (p - 1) / (m + p - 1)
     when v = 1.
