@@ -2,7 +2,9 @@
     How a mart that is a per-trace table with the run's small lookups joined
     in (fct_kernels, fct_cpu_steps, fct_cpu_collectives), or a projection of
     one (fct_kernel_launches), is materialized: a view on DuckDB, a table
-    elsewhere.
+    elsewhere. The same holds for the intermediate models that hold such a
+    join's rules for those marts and for the models below them
+    (int_kernels_placed, int_cpu_collectives_placed).
 
     Why a view on DuckDB: writing such a mart as a table cost more than any
     reader's join (fct_kernels at 256 ranks x 2 iterations: 0.8 s, 1.5 CPU

@@ -65,12 +65,19 @@ COMPARED_MODELS = [
     "intermediate.int_stage_work_merged",
     "intermediate.int_rank_steps_swept",
     "intermediate.int_rank_steps_timed",
+    "intermediate.int_kernels_placed",
+    "intermediate.int_cpu_collectives_placed",
+    "intermediate.int_rank_iterations_measured",
+    "intermediate.int_microbatch_phases_timed",
+    "intermediate.int_pipeline_stages_windowed",
+    "intermediate.int_bubble_parts_swept",
     "main.fct_kernels",
     "main.fct_rank_iterations",
     "main.fct_kernel_summary",
     "main.fct_microbatch_phases",
     "main.fct_cpu_steps",
     "main.fct_pipeline_bubbles",
+    "main.fct_pipeline_bubble_parts",
     "main.fct_cpu_collectives",
     "intermediate.int_collective_calls_sequenced",
     "intermediate.int_collective_members_matched",
@@ -93,7 +100,7 @@ COMPARED_MODELS = [
 #: project and the dbt tests are covered by other tests).
 SELECT = [
     "--select", "+fct_rank_iterations", "+fct_kernel_summary", "+fct_microbatch_phases",
-    "+fct_cpu_steps", "+fct_pipeline_bubbles", "+fct_cpu_collectives",
+    "+fct_cpu_steps", "+fct_pipeline_bubbles", "+fct_pipeline_bubble_parts", "+fct_cpu_collectives",
     "+fct_collectives", "+fct_collective_ranks", "+fct_stragglers", "+dim_rank_clock_offsets",
     "+fct_idle_breakdown", "+fct_kernel_launches",
     "+fct_run_summary", "+fct_rank_summary", "+fct_stage_summary", "+fct_run_kernel_summary",
@@ -510,10 +517,11 @@ def test_plain_build_narrows_to_what_reads_the_changed_lake_tables(
     """
     warehouse = _copy(iteration_2_built, tmp_path / "warehouse")
     _build_plain(warehouse)  # a copy is a new location: builds everything, records its tables
-    # The Nsight marts name the Nsight traces at run time: on this Kineto-only
-    # warehouse, none, so they read no lake file at all.
-    nsys = (Warehouse(warehouse).root / "dbt/target/compiled/tracehouse/models/marts/nsys"
-            / "fct_nsys_kernels.sql").read_text()
+    # The Nsight models name the Nsight traces at run time: on this Kineto-only
+    # warehouse, none, so they read no lake file at all (the kernel scan is
+    # int_nsys_kernels_windowed's, which fct_nsys_kernels selects).
+    nsys = (Warehouse(warehouse).root / "dbt/target/compiled/tracehouse/models/intermediate"
+            / "nsys" / "int_nsys_kernels_windowed.sql").read_text()
     assert re.search(r"category = 'kernel'\s+and false\b", nsys), nsys[:2000]
     topology = runs.main / "topology.json"
     original = topology.read_text()

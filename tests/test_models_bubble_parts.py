@@ -39,7 +39,9 @@ def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         run = simulate_run(config, root / name)
         result = ingest_paths([run.out_dir], warehouse=root / "warehouse", run=name, progress=False)
         assert not result.failed, result.failed
-    args = ["run", "--select", "+fct_pipeline_bubble_parts"]
+    # The marts the checks read beside it: since the sweep moved into
+    # int_bubble_parts_swept they are its siblings, not its ancestors.
+    args = ["run", "--select", "+fct_pipeline_bubble_parts", "+fct_pipeline_bubbles", "+dim_ranks"]
     assert run_dbt(args, root / "warehouse") == EXIT_OK
     assert run_dbt(["test", "--select", "fct_pipeline_bubble_parts"], root / "warehouse") == EXIT_OK
     yield root / "warehouse"

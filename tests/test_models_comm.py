@@ -179,7 +179,7 @@ def test_comm_models_transpile_to_distributed_engines(warehouse: Path, dialect: 
     from tracehouse.dbt import DBT_ARTIFACTS_DIR
 
     compiled = warehouse / DBT_ARTIFACTS_DIR / "target" / "compiled"
-    models = ["int_comm_calls_grouped", "int_comm_transfers_expanded",
+    models = ["int_comm_calls_grouped", "int_comm_transfers_expanded", "int_comm_calls_matched",
               "fct_comm_expected_collectives", "fct_comm_group_bytes", "fct_comm_traffic_matrix",
               "fct_comm_permutations", "fct_comm_expected_vs_observed"]
     for name in models:
@@ -191,6 +191,7 @@ def test_comm_models_transpile_to_distributed_engines(warehouse: Path, dialect: 
 
 def test_comm_data_and_unit_tests_pass(warehouse: Path) -> None:
     """The comm folders' data tests (intermediate ones are tagged internal, left out of
-    a plain build) and the unit test of the expected-vs-observed mart."""
+    a plain build) and the unit test of the expected-vs-observed matching
+    (int_comm_calls_matched)."""
     assert run_dbt(["test", "--select", "path:models/intermediate/comm",
                     "path:models/marts/comm"], warehouse) == EXIT_OK

@@ -316,10 +316,13 @@ def test_nsys_marts_name_the_nsys_traces_they_read(nsys_warehouse) -> None:
     # only those files.
     import re
 
+    # The scans live in the intermediate models the marts select
+    # (int_nsys_kernels_windowed, int_nsys_iterations_detected).
     root, trace_ids = nsys_warehouse
-    compiled = root / "dbt/target/compiled/tracehouse/models/marts/nsys/fct_nsys_kernels.sql"
-    sql = compiled.read_text()
+    compiled = root / "dbt/target/compiled/tracehouse/models/intermediate/nsys"
     nsys_traces = {trace_id for ids in trace_ids.values() for trace_id in ids}
-    assert set(re.findall(r"'([0-9a-f]{16})'", sql)) == nsys_traces
-    assert set(re.findall(r"/slices/run=[^/']+/([0-9a-f]{16})\.parquet'", sql)) == nsys_traces
-    assert "stg_lake__slices" not in sql
+    for model in ("int_nsys_kernels_windowed", "int_nsys_iterations_detected"):
+        sql = (compiled / f"{model}.sql").read_text()
+        assert set(re.findall(r"'([0-9a-f]{16})'", sql)) == nsys_traces, model
+        assert set(re.findall(r"/slices/run=[^/']+/([0-9a-f]{16})\.parquet'", sql)) == nsys_traces
+        assert "stg_lake__slices" not in sql, model
