@@ -28,9 +28,8 @@ CATEGORIES: tuple[tuple[str, str, str], ...] = (
 )
 
 _SQL = """
-    select idle.rank, ranks.pp_stage, idle.idle_category, sum(idle.idle_ns) as idle_ns
+    select idle.rank, idle.pp_stage, idle.idle_category, sum(idle.idle_ns) as idle_ns
     from fct_idle_breakdown as idle
-    left join dim_ranks as ranks on ranks.run_id = idle.run_id and ranks.rank = idle.rank
     where idle.run_id = ?
     group by all
 """
@@ -49,7 +48,7 @@ class IdleFamily:
 
     name = "idle"
     title = "Why each GPU stream sat idle (host wait, kernel wait, other)"
-    marts: tuple[str, ...] = ("fct_idle_breakdown", "fct_kernel_launches", "dim_ranks")
+    marts: tuple[str, ...] = ("fct_idle_breakdown", "fct_kernel_launches")
 
     def render(self, ctx: ChartContext) -> list[RenderedChart]:
         """One stacked bar chart; [] when the run has no GPU streams."""

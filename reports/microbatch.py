@@ -52,15 +52,13 @@ select
     phases.microbatch,
     {chunks},
     phases.timing_source,
-    ranks.pp_stage,
+    phases.pp_stage,
     phases.wall_ns,
     phases.busy_ns,
     phases.compute_ns,
     phases.communication_ns,
     phases.overlap_ns
 from fct_microbatch_phases as phases
-left join dim_ranks as ranks
-    on phases.run_id = ranks.run_id and phases.rank = ranks.rank
 where phases.run_id = ? and phases.timing_source = ? and phases.wall_ns is not null
     -- kernels launched outside every ProfilerStep belong to no iteration
     and phases.iteration is not null
@@ -81,7 +79,7 @@ class MicrobatchFamily:
 
     name = "microbatch"
     title = "Microbatches: compute, communication, overlap, idle"
-    marts = ("fct_microbatch_phases", "dim_ranks")
+    marts = ("fct_microbatch_phases")
 
     def render(self, ctx: ChartContext) -> list[RenderedChart]:
         """One chart: rows of stages, a panel per microbatch phase plus per-iteration phases."""

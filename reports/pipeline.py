@@ -44,9 +44,9 @@ MAX_GROUPS = 3
 
 _PHASES_SQL = """
 select
-    ranks.pp_group_index,
-    ranks.pp_stage,
-    ranks.pp_size,
+    phases.pp_group_index,
+    phases.pp_stage,
+    phases.pp_size,
     phases.rank,
     phases.iteration,
     phases.phase,
@@ -55,14 +55,12 @@ select
     phases.first_start_ns as start_ns,
     phases.last_end_ns as end_ns
 from fct_microbatch_phases as phases
-inner join dim_ranks as ranks
-    on phases.run_id = ranks.run_id and phases.rank = ranks.rank
 where phases.run_id = ?
     and phases.timing_source = ?
     and phases.iteration = ?
     and phases.microbatch is not null
     and list_contains(?, phases.phase)
-    and list_contains(?, ranks.pp_group_index)
+    and list_contains(?, phases.pp_group_index)
     and phases.first_start_ns is not null
 """
 
@@ -70,19 +68,17 @@ where phases.run_id = ?
 # bubble mart is absent (span of the first to last microbatch block).
 _GROUPS_SQL = """
 select
-    ranks.pp_group_index,
+    phases.pp_group_index,
     count(distinct phases.rank) as stages,
     max(phases.last_end_ns) - min(phases.first_start_ns) as span_ns
 from fct_microbatch_phases as phases
-inner join dim_ranks as ranks
-    on phases.run_id = ranks.run_id and phases.rank = ranks.rank
 where phases.run_id = ?
     and phases.timing_source = ?
     and phases.iteration = ?
     and phases.microbatch is not null
-    and ranks.pp_group_index is not null
-group by ranks.pp_group_index
-order by ranks.pp_group_index
+    and phases.pp_group_index is not null
+group by phases.pp_group_index
+order by phases.pp_group_index
 """
 
 _SOURCE_SQL = """
@@ -91,12 +87,10 @@ select
     max(phases.iteration) as last_iteration,
     count(*) as blocks
 from fct_microbatch_phases as phases
-inner join dim_ranks as ranks
-    on phases.run_id = ranks.run_id and phases.rank = ranks.rank
 where phases.run_id = ?
     and phases.microbatch is not null
-    and ranks.pp_group_index is not null
-    and ranks.pp_size > 1
+    and phases.pp_group_index is not null
+    and phases.pp_size > 1
 group by phases.timing_source
 """
 
@@ -157,7 +151,7 @@ class PipelineFamily:
 
     name = "pipeline"
     title = "Pipeline schedule"
-    marts = ("fct_microbatch_phases", "dim_ranks", "fct_pipeline_bubbles", "fct_pp_timer_events")
+    marts = ("fct_microbatch_phases", "fct_pipeline_bubbles", "fct_pp_timer_events")
 
     def render(self, ctx: ChartContext) -> list[RenderedChart]:
         """Draw up to two group Gantts from the best source, plus the PP-timer chart."""

@@ -36,42 +36,38 @@ select
     phases.timing_source,
     max(phases.iteration) as last_iteration
 from fct_microbatch_phases as phases
-inner join dim_ranks as ranks
-    on phases.run_id = ranks.run_id and phases.rank = ranks.rank
 where phases.run_id = ?
     and phases.microbatch is not null
-    and ranks.model_replica is not null
-    and ranks.pp_group_index is not null
-    and ranks.pp_size > 1
+    and phases.model_replica is not null
+    and phases.pp_group_index is not null
+    and phases.pp_size > 1
 group by phases.timing_source
 """
 
 _REPLICAS_SQL = """
 select
-    ranks.model_replica,
-    count(distinct ranks.pp_group_index) as pp_groups,
-    count(distinct ranks.rank) as ranks,
+    phases.model_replica,
+    count(distinct phases.pp_group_index) as pp_groups,
+    count(distinct phases.rank) as ranks,
     max(phases.last_end_ns) - min(phases.first_start_ns) as span_ns
 from fct_microbatch_phases as phases
-inner join dim_ranks as ranks
-    on phases.run_id = ranks.run_id and phases.rank = ranks.rank
 where phases.run_id = ?
     and phases.timing_source = ?
     and phases.iteration = ?
     and phases.microbatch is not null
-    and ranks.model_replica is not null
-    and ranks.pp_group_index is not null
-group by ranks.model_replica
-order by ranks.model_replica
+    and phases.model_replica is not null
+    and phases.pp_group_index is not null
+group by phases.model_replica
+order by phases.model_replica
 """
 
 _PHASES_SQL = """
 select
-    ranks.pp_group_index,
-    ranks.pp_stage,
-    ranks.pp_size,
-    ranks.tp_rank,
-    ranks.cp_rank,
+    phases.pp_group_index,
+    phases.pp_stage,
+    phases.pp_size,
+    phases.tp_rank,
+    phases.cp_rank,
     phases.rank,
     phases.phase,
     phases.microbatch,
@@ -79,12 +75,10 @@ select
     phases.first_start_ns as start_ns,
     phases.last_end_ns as end_ns
 from fct_microbatch_phases as phases
-inner join dim_ranks as ranks
-    on phases.run_id = ranks.run_id and phases.rank = ranks.rank
 where phases.run_id = ?
     and phases.timing_source = ?
     and phases.iteration = ?
-    and ranks.model_replica = ?
+    and phases.model_replica = ?
     and phases.microbatch is not null
     and list_contains(?, phases.phase)
     and phases.first_start_ns is not null
@@ -104,7 +98,7 @@ class ReplicaFamily:
 
     name = "replica"
     title = "Model replica"
-    marts = ("fct_microbatch_phases", "dim_ranks", "fct_pipeline_bubbles")
+    marts = ("fct_microbatch_phases", "fct_pipeline_bubbles")
 
     def render(self, ctx: ChartContext) -> list[RenderedChart]:
         """One chart per chosen replica; [] for runs without pipeline topology."""

@@ -67,13 +67,11 @@ select
     iterations.span_ns,
     iterations.compute_ns as load_ns,
     iterations.first_start_ns,
-    ranks.pp_stage,
-    ranks.tp_rank,
-    ranks.dp_rank,
-    ranks.pp_group_index
+    iterations.pp_stage,
+    iterations.tp_rank,
+    iterations.dp_rank,
+    iterations.pp_group_index
 from fct_rank_iterations as iterations
-left join dim_ranks as ranks
-    on iterations.run_id = ranks.run_id and iterations.rank = ranks.rank
 where iterations.run_id = ? and iterations.iteration = ? and iterations.span_ns is not null
 order by iterations.rank
 """
@@ -154,13 +152,11 @@ select
     max(phases.last_end_ns) - min(phases.first_start_ns) as span_ns,
     sum(phases.busy_ns) as load_ns,
     min(phases.first_start_ns) as first_start_ns,
-    any_value(ranks.pp_stage) as pp_stage,
-    any_value(ranks.tp_rank) as tp_rank,
-    any_value(ranks.dp_rank) as dp_rank,
-    any_value(ranks.pp_group_index) as pp_group_index
+    any_value(phases.pp_stage) as pp_stage,
+    any_value(phases.tp_rank) as tp_rank,
+    any_value(phases.dp_rank) as dp_rank,
+    any_value(phases.pp_group_index) as pp_group_index
 from fct_microbatch_phases as phases
-left join dim_ranks as ranks
-    on phases.run_id = ranks.run_id and phases.rank = ranks.rank
 where phases.run_id = ? and phases.iteration = ? and phases.timing_source = 'cpu'
     and phases.microbatch is not null
 group by phases.rank
@@ -173,7 +169,7 @@ class TimelineFamily:
 
     name = "timeline"
     title = "Rank timeline"
-    marts = ("fct_kernels", "fct_rank_iterations", "fct_microbatch_phases", "dim_ranks")
+    marts = ("fct_kernels", "fct_rank_iterations", "fct_microbatch_phases")
 
     def render(self, ctx: ChartContext) -> list[RenderedChart]:
         """One timeline chart: GPU kernel lanes, or CPU step frames for CPU-only runs."""

@@ -4,31 +4,45 @@
     view, wall, busy, compute, communication and overlap of the group's
     kernels (timing_source gpu), or of the outermost Megatron step frames on
     traces without GPU work (cpu), with the microbatch's vpp chunk.
-    int_microbatch_phases_timed computes them and documents the rules.
+    int_microbatch_phases_timed computes them and documents the rules; the
+    rank's coordinates come from dim_ranks (macro rank_coordinates).
 #}
 
 with
 
+phases as (
+    select * from {{ ref('int_microbatch_phases_timed') }}  -- noqa: AM04
+),
+
+ranks as (
+    select * from {{ ref('dim_ranks') }}  -- noqa: AM04
+),
+
 final as (
     select
-        run_id,
-        rank,
-        iteration,
-        phase,
-        microbatch,
-        vpp_chunk,
-        chunk_microbatch,
-        timing_source,
-        kernel_count,
-        first_start_ns,
-        last_end_ns,
-        wall_ns,
-        busy_ns,
-        compute_ns,
-        communication_ns,
-        memory_ns,
-        overlap_ns
-    from {{ ref('int_microbatch_phases_timed') }}
+        phases.run_id,
+        phases.rank,
+        {{ rank_coordinates('ranks') }},
+        phases.iteration,
+        phases.phase,
+        phases.microbatch,
+        phases.vpp_chunk,
+        phases.chunk_microbatch,
+        phases.timing_source,
+        phases.kernel_count,
+        phases.first_start_ns,
+        phases.last_end_ns,
+        phases.wall_ns,
+        phases.busy_ns,
+        phases.compute_ns,
+        phases.communication_ns,
+        phases.memory_ns,
+        phases.overlap_ns
+    from phases
+    left join ranks
+        on
+            phases.run_id = ranks.run_id
+            and phases.rank = ranks.rank
 )
 
 select * from final

@@ -38,17 +38,7 @@ steps as (
 ),
 
 ranks as (
-    select
-        run_id,
-        rank,
-        host_name,
-        tp_rank,
-        cp_rank,
-        ep_rank,
-        dp_rank,
-        pp_stage,
-        model_replica
-    from {{ ref('dim_ranks') }}
+    select * from {{ ref('dim_ranks') }}  -- noqa: AM04
 ),
 
 final as (
@@ -56,13 +46,7 @@ final as (
         coalesce(steps.run_id, span_figures.run_id) as run_id,
         coalesce(steps.rank, span_figures.rank) as rank,
         coalesce(steps.iteration, span_figures.iteration) as iteration,
-        ranks.host_name,
-        ranks.tp_rank,
-        ranks.cp_rank,
-        ranks.ep_rank,
-        ranks.dp_rank,
-        ranks.pp_stage,
-        ranks.model_replica,
+        {{ rank_coordinates('ranks') }},
         steps.timing_source,
         steps.step_rule,
         steps.trace_id,

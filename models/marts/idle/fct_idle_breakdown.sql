@@ -4,7 +4,9 @@
     and why, as Holistic Trace Analysis' get_idle_time_breakdown defines it
     (int_stream_idle_categorized holds the rule). Summed over the rank's
     traces. idle_ratio = the category's share of the stream's idle time
-    (HTA's idle_time_ratio).
+    (HTA's idle_time_ratio). Stream idle, summed per stream: not the rank
+    idle of fct_rank_iterations.step_idle_ns. The rank's coordinates come
+    from dim_ranks (macro rank_coordinates).
 #}
 
 with
@@ -34,15 +36,9 @@ summed as (
     group by 1, 2, 3, 4, 5
 ),
 
-final as (
+ratios as (
     select
-        run_id,
-        rank,
-        device,
-        stream,
-        idle_category,
-        gap_count,
-        idle_ns,
+        *,
         case
             when sum(idle_ns) over (partition by run_id, rank, device, stream) > 0
                 then
@@ -51,6 +47,28 @@ final as (
             else 0.0
         end as idle_ratio
     from summed
+),
+
+ranks as (
+    select * from {{ ref('dim_ranks') }}  -- noqa: AM04
+),
+
+final as (
+    select
+        ratios.run_id,
+        ratios.rank,
+        {{ rank_coordinates('ranks') }},
+        ratios.device,
+        ratios.stream,
+        ratios.idle_category,
+        ratios.gap_count,
+        ratios.idle_ns,
+        ratios.idle_ratio
+    from ratios
+    left join ranks
+        on
+            ratios.run_id = ranks.run_id
+            and ratios.rank = ranks.rank
 )
 
 select * from final
