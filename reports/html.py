@@ -266,8 +266,10 @@ def _gather_timed(page: Page, run: dict[str, Any], ranks: list[dict[str, Any]],
                  else "exposed communication")
         page.offenders.append(Offender(
             f"most {label}", worst["label"], ms(worst["exposed_communication_ns"]),
-            f"{pct(worst['exposed_communication_share'])} of its step time; "
-            + _versus(worst["exposed_communication_vs_median"]), "family-heatmaps"))
+            "; ".join(part for part in (
+                f"{pct(worst['exposed_communication_share'])} of its step time",
+                _versus(worst["exposed_communication_vs_median"])) if part),
+            "family-heatmaps"))
     _stage_offender(page, stages, "mean compute per rank and iteration")
 
 
@@ -295,9 +297,10 @@ def _most_compute(ranks: list[dict[str, Any]]) -> Offender:
     """
     slow = max(ranks, key=lambda r: (r["compute_vs_peers"] or 0.0, -r["rank"]))
     by_stage = slow["peer_group"] == "pp_stage"
-    note = (f"{slow['compute_vs_peers'] or 0.0:.2f}× the median of its stage's "
-            f"{slow['stage_ranks']} ranks; " if by_stage else "")
-    note += _versus(slow["compute_vs_median"])
+    note = "; ".join(part for part in (
+        f"{slow['compute_vs_peers'] or 0.0:.2f}× the median of its stage's "
+        f"{slow['stage_ranks']} ranks" if by_stage else "",
+        _versus(slow["compute_vs_median"])) if part)
     what = ("most compute per iteration against its pipeline stage" if by_stage
             else "most compute per iteration against the other ranks")
     return Offender(what, slow["label"], ms(slow["compute_ns"]), note, "family-heatmaps")

@@ -249,7 +249,7 @@ def _draw_per_rank(data: pd.DataFrame, phases: list[str],
         ax = axes[0][column]
         subset = data[(data["phase"] == phase) & data["rank"].isin(ranks)]
         _bars(ax, subset, "rank", ranks, parts, source, phase=phase)
-        ax.set_title(f"phase {phase} (no microbatches in this run)", loc="left", fontsize=9)
+        ax.set_title(f"phase {phase}", loc="left", fontsize=9)
         ax.set_xlabel("rank" + (f" ({len(ranks)} of {len(per_rank)}, evenly spaced by wall time)"
                                 if len(ranks) < len(per_rank) else ""))
         if column == 0:
