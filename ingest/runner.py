@@ -352,6 +352,8 @@ class _Committer:
         self.by_run: dict[str, list[lake.ManifestEntry]] = {}
         for entry in manifest:
             self.by_run.setdefault(entry.run_id, []).append(entry)
+        #: Every error record in the lake, by file name (see clear_errors).
+        self._error_files = lake.error_files(warehouse)
 
     def known_hash(self, source: TraceFile, force: bool) -> str | None:
         entry = self.by_path.get((source.run_id, display_path(source.path)))
@@ -419,8 +421,12 @@ class _Committer:
             # format) has its files replaced by the commit: only its entry goes.
             self.by_run[source.run_id].remove(previous)
             self.by_path.pop((source.run_id, path), None)
+        # The path's error records (in any run: the hint's --run loads it into
+        # another) go before the commit: a crash in between leaves the path
+        # neither loaded nor failed, and the next ingest loads it (a stale
+        # error beside a loaded trace would stay, the file being unchanged).
+        self.clear_errors(path)
         lake.commit(outcome.pending)
-        lake.clear_error(self.warehouse, source.run_id, path)
         steps = outcome.steps
         entry = lake.ManifestEntry(
             run_id=source.run_id, path=path, trace_id=outcome.trace_id, rank=outcome.rank,
@@ -432,14 +438,22 @@ class _Committer:
         self.by_path[(source.run_id, path)] = entry
         self.by_run.setdefault(source.run_id, []).append(entry)
 
+    def clear_errors(self, path: str) -> None:
+        """Remove the error records of ``path`` in every run: it loads now."""
+        for record in self._error_files.pop(lake.error_file_name(path), []):
+            record.unlink(missing_ok=True)
+
     def reject(self, source: TraceFile, error: TraceError) -> Failed:
         self.start_writing()
         path = display_path(source.path)
-        lake.record_error(self.warehouse, source.run_id, {
+        record = lake.record_error(self.warehouse, source.run_id, {
             "run_id": source.run_id, "path": path, "error_kind": error.kind,
             "message": error.message, "hint": error.hint, "size_bytes": source.size_bytes,
             "mtime_ns": source.mtime_ns, "detected_at": dt.datetime.now(dt.timezone.utc),
         }, self.token)
+        records = self._error_files.setdefault(record.name, [])
+        if record not in records:
+            records.append(record)
         return Failed(path, source.run_id, error.kind, error.message, error.hint)
 
 
@@ -742,11 +756,12 @@ def _load_side_files(files: list[tuple[Path, str]], committer: _Committer,
                 continue
         committer.start_writing()
         try:
-            rows = load(committer.warehouse, run_id, path, committer.token, known)
+            rows = load(committer.warehouse, run_id, path, committer.token, known,
+                        before_commit=lambda shown=shown: committer.clear_errors(shown))
         except TraceError as exc:
             _reject_side_file(path, run_id, layout, exc, committer, result, stream)
             continue
-        lake.clear_error(committer.warehouse, run_id, shown)
+        committer.clear_errors(shown)  # loaded already (the same content): no commit
         if rows is None:
             result.skipped.append((shown, "already loaded, same content"))
         else:
