@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 import shlex
 from pathlib import Path
 
@@ -23,6 +24,9 @@ def test_demo_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert main(["demo", "--out", str(run_dir), "--warehouse", str(warehouse)]) == 0
     out = capsys.readouterr().out
     assert "4/4 rendering the report" in out
+    # Issue 29 item 13: the long step says how long it takes, before and after.
+    assert "3/4 building the warehouse (dbt build, 10-20 s)" in out
+    assert re.search(r"^    built in \d+\.\d s$", out, re.MULTILINE), out
     index = warehouse / "reports" / "demo_run" / "index.html"
     assert f"report: {index}" in out
     assert index.is_file() and "<img" in index.read_text()
