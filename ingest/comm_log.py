@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -224,8 +225,10 @@ def read_comm_log_manifest(warehouse: Warehouse) -> dict[tuple[str, str], Manife
 
 
 def load_comm_log_file(warehouse: Warehouse, run_id: str, path: Path, token: str,
-                       known: ManifestEntry | None = None) -> int | None:
-    """Parse one comm log and land its rows atomically.
+                       known: ManifestEntry | None = None, *,
+                       before_commit: Callable[[], None] | None = None) -> int | None:
+    """Parse one comm log and land its rows atomically (``before_commit`` runs just
+    before they are renamed into place).
 
     Returns the row count, or None when ``known`` shows the same content is
     already loaded. Raises :class:`TraceError` when the file cannot be read
@@ -238,4 +241,5 @@ def load_comm_log_file(warehouse: Warehouse, run_id: str, path: Path, token: str
     text, stat, content_hash = read
     rows = parse_comm_log(text, path.name)
     return land_rows(warehouse, "comm_log_events", COMM_LOG_EVENTS, "comm_log", run_id, path,
-                     rows, token, stat, content_hash, extra=_layout(path))
+                     rows, token, stat, content_hash, extra=_layout(path),
+                     before_commit=before_commit)

@@ -20,7 +20,11 @@ file in its final folder, then renamed into place with ``traces`` last.
 A row in ``traces`` is therefore the commit marker, and also the manifest:
 re-runs compare path, size, mtime and content hash against it. Readers keep
 only rows whose ``trace_id`` is in ``traces``, and :func:`recover` deletes
-temporaries and orphans that a crash left behind.
+temporaries and orphans that a crash left behind. A path's error records
+(``ingest_errors``, in every run) are removed just before its commit: a
+crash in between leaves the path neither loaded nor failed, so the next
+ingest loads it, where a stale error beside a loaded, unchanged file would
+stay for good.
 """
 
 from __future__ import annotations
@@ -243,17 +247,28 @@ def recover(warehouse: Warehouse, older_than_s: float | None = None,
     return removed
 
 
-def error_file(warehouse: Warehouse, run_id: str, path: str) -> Path:
+def error_file_name(path: str) -> str:
+    """The name of the error record of ``path`` (the same in every run's folder)."""
     key = hashlib.blake2b(path.encode("utf-8", "surrogateescape"), digest_size=8).hexdigest()
-    return warehouse.partition_dir("ingest_errors", run_id) / f"{key}.parquet"
+    return f"{key}.parquet"
 
 
-def record_error(warehouse: Warehouse, run_id: str, row: dict[str, object], token: str) -> None:
-    """Replace the error record of one path (the latest failure is what matters)."""
+def error_file(warehouse: Warehouse, run_id: str, path: str) -> Path:
+    return warehouse.partition_dir("ingest_errors", run_id) / error_file_name(path)
+
+
+def error_files(warehouse: Warehouse) -> dict[str, list[Path]]:
+    """Every error record in the lake, by file name (:func:`error_file_name`): one
+    listing, so clearing a path's records in every run costs no search per file."""
+    found: dict[str, list[Path]] = {}
+    for record in warehouse.table_dir("ingest_errors").glob("run=*/*.parquet"):
+        found.setdefault(record.name, []).append(record)
+    return found
+
+
+def record_error(warehouse: Warehouse, run_id: str, row: dict[str, object], token: str) -> Path:
+    """Replace the error record of one path (the latest failure is what matters); return it."""
     table = pa.Table.from_pylist([row], schema=LAKE_TABLES["ingest_errors"])
     final = error_file(warehouse, run_id, str(row["path"]))
     os.replace(write_parquet_tmp(table, final, token), final)
-
-
-def clear_error(warehouse: Warehouse, run_id: str, path: str) -> None:
-    error_file(warehouse, run_id, path).unlink(missing_ok=True)
+    return final

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -165,8 +166,10 @@ def read_pp_timer_manifest(warehouse: Warehouse) -> dict[tuple[str, str], PPTime
 
 
 def load_pp_timer_file(warehouse: Warehouse, run_id: str, path: Path, token: str,
-                       known: PPTimerManifestEntry | None = None) -> int | None:
-    """Parse one PP-timer file and land its rows atomically.
+                       known: PPTimerManifestEntry | None = None, *,
+                       before_commit: Callable[[], None] | None = None) -> int | None:
+    """Parse one PP-timer file and land its rows atomically (``before_commit`` runs
+    just before they are renamed into place).
 
     Returns the row count, or None when ``known`` shows the same content is
     already loaded. Raises :class:`TraceError` when the file cannot be read
@@ -179,4 +182,4 @@ def load_pp_timer_file(warehouse: Warehouse, run_id: str, path: Path, token: str
     text, stat, content_hash = read
     rows = parse_pp_timer(text, path.name)
     return land_rows(warehouse, "pp_timer_events", PP_TIMER_EVENTS, "pp_timer", run_id, path,
-                     rows, token, stat, content_hash)
+                     rows, token, stat, content_hash, before_commit=before_commit)

@@ -27,9 +27,13 @@ class Progress:
         self.done_bytes = 0
         self.started = time.monotonic()
 
-    def advance(self, size_bytes: int, line: str | None = None, error: str | None = None) -> None:
-        self.done_files += 1
-        self.done_bytes += size_bytes
+    def advance(self, size_bytes: int, line: str | None = None, error: str | None = None,
+                count: bool = True) -> None:
+        """One file done (``count=False``: already counted, e.g. when it was parsed
+        and held back until its run was decided; only its line is due)."""
+        if count:
+            self.done_files += 1
+            self.done_bytes += size_bytes
         if error is not None:
             self._clear()
             print(error, file=self.stream, flush=True)

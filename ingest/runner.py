@@ -15,6 +15,7 @@ temporaries that the next ingest removes.
 
 from __future__ import annotations
 
+import collections
 import datetime as dt
 import fcntl
 import gzip
@@ -144,6 +145,8 @@ class _Outcome:
     rank_source: str = "distributedInfo"
     #: The other GPUs of one Nsight export (one trace each); they land or fail together.
     siblings: list[_Outcome] = field(default_factory=list)
+    #: Already counted by the progress bar (held until its run's job was decided).
+    counted: bool = False
 
 
 def read_trace_bytes(path: Path) -> tuple[bytes, bytes, str]:
@@ -352,6 +355,14 @@ class _Committer:
         self.by_run: dict[str, list[lake.ManifestEntry]] = {}
         for entry in manifest:
             self.by_run.setdefault(entry.run_id, []).append(entry)
+        #: The world sizes of each run's traces when this ingest began: a run that
+        #: has one holds its job, and new traces of another job are refused.
+        self.jobs_in_lake: dict[str, set[int]] = {}
+        for entry in manifest:
+            if entry.world_size is not None:
+                self.jobs_in_lake.setdefault(entry.run_id, set()).add(entry.world_size)
+        #: Every error record in the lake, by file name (see clear_errors).
+        self._error_files = lake.error_files(warehouse)
 
     def known_hash(self, source: TraceFile, force: bool) -> str | None:
         entry = self.by_path.get((source.run_id, display_path(source.path)))
@@ -379,7 +390,8 @@ class _Committer:
                 return TraceError("mixed_jobs", f"world size {outcome.world_size}, but run "
                                   f"{other.run_id!r} already holds {other.path} with world "
                                   f"size {other.world_size}: traces of different jobs",
-                                  "load each job into its own run with --run NAME")
+                                  "load this job into its own run: " + _ingest_command(
+                                      [path], job_run_name(other.run_id, outcome.world_size)))
             if other.rank != outcome.rank:
                 continue
             if outcome.iteration is not None and other.iteration is not None:
@@ -419,8 +431,12 @@ class _Committer:
             # format) has its files replaced by the commit: only its entry goes.
             self.by_run[source.run_id].remove(previous)
             self.by_path.pop((source.run_id, path), None)
+        # The path's error records (in any run: the hint's --run loads it into
+        # another) go before the commit: a crash in between leaves the path
+        # neither loaded nor failed, and the next ingest loads it (a stale
+        # error beside a loaded trace would stay, the file being unchanged).
+        self.clear_errors(path)
         lake.commit(outcome.pending)
-        lake.clear_error(self.warehouse, source.run_id, path)
         steps = outcome.steps
         entry = lake.ManifestEntry(
             run_id=source.run_id, path=path, trace_id=outcome.trace_id, rank=outcome.rank,
@@ -432,14 +448,30 @@ class _Committer:
         self.by_path[(source.run_id, path)] = entry
         self.by_run.setdefault(source.run_id, []).append(entry)
 
+    def unload(self, run_id: str, path: str, trace_id: str) -> None:
+        """Unload a trace this ingest landed, commit marker first (lake.remove_trace)."""
+        lake.remove_trace(self.warehouse, run_id, trace_id)
+        self.by_run[run_id] = [e for e in self.by_run.get(run_id, [])
+                               if e.trace_id != trace_id]
+        if (entry := self.by_path.get((run_id, path))) and entry.trace_id == trace_id:
+            del self.by_path[(run_id, path)]
+
+    def clear_errors(self, path: str) -> None:
+        """Remove the error records of ``path`` in every run: it loads now."""
+        for record in self._error_files.pop(lake.error_file_name(path), []):
+            record.unlink(missing_ok=True)
+
     def reject(self, source: TraceFile, error: TraceError) -> Failed:
         self.start_writing()
         path = display_path(source.path)
-        lake.record_error(self.warehouse, source.run_id, {
+        record = lake.record_error(self.warehouse, source.run_id, {
             "run_id": source.run_id, "path": path, "error_kind": error.kind,
             "message": error.message, "hint": error.hint, "size_bytes": source.size_bytes,
             "mtime_ns": source.mtime_ns, "detected_at": dt.datetime.now(dt.timezone.utc),
         }, self.token)
+        records = self._error_files.setdefault(record.name, [])
+        if record not in records:
+            records.append(record)
         return Failed(path, source.run_id, error.kind, error.message, error.hint)
 
 
@@ -506,14 +538,23 @@ def ingest_paths(
                   "C compiler?); ingest runs the pure-Python decoder, about 2-3x slower",
                   file=stream, flush=True)
         deferred: list[_Outcome] = []
+        # A run the lake holds no job of yet is decided when its last file is
+        # parsed: one job lands, several are refused together (_NewRun).
+        unparsed = collections.Counter(task.source.run_id for task in tasks)
+        new_runs: dict[str, _NewRun] = {}
         try:
             outcomes = (_run_tasks(tasks, jobs) if engine != "spark"
                         else run_tasks_in_spark(_load_one, tasks, stream))
             for outcome in outcomes:
-                if outcome.status == "parsed" and outcome.rank_source == "single_process":
-                    deferred.append(outcome)  # rank 0 only if alone in its run: decided last
+                run_id = outcome.source.run_id
+                unparsed[run_id] -= 1
+                if run_id in committer.jobs_in_lake:
+                    _settle_or_defer(outcome, committer, result, bar, deferred)
                     continue
-                _settle(outcome, committer, result, bar)
+                new_run = new_runs.setdefault(run_id, _NewRun(run_id))
+                new_run.take(outcome, committer, result, bar, deferred)
+                if unparsed[run_id] == 0:
+                    new_runs.pop(run_id).finish(committer, result, bar)
             _settle_single_process(deferred, committer, result, bar)
         except BaseException:
             _remove_temporaries(wh, token)
@@ -525,6 +566,106 @@ def ingest_paths(
         _load_comm_logs(found.comm_logs, committer, result, stream, force)
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _settle_or_defer(outcome: _Outcome, committer: _Committer, result: IngestResult,
+                     bar: Progress, deferred: list[_Outcome]) -> None:
+    if outcome.status == "parsed" and outcome.rank_source == "single_process":
+        deferred.append(outcome)  # rank 0 only if alone in its run: decided last
+    else:
+        _settle(outcome, committer, result, bar)
+
+
+class _NewRun:
+    """The files of one run that held no job (no trace with a world size) when this
+    ingest began, as they are parsed.
+
+    Traces land as they come, so an interrupted ingest keeps them, while their
+    world sizes agree. A trace of another job is held (parsed, not landed), as
+    is every later one of that run. When the run's last file is parsed and it
+    holds more than one job, no file that happened to come first takes the
+    run: the traces landed by this ingest are unloaded again and every trace
+    of every job is refused, each error naming each job's files and the
+    ``--run`` that loads its own job (``<run>-world<N>``); the lake and the
+    errors are the same whatever the order of the files or of the workers.
+    """
+
+    def __init__(self, run_id: str):
+        self.run_id = run_id
+        #: world size -> paths of the run's parsed traces of that job.
+        self.jobs: dict[int, list[str]] = {}
+        self.landed: list[_Outcome] = []
+        self.held: list[_Outcome] = []
+
+    def take(self, outcome: _Outcome, committer: _Committer, result: IngestResult,
+             bar: Progress, deferred: list[_Outcome]) -> None:
+        if outcome.status != "parsed" or outcome.world_size is None:
+            _settle_or_defer(outcome, committer, result, bar, deferred)
+            return
+        self.jobs.setdefault(outcome.world_size, []).append(display_path(outcome.source.path))
+        if len(self.jobs) > 1:
+            self.held.append(outcome)
+            bar.advance(outcome.source.size_bytes)
+            outcome.counted = True
+        elif _settle(outcome, committer, result, bar):
+            self.landed.append(outcome)
+
+    def finish(self, committer: _Committer, result: IngestResult, bar: Progress) -> None:
+        if len(self.jobs) < 2:
+            return
+        described = ", ".join(f"world size {size} ({_listed(sorted(paths))})"
+                              for size, paths in sorted(self.jobs.items()))
+        message = (f"run {self.run_id!r} would mix {len(self.jobs)} jobs: {described}; "
+                   "none of their traces stays loaded")
+        for outcome in self.landed:
+            _unland(outcome, committer, result)
+        for outcome in self.held:
+            lake.discard(outcome.pending)
+        for outcome in sorted(self.landed + self.held, key=lambda o: str(o.source.path)):
+            size = outcome.world_size
+            assert size is not None
+            hint = "load each job into its own run: " + _ingest_command(
+                sorted(self.jobs[size]), job_run_name(self.run_id, size))
+            failed = committer.reject(outcome.source, TraceError("mixed_jobs", message, hint))
+            result.failed.append(failed)
+            bar.advance(outcome.source.size_bytes, error=failed.line(), count=False)
+
+
+def _unland(outcome: _Outcome, committer: _Committer, result: IngestResult) -> None:
+    """Unload a trace this ingest landed (a run it would mix jobs in), and uncount it."""
+    committer.unload(outcome.source.run_id, display_path(outcome.source.path), outcome.trace_id)
+    result.loaded = [loaded for loaded in result.loaded if loaded.trace_id != outcome.trace_id
+                     or loaded.run_id != outcome.source.run_id]
+    result.bytes_read -= outcome.source.size_bytes
+    result.uncompressed_bytes -= outcome.uncompressed_bytes
+    kind = _input_kind(outcome.source)
+    result.bytes_by_input[kind] -= outcome.uncompressed_bytes
+
+
+def _listed(paths: list[str], most: int = 3) -> str:
+    shown = ", ".join(paths[:most])
+    return shown + (f" and {len(paths) - most} more" if len(paths) > most else "")
+
+
+#: Files a hint's ``tracehouse ingest`` command lists before it stops naming them.
+_COMMAND_FILES = 8
+
+
+def _ingest_command(paths: list[str], run_id: str) -> str:
+    """``tracehouse ingest FILE... --run NAME``, ready to paste for up to a few files."""
+    import shlex
+
+    files = " ".join(shlex.quote(path) for path in paths[:_COMMAND_FILES])
+    if len(paths) > _COMMAND_FILES:
+        return (f"tracehouse ingest {files} ... --run {run_id} (its {len(paths)} files, "
+                f"{len(paths) - _COMMAND_FILES} more than shown)")
+    return f"tracehouse ingest {files} --run {run_id}"
+
+
+def job_run_name(run_id: str, world_size: int) -> str:
+    """The run a hint suggests for one job of a run that holds several: ``<run>-world<N>``."""
+    suffix = f"-world{world_size}"
+    return run_id[:128 - len(suffix)] + suffix
 
 
 def _shard_files(found: Discovery, shard: Shard) -> Discovery:
@@ -588,7 +729,7 @@ def _settle_single_process(deferred: list[_Outcome], committer: _Committer,
                 "when it is alone in its run",
                 "load each into its own run with --run NAME, or name the files rank-N.json"))
             result.failed.append(failed)
-            bar.advance(outcome.source.size_bytes, error=failed.line())
+            bar.advance(outcome.source.size_bytes, error=failed.line(), count=not outcome.counted)
 
 
 def _run_tasks(tasks: list[_Task], jobs: int) -> Iterator[_Outcome]:
@@ -638,13 +779,15 @@ def _leave_ctrl_c_to_parent() -> None:
 
 
 def _settle(outcome: _Outcome, committer: _Committer, result: IngestResult,
-            bar: Progress) -> None:
+            bar: Progress) -> bool:
+    """Land a parsed trace, or record why not; True when it landed."""
     source = outcome.source
     path = display_path(source.path)
+    count = not outcome.counted
     if outcome.status == "unchanged":
         result.skipped.append((path, "already loaded, same content"))
-        bar.advance(source.size_bytes, f"unchanged {path}")
-        return
+        bar.advance(source.size_bytes, f"unchanged {path}", count=count)
+        return False
     error = None
     if outcome.status == "failed":
         assert outcome.error is not None
@@ -658,8 +801,8 @@ def _settle(outcome: _Outcome, committer: _Committer, result: IngestResult,
     if error is not None:
         failed = committer.reject(source, error)
         result.failed.append(failed)
-        bar.advance(source.size_bytes, error=failed.line())
-        return
+        bar.advance(source.size_bytes, error=failed.line(), count=count)
+        return False
     together = frozenset(part.trace_id for part in parts)
     for part in parts:
         committer.land(part, keep=together)
@@ -667,14 +810,20 @@ def _settle(outcome: _Outcome, committer: _Committer, result: IngestResult,
                                     part.slices, part.flows, part.seconds))
     result.bytes_read += source.size_bytes
     result.uncompressed_bytes += outcome.uncompressed_bytes
-    kind = "Nsight SQLite" if source.layout == "nsys" else "Kineto JSON"
+    kind = _input_kind(source)
     result.bytes_by_input[kind] = result.bytes_by_input.get(kind, 0) + outcome.uncompressed_bytes
     ranks = ", ".join(str(part.rank) for part in parts)
     rank = (f"rank {ranks} (single-process trace: no distributed rank)"
             if outcome.rank_source == "single_process" else f"rank {ranks}")
     bar.advance(source.size_bytes, f"loaded {path} (run {source.run_id}, {rank}, "
                 f"{sum(p.slices for p in parts)} slices, {sum(p.flows for p in parts)} flows, "
-                f"{outcome.seconds:.2f} s)")
+                f"{outcome.seconds:.2f} s)", count=count)
+    return True
+
+
+def _input_kind(source: TraceFile) -> str:
+    """What a trace file was, for the summary's bytes (``x MB of Kineto JSON``)."""
+    return "Nsight SQLite" if source.layout == "nsys" else "Kineto JSON"
 
 
 def _load_topologies(files: list[tuple[Path, str]], committer: _Committer,
@@ -742,11 +891,12 @@ def _load_side_files(files: list[tuple[Path, str]], committer: _Committer,
                 continue
         committer.start_writing()
         try:
-            rows = load(committer.warehouse, run_id, path, committer.token, known)
+            rows = load(committer.warehouse, run_id, path, committer.token, known,
+                        before_commit=lambda shown=shown: committer.clear_errors(shown))
         except TraceError as exc:
             _reject_side_file(path, run_id, layout, exc, committer, result, stream)
             continue
-        lake.clear_error(committer.warehouse, run_id, shown)
+        committer.clear_errors(shown)  # loaded already (the same content): no commit
         if rows is None:
             result.skipped.append((shown, "already loaded, same content"))
         else:

@@ -86,8 +86,10 @@ def read_text(path: Path, known: ManifestEntry | None, bad: Callable[[str, str],
 
 def land_rows(warehouse: Warehouse, table: str, schema: pa.Schema, kind: str, run_id: str,
               path: Path, rows: list[dict[str, Any]], token: str, stat: os.stat_result,
-              content_hash: str, extra: dict[str, Any] | None = None) -> int:
-    """Write ``rows`` (plus the file columns) as one file of ``table``, renamed into place."""
+              content_hash: str, extra: dict[str, Any] | None = None,
+              before_commit: Callable[[], None] | None = None) -> int:
+    """Write ``rows`` (plus the file columns) as one file of ``table``, renamed into place
+    (``before_commit`` runs just before the rename)."""
     shown = display_path(path)
     file_id = file_id_for(kind, run_id, shown)
     common = dict(extra or {}) | {
@@ -98,5 +100,8 @@ def land_rows(warehouse: Warehouse, table: str, schema: pa.Schema, kind: str, ru
         row.update(common)
     arrow = pa.Table.from_pylist(rows, schema=schema)
     final = warehouse.partition_dir(table, run_id) / f"{file_id}.parquet"
-    os.replace(lake.write_parquet_tmp(arrow, final, token), final)
+    tmp = lake.write_parquet_tmp(arrow, final, token)
+    if before_commit is not None:
+        before_commit()
+    os.replace(tmp, final)
     return arrow.num_rows

@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -237,8 +238,10 @@ def read_topology_manifest(warehouse: Warehouse) -> dict[tuple[str, str], Manife
 
 
 def load_topology_file(warehouse: Warehouse, run_id: str, path: Path, token: str,
-                       known: ManifestEntry | None = None) -> int | None:
+                       known: ManifestEntry | None = None, *,
+                       before_commit: Callable[[], None] | None = None) -> int | None:
     """Parse one topology file and land its rows atomically; return the row count.
+    ``before_commit`` runs just before they are renamed into place.
 
     Returns None when ``known`` shows the same content is already loaded.
     Raises :class:`TraceError` when the file cannot be read or parsed; nothing
@@ -257,5 +260,8 @@ def load_topology_file(warehouse: Warehouse, run_id: str, path: Path, token: str
     )
     final = warehouse.partition_dir("topology_groups", run_id) / (
         f"{topology_id_for(run_id, shown)}.parquet")
-    os.replace(lake.write_parquet_tmp(table, final, token), final)
+    tmp = lake.write_parquet_tmp(table, final, token)
+    if before_commit is not None:
+        before_commit()
+    os.replace(tmp, final)
     return table.num_rows

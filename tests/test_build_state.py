@@ -9,9 +9,13 @@ from pathlib import Path
 import pytest
 
 from tracehouse.build_state import (
+    BuildFingerprint,
+    args_fingerprint,
+    build_arguments,
     changed_lake_tables,
     fingerprint,
     read_state,
+    why_not_narrowed,
     write_state,
 )
 
@@ -65,14 +69,19 @@ def test_no_narrowing_without_a_comparable_last_build(
     """Narrowing is only right when the last build ran the same command with the
     same code in the same folder, and recorded its tables."""
     now = fingerprint(project, lake, ["build"], location=lake.parent)
-    last = {
+    assert changed_lake_tables(_last_build(what, now, project, lake, tmp_path), now) is None
+
+
+def _last_build(what: str, now: BuildFingerprint, project: Path, lake: Path,
+                tmp_path: Path) -> BuildFingerprint | None:
+    """A last build that differs from ``now`` in ``what``."""
+    return {
         "project": replace(now, project="other"),
         "args": fingerprint(project, lake, ["build", "-s", "x"], location=lake.parent),
         "location": fingerprint(project, lake, ["build"], location=tmp_path),
         "unrecorded": replace(now, lake_tables=()),
         "none": None,
     }[what]
-    assert changed_lake_tables(last, now) is None
 
 
 def test_state_round_trips_and_old_records_read_as_unrecorded(
@@ -87,3 +96,33 @@ def test_state_round_trips_and_old_records_read_as_unrecorded(
     )
     old = read_state(tmp_path / "artifacts")
     assert old is not None and changed_lake_tables(old, state) is None
+
+
+def test_options_that_change_only_the_output_leave_a_build_the_same(
+    project: Path, lake: Path
+) -> None:
+    """Issue 29 item 10: the demo builds with ``--quiet``; the next plain build must
+    compare with it as with a plain build (narrowed), not rebuild every model."""
+    assert build_arguments(["build", "--quiet", "--log-level", "debug", "--no-use-colors",
+                            "--printer-width=100", "-s", "x"]) == ["build", "-s", "x"]
+    assert args_fingerprint(["build", "--quiet"]) == args_fingerprint(["build"])
+    assert args_fingerprint(["build", "-q"]) == args_fingerprint(["build"])
+    assert args_fingerprint(["build", "-s", "x"]) != args_fingerprint(["build"])
+    demo = fingerprint(project, lake, ["build", "--quiet"], location=lake.parent)
+    _touch(lake / "slices" / "run=r" / "t2.parquet", b"yy")
+    plain = fingerprint(project, lake, ["build"], location=lake.parent)
+    assert changed_lake_tables(demo, plain) == ["slices"]
+
+
+@pytest.mark.parametrize(("what", "said"), [
+    ("args", "the last build ran `build -s x`, not `build`"),
+    ("location", "the warehouse was built in"),
+    ("unrecorded", "recorded no lake tables"),
+    ("none", "no record of an earlier build"),
+    ("project", "the dbt project (or its --vars) changed"),
+])
+def test_why_a_build_is_not_narrowed_is_said(
+    what: str, said: str, project: Path, lake: Path, tmp_path: Path
+) -> None:
+    now = fingerprint(project, lake, ["build"], location=lake.parent)
+    assert said in why_not_narrowed(_last_build(what, now, project, lake, tmp_path), now)

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 import shlex
 from pathlib import Path
 
 import duckdb
 import pytest
 
+from conftest import SHARED_DATA
 from tracehouse.cli import main
+
+DLRM = SHARED_DATA / "kineto" / "dlrm_8rank"
 
 
 @pytest.mark.slow
@@ -20,6 +24,9 @@ def test_demo_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert main(["demo", "--out", str(run_dir), "--warehouse", str(warehouse)]) == 0
     out = capsys.readouterr().out
     assert "4/4 rendering the report" in out
+    # Issue 29 item 13: the long step says how long it takes, before and after.
+    assert "3/4 building the warehouse (dbt build, 10-20 s)" in out
+    assert re.search(r"^    built in \d+\.\d s$", out, re.MULTILINE), out
     index = warehouse / "reports" / "demo_run" / "index.html"
     assert f"report: {index}" in out
     assert index.is_file() and "<img" in index.read_text()
@@ -49,6 +56,18 @@ def test_demo_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     assert rows[0]["rank"] == "5"
     assert float(rows[0]["exposed_comm_ms"]) < min(float(r["exposed_comm_ms"]) for r in rows[1:])
+
+    # Issue 29 item 10: the demo's build is recorded as the plain build it is, so the
+    # next `tracehouse build` after loading more traces builds only what reads the
+    # changed lake tables (no seeds, no full rebuild), and says so.
+    if not DLRM.is_dir():
+        return
+    assert main(["ingest", str(DLRM), "--warehouse", str(warehouse), "-q"]) == 0
+    capsys.readouterr()
+    assert main(["build", "--warehouse", str(warehouse)]) == 0
+    out = capsys.readouterr().out
+    assert "lake tables changed since the last build: " in out, out[-2000:]
+    assert "building every model" not in out and "--full-refresh" not in out
 
 
 def test_suggested_command_quotes_hostile_run_names(tmp_path: Path) -> None:

@@ -48,15 +48,18 @@ SAMPLED = sorted((KINETO / "single_rank").glob("sampled_128rank_job_rank-*.json.
 @pytest.fixture(scope="module")
 def loaded(tmp_path_factory: pytest.TempPathFactory):
     """All shared Kineto traces ingested (two workers) into one warehouse: the whole
-    folder first, then the two traces of the 128-rank job, which the first ingest
-    refuses to merge into the 2-rank job's run, into a run of their own."""
+    folder first, then the two traces of the 128-rank job and the 2-rank job's
+    trace, which the first ingest refuses to mix in one run, each into a run of
+    their own."""
     warehouse = tmp_path_factory.mktemp("kineto") / "wh"
     result = ingest_paths([KINETO], warehouse=warehouse, jobs=2, progress=False)
     own_run = ingest_paths(SAMPLED, warehouse=warehouse, run="sampled_128rank", jobs=2,
                            progress=False)
-    result.loaded += own_run.loaded
+    a100 = ingest_paths([KINETO / "single_rank" / "a100_nccl_pg_args.json.gz"],
+                        warehouse=warehouse, run="single_rank", progress=False)
+    result.loaded += own_run.loaded + a100.loaded
     result.failed_first = result.failed  # type: ignore[attr-defined]
-    result.failed = own_run.failed
+    result.failed = own_run.failed + a100.failed
     con = duckdb.connect()
     _lake(con, warehouse)
     yield warehouse, result, con
@@ -75,12 +78,12 @@ def test_every_shared_trace_loads(loaded) -> None:
 
 def test_unrelated_jobs_in_one_folder_are_reported_not_merged(loaded) -> None:
     """Issue 15: ``single_rank/`` holds a world-2 trace and two world-128 traces; one
-    run must not mix them (two rank-0 traces of different jobs). The first file in
-    path order lands; each trace of the other job is an error naming the one it
-    clashes with, both world sizes, and the ``--run`` fix."""
+    run must not mix them (two rank-0 traces of different jobs). Issue 29: nor may
+    the file that sorts first take the run: every trace is an error naming both
+    jobs' files and world sizes, and the ``--run`` fix (tests/test_ingest_mixed_jobs.py)."""
     _warehouse, result, _con = loaded
     failed = {Path(f.path).name: f for f in result.failed_first}
-    assert set(failed) == {p.name for p in SAMPLED}
+    assert set(failed) == {p.name for p in SAMPLED} | {"a100_nccl_pg_args.json.gz"}
     for f in failed.values():
         assert f.kind == "mixed_jobs"
         assert "world size 128" in f.message and "world size 2" in f.message
@@ -291,10 +294,11 @@ def test_changed_file_is_reloaded_and_touched_file_is_not(tmp_path: Path) -> Non
 def test_force_reloads(tmp_path: Path) -> None:
     folder = KINETO / "single_rank"
     warehouse = tmp_path / "wh"
-    ingest_paths([folder], warehouse=warehouse, run="one", progress=False)
+    ingest_paths([folder / "a100_nccl_pg_args.json.gz"], warehouse=warehouse, run="one",
+                 progress=False)
     forced = ingest_paths([folder], warehouse=warehouse, run="one", force=True, progress=False)
     # Re-loading replaces each path's own earlier version: the world-2 trace
-    # and the world-128 ones still clash with each other.
+    # holds the run, and the world-128 ones still clash with it.
     assert {Path(f.path).name for f in forced.failed} == {p.name for p in SAMPLED}
     assert len(forced.loaded) == 1
     con = duckdb.connect()

@@ -59,7 +59,10 @@ def test_a_file_in_the_warehouse_is_reused_and_not_rebuilt(
 
     assert main(["nsys", "overlap", str(export), "--warehouse", str(root),
                  "--format", "json"]) == 0
-    first = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    first = json.loads(captured.out)
+    # Issue 29 item 13: the build (seconds, dbt quiet) is announced on stderr.
+    assert f"building the Nsight marts in {root}" in captured.err
     assert _runs(root) == [("job", str(export.resolve()))]  # no run `nsys-steps`
     assert len(dbt_calls) == 1
     assert [row["span_ms"] for row in first] == [1.15]
@@ -68,7 +71,9 @@ def test_a_file_in_the_warehouse_is_reused_and_not_rebuilt(
     database = (root / "tracehouse.duckdb").stat().st_mtime_ns
     assert main(["nsys", "overlap", str(export), "--warehouse", str(root),
                  "--format", "json"]) == 0
-    assert json.loads(capsys.readouterr().out) == first
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == first
+    assert "building" not in captured.err
     assert len(dbt_calls) == 1, "nothing changed, yet the marts were built again"
     assert sorted((p, p.stat().st_mtime_ns) for p in (root / "lake").rglob("*")) == lake_files
     assert (root / "tracehouse.duckdb").stat().st_mtime_ns == database

@@ -27,12 +27,27 @@ import hashlib
 import json
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 #: Project files and folders whose content decides what a build computes.
 PROJECT_INPUTS = ("models", "macros", "seeds", "tests/dbt", "dbt_project.yml", "profiles.yml")
 STATE_FILE = "build_state.json"
+
+#: dbt options that change only what dbt prints or logs, never what it builds
+#: (``tracehouse demo`` builds with ``--quiet``): left out when builds are
+#: compared, so ``build --quiet`` is the plain build it looks like.
+OUTPUT_FLAGS = frozenset({
+    "--quiet", "-q", "--no-quiet", "--use-colors", "--no-use-colors", "--use-colors-file",
+    "--no-use-colors-file", "--print", "--no-print", "--debug", "-d", "--no-debug",
+    "--log-cache-events", "--no-log-cache-events", "--send-anonymous-usage-stats",
+    "--no-send-anonymous-usage-stats", "--version-check", "--no-version-check",
+})
+#: The same, for options that take a value (``--log-level debug``).
+OUTPUT_OPTIONS = frozenset({
+    "--log-level", "--log-level-file", "--log-format", "--log-format-file", "--printer-width",
+    "--log-file-max-bytes", "--log-path",
+})
 
 
 @dataclass(frozen=True)
@@ -46,12 +61,15 @@ class BuildFingerprint:
     location: str = ""
     #: (lake table, fingerprint of its files), sorted by table.
     lake_tables: tuple[tuple[str, str], ...] = ()
+    #: The dbt arguments ``args`` fingerprints, as words, for messages only.
+    command: str = field(default="", compare=False)
 
     def to_json(self) -> dict[str, object]:
         return {
             "project": self.project,
             "lake": self.lake,
             "args": self.args,
+            "command": self.command,
             "location": self.location,
             "lake_tables": dict(self.lake_tables),
         }
@@ -125,12 +143,32 @@ def fingerprint(
         args=args,
         location=str(location.resolve()) if location is not None else "",
         lake_tables=lake_tables,
+        command=" ".join(build_arguments(dbt_args)),
     )
 
 
+def build_arguments(dbt_args: Sequence[str]) -> list[str]:
+    """``dbt_args`` less the options that change only dbt's output (:data:`OUTPUT_FLAGS`,
+    :data:`OUTPUT_OPTIONS`): what decides what a build builds."""
+    kept: list[str] = []
+    skip = False
+    for arg in dbt_args:
+        if skip:
+            skip = False
+        elif arg in OUTPUT_FLAGS:
+            continue
+        elif arg in OUTPUT_OPTIONS:
+            skip = True
+        elif not (arg.startswith("--") and arg.split("=", 1)[0] in OUTPUT_OPTIONS):
+            kept.append(arg)
+    return kept
+
+
 def args_fingerprint(dbt_args: Sequence[str]) -> str:
-    """The fingerprint of a build's dbt arguments (``BuildFingerprint.args``)."""
-    return hashlib.blake2b(json.dumps(list(dbt_args)).encode(), digest_size=16).hexdigest()
+    """The fingerprint of a build's dbt arguments (``BuildFingerprint.args``), less
+    those that change only its output (:func:`build_arguments`)."""
+    return hashlib.blake2b(json.dumps(build_arguments(dbt_args)).encode(),
+                           digest_size=16).hexdigest()
 
 
 def changed_lake_tables(last: BuildFingerprint | None, now: BuildFingerprint) -> list[str] | None:
@@ -156,6 +194,22 @@ def changed_lake_tables(last: BuildFingerprint | None, now: BuildFingerprint) ->
     )
 
 
+def why_not_narrowed(last: BuildFingerprint | None, now: BuildFingerprint) -> str:
+    """Why :func:`changed_lake_tables` would not narrow a build from ``last`` to ``now``
+    (in words, for the line a build prints before building every model)."""
+    if last is None:
+        return "no record of an earlier build of this warehouse"
+    if last.project != now.project:
+        return "the dbt project (or its --vars) changed since the last build"
+    if last.args != now.args:
+        ran = f"`{last.command}`" if last.command else "other dbt arguments"
+        return f"the last build ran {ran}, not `{now.command}`"
+    if last.location != now.location:
+        return (f"the warehouse was built in {last.location or 'another folder'}, "
+                "and its views name that folder")
+    return "the last build recorded no lake tables"
+
+
 def read_state(artifacts: Path) -> BuildFingerprint | None:
     """The fingerprint of the last successful build, or None."""
     try:
@@ -167,6 +221,7 @@ def read_state(artifacts: Path) -> BuildFingerprint | None:
             location=str(data.get("location", "")),
             lake_tables=tuple(sorted((str(k), str(v))
                                      for k, v in dict(data.get("lake_tables", {})).items())),
+            command=str(data.get("command", "")),
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None

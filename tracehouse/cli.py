@@ -433,10 +433,29 @@ def _cmd_build(args: argparse.Namespace) -> int:
     return run_dbt(dbt_args, warehouse=resolve_warehouse(args.warehouse))
 
 
+def _lake_is_built(warehouse: str | None, runs: Sequence[str | None] = ()) -> bool:
+    """Say on stderr when the lake holds traces the last build has not seen
+    (:mod:`tracehouse.freshness`); False, after an error line, when one of ``runs``
+    (named on the command line) is only in the lake: not unknown, just not built."""
+    from tracehouse.freshness import unbuilt_traces
+    from tracehouse.warehouse import Warehouse
+
+    unbuilt = unbuilt_traces(Warehouse.at(warehouse))
+    if unbuilt is None:
+        return True
+    for run_id in runs:
+        if unbuilt.only_in_lake(run_id):
+            print(f"error: {unbuilt.unbuilt_run(str(run_id))}", file=sys.stderr)
+            return False
+    print(unbuilt.note(), file=sys.stderr)
+    return True
+
+
 def _cmd_sql(args: argparse.Namespace) -> int:
     from tracehouse.sql import run_sql
     from tracehouse.warehouse import resolve_warehouse
 
+    _lake_is_built(args.warehouse)
     query = args.query
     if query == "-":
         try:
@@ -453,6 +472,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from tracehouse.compare import compare_runs
     from tracehouse.warehouse import resolve_warehouse
 
+    if not _lake_is_built(args.warehouse, [args.run_a, args.run_b]):
+        return EXIT_USAGE
     return compare_runs(args.run_a, args.run_b, resolve_warehouse(args.warehouse),
                         fmt=args.format, wide=args.wide)
 
@@ -537,6 +558,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from tracehouse.reports.report import ReportError, render_report
     from tracehouse.warehouse import Warehouse
 
+    if not _lake_is_built(args.warehouse, [args.run, args.compare]):
+        return EXIT_USAGE
     warehouse = Warehouse.at(args.warehouse)
     try:
         result = render_report(warehouse.root, args.out, run_id=args.run,
@@ -557,6 +580,8 @@ def _cmd_export_perfetto(args: argparse.Namespace) -> int:
     from tracehouse.reports.perfetto_export import ExportError, export_perfetto
     from tracehouse.warehouse import Warehouse
 
+    if not _lake_is_built(args.warehouse, [args.run]):
+        return EXIT_USAGE
     warehouse = Warehouse.at(args.warehouse)
     try:
         result = export_perfetto(warehouse.root, args.run, args.out, ranks=args.ranks,
@@ -574,6 +599,8 @@ def _cmd_export_table(args: argparse.Namespace) -> int:
     from tracehouse.reports.table_export import ExportError, export_table
     from tracehouse.warehouse import Warehouse
 
+    if not _lake_is_built(args.warehouse, [args.run]):
+        return EXIT_USAGE
     warehouse = Warehouse.at(args.warehouse)
     try:
         rows = export_table(warehouse.root, args.table, args.out, run_id=args.run,

@@ -41,9 +41,11 @@ from typing import TYPE_CHECKING
 from tracehouse import parse_cache
 from tracehouse.build_state import (
     args_fingerprint,
+    build_arguments,
     changed_lake_tables,
     fingerprint,
     read_state,
+    why_not_narrowed,
     write_state,
 )
 from tracehouse.dbt_import import import_dbt
@@ -227,7 +229,8 @@ def run_dbt(args: Sequence[str] = (), warehouse: Path | None = None) -> int:
         if "use_colors_file" in accepted and not _wants_colours_decided(argv, "_FILE"):
             added.append("--use-colors-file")
     target = _target(argv)
-    is_plain_build = _without_target(argv) == ["build"]
+    # Options that change only dbt's output (`--quiet`) leave a build plain.
+    is_plain_build = build_arguments(_without_target(argv)) == ["build"]
     selection = list(PLAIN_BUILD_EXCLUDES) if is_plain_build else []
 
     if target == "spark" and not _spark_installed():
@@ -261,7 +264,8 @@ def run_dbt(args: Sequence[str] = (), warehouse: Path | None = None) -> int:
                   "changed since the last build (nothing to do)")
             return EXIT_OK
         if is_plain_build and database_exists:
-            narrowed = _narrowed_selection(changed_lake_tables(last, state), artifacts)
+            changed = changed_lake_tables(last, state)
+            narrowed = _narrowed_selection(changed, artifacts)
             if narrowed == []:
                 print(f"warehouse {root} is up to date: only lake tables no model "
                       "reads changed since the last build (nothing to do)")
@@ -272,6 +276,11 @@ def run_dbt(args: Sequence[str] = (), warehouse: Path | None = None) -> int:
                 tables = ", ".join(selector.split(".")[-1].rstrip("+") for selector in narrowed)
                 print(f"lake tables changed since the last build: {tables}; "
                       "building the models that read them")
+            elif last is not None and last.project == state.project:
+                # (A changed project says so below, with its --full-refresh.)
+                why = (why_not_narrowed(last, state) if changed is None else
+                       "no manifest of the last build tells which models read the lake")
+                print(f"{why}: building every model")
         if (argv[0] in _COMMANDS_BUILDING_MODELS and database_exists
                 and (last is None or last.project != state.project)
                 and not _has_flag(argv, "--full-refresh")):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import statistics
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,8 +95,10 @@ def run_demo(out: Path | None = None, warehouse: Path | str | None = None,
                            f"{result.failed[0]}")
     say(f"    loaded {len(result.loaded)} traces")
 
-    say(f"3/4 building the warehouse (dbt build) → {wh.database}")
+    say(f"3/4 building the warehouse (dbt build, 10-20 s) → {wh.database}")
+    started = time.perf_counter()
     build_warehouse(wh.root, ["--quiet"])
+    say(f"    built in {time.perf_counter() - started:.1f} s")
 
     report_dir = wh.reports / run_id
     say(f"4/4 rendering the report → {report_dir}")

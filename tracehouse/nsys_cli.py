@@ -200,6 +200,9 @@ def build_marts(root: Path, trim: tuple[float, float] | None = None) -> None:
 
     if is_up_to_date(root, args):
         return  # neither the project nor the lake changed since these marts were built
+    # dbt runs quiet; say what the seconds are spent on.
+    print(f"building the Nsight marts in {root} (dbt build, about 10 s)…", file=sys.stderr,
+          flush=True)
     with contextlib.redirect_stdout(sys.stderr):
         code = run_dbt(args, root)
     if code != 0:
