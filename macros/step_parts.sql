@@ -25,12 +25,15 @@
       inside compute and optimizer frames and never the reverse, so the
       priority picks the innermost classified frame.
     Several boundaries at one instant are grouped into one row, so the
-    order of ties never matters. Returns partition columns, timing_source,
+    order of ties never matters. The five open counts (four kinds and the
+    window) ride in one running sum (macros/packed_counts.sql): one
+    windowed sum instead of five. Returns partition columns, timing_source,
     window_number and the six parts (a window with no segment gets no row:
     callers coalesce to 0).
 #}
 {% macro sweep_step_parts(intervals, windows, partition_by) -%}
     {%- set partition = (partition_by + ['timing_source']) | join(', ') -%}
+    {%- set lanes = ['compute', 'communication', 'memory', 'optimizer', 'window'] -%}
     {%- set columns -%}
         {% for column in partition_by -%}
             {{ column }},
@@ -40,24 +43,18 @@
     select
         {{ columns }}
         window_number,
-        sum(case
-            when part = 'compute' then next_at_ns - at_ns else 0
-        end) as step_compute_ns,
-        sum(case
-            when part = 'overlap' then next_at_ns - at_ns else 0
-        end) as step_overlap_ns,
-        sum(case
-            when part = 'communication' then next_at_ns - at_ns else 0
-        end) as step_exposed_communication_ns,
-        sum(case
-            when part = 'memory' then next_at_ns - at_ns else 0
-        end) as step_exposed_memory_ns,
-        sum(case
-            when part = 'optimizer' then next_at_ns - at_ns else 0
-        end) as step_optimizer_ns,
-        sum(case
-            when part = 'idle' then next_at_ns - at_ns else 0
-        end) as step_idle_ns
+        {% for part in [
+            ('compute', 'step_compute_ns'),
+            ('overlap', 'step_overlap_ns'),
+            ('communication', 'step_exposed_communication_ns'),
+            ('memory', 'step_exposed_memory_ns'),
+            ('optimizer', 'step_optimizer_ns'),
+            ('idle', 'step_idle_ns'),
+        ] -%}
+            sum(case
+                when part = '{{ part[0] }}' then next_at_ns - at_ns else 0
+            end) as {{ part[1] }}{{ ',' if not loop.last }}
+        {% endfor -%}
     from (
         select
             {{ columns }}
@@ -78,64 +75,58 @@
             select
                 {{ columns }}
                 at_ns,
-                lead(at_ns) over (partition by {{ partition }} order by at_ns) as next_at_ns,
-                {% for counter in [
-                    'compute', 'communication', 'memory', 'optimizer', 'windows'
-                ] -%}
-                    sum({{ counter }}_delta) over (
-                        partition by {{ partition }}
-                        order by at_ns
-                        rows between unbounded preceding and current row
-                    ) as open_{{ counter }},
+                next_at_ns,
+                window_number,
+                {% for lane in lanes -%}
+                    {{ packed_count('open_lanes', lanes, lane) }} as open_{{ lane }}
+                    {{- ',' if not loop.last }}
                 {% endfor -%}
-                max(window_number) over (
-                    partition by {{ partition }}
-                    order by at_ns
-                    rows between unbounded preceding and current row
-                ) as window_number
             from (
                 select
                     {{ columns }}
                     at_ns,
-                    sum(compute_delta) as compute_delta,
-                    sum(communication_delta) as communication_delta,
-                    sum(memory_delta) as memory_delta,
-                    sum(optimizer_delta) as optimizer_delta,
-                    sum(windows_delta) as windows_delta,
-                    max(window_number) as window_number
+                    lead(at_ns) over (partition by {{ partition }} order by at_ns) as next_at_ns,
+                    sum(lane_delta) over (
+                        partition by {{ partition }}
+                        order by at_ns
+                        rows between unbounded preceding and current row
+                    ) as open_lanes,
+                    max(window_number) over (
+                        partition by {{ partition }}
+                        order by at_ns
+                        rows between unbounded preceding and current row
+                    ) as window_number
                 from (
-                    {% for edge, sign in [('start_ns', 1), ('end_ns', -1)] -%}
-                        select
-                            {{ columns }}
-                            {{ edge }} as at_ns,
-                            {% for kind in ['compute', 'communication', 'memory', 'optimizer'] -%}
-                                case
-                                    when kind = '{{ kind }}' then {{ sign }} else 0
-                                end as {{ kind }}_delta,
-                            {% endfor -%}
-                            0 as windows_delta,
-                            cast(null as bigint) as window_number
-                        from {{ intervals }}
-                        where end_ns > start_ns
-                        union all
-                        select
-                            {{ columns }}
-                            {{ edge }} as at_ns,
-                            0 as compute_delta,
-                            0 as communication_delta,
-                            0 as memory_delta,
-                            0 as optimizer_delta,
-                            {{ sign }} as windows_delta,
-                            {{ 'window_number' if sign == 1 else 'cast(null as bigint)' }}
-                                as window_number
-                        from {{ windows }}
-                        {{ 'union all' if not loop.last }}
-                    {% endfor %}
-                ) as boundaries
-                group by {{ range(1, partition_by | length + 3) | join(', ') }}
-            ) as instants
-        ) as swept
-        where open_windows > 0
+                    select
+                        {{ columns }}
+                        at_ns,
+                        sum(lane_delta) as lane_delta,
+                        max(window_number) as window_number
+                    from (
+                        {% for edge, sign in [('start_ns', 1), ('end_ns', -1)] -%}
+                            select
+                                {{ columns }}
+                                {{ edge }} as at_ns,
+                                {{ packed_count_delta('kind', lanes, sign) }} as lane_delta,
+                                cast(null as bigint) as window_number
+                            from {{ intervals }}
+                            where end_ns > start_ns
+                            union all
+                            select
+                                {{ columns }}
+                                {{ edge }} as at_ns,
+                                {{ packed_count_delta("'window'", lanes, sign) }} as lane_delta,
+                                {{ 'window_number' if sign == 1 else 'cast(null as bigint)' }}
+                                    as window_number
+                            from {{ windows }}
+                            {{ 'union all' if not loop.last }}
+                        {% endfor %}
+                    ) as boundaries
+                    group by {{ range(1, partition_by | length + 3) | join(', ') }}
+                ) as instants
+            ) as swept
+        ) as decoded
+        where open_window > 0
     ) as segments
     group by {{ range(1, partition_by | length + 3) | join(', ') }}
 {%- endmacro %}

@@ -206,6 +206,10 @@ intervals as (
         end_ns
     from kernel_islands
     union all
+    {# CPU parts only where a trace has no GPU window: a run with kernels
+       is timed on the GPU (int_rank_steps_timed), so the CPU parts of its
+       traces would never be read, while their CPU windows still give
+       gpu_lag_ns (a window without intervals is all idle, at no cost). #}
     select
         trace_id,
         'cpu' as timing_source,
@@ -217,6 +221,7 @@ intervals as (
         ts_ns as start_ns,
         end_ns
     from step_frames
+    where trace_id not in (select gpu_windows.trace_id from gpu_windows)
 ),
 
 parts as (

@@ -6,7 +6,12 @@
     traces without GPU work (cpu), with the microbatch's vpp chunk.
     int_microbatch_phases_timed computes them and documents the rules; the
     rank's coordinates come from dim_ranks (macro rank_coordinates).
+    A view on DuckDB, a table elsewhere (macro lookup_join_materialization):
+    a per-run lookup joined into an intermediate table costs less at read
+    time than writing the table again on every build.
 #}
+
+{{ config(materialized=lookup_join_materialization()) }}
 
 with
 

@@ -7,7 +7,12 @@
     (HTA's idle_time_ratio). Stream idle, summed per stream: not the rank
     idle of fct_rank_iterations.step_idle_ns. The rank's coordinates come
     from dim_ranks (macro rank_coordinates).
+    A view on DuckDB, a table elsewhere (macro lookup_join_materialization):
+    a per-run lookup joined into an intermediate table costs less at read
+    time than writing the table again on every build.
 #}
+
+{{ config(materialized=lookup_join_materialization()) }}
 
 with
 
