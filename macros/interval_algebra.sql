@@ -24,7 +24,8 @@
     of (union of compute) intersected with (union of communication). Each
     start adds 1 and each end subtracts 1 from its kind's open count; the
     time to the next boundary is overlap when both are open. Ties at one
-    instant make zero-length segments, so their order does not matter.
+    instant make zero-length segments, so their order does not matter. The
+    two counts ride in one running sum (one windowed sum, not two).
 #}
 {% macro merge_intervals(
     relation, partition_by, start_column, end_column, carry=[], count_column=none
@@ -158,13 +159,20 @@
 
 {% macro sweep_overlap(relation, partition_by) -%}
     {%- set partition = partition_by | join(', ') -%}
+    {#- Both open counts ride in one running sum: compute in the 4096s,
+        communication in the units, each biased by 2048 when decoded, so a
+        count may dip below zero (an island that kernel_time_unit_ns
+        rounding left with end < start) and still decode exactly. -#}
+    {%- set bias = 2048 * 4096 + 2048 -%}
     select
         {% for column in partition_by -%}
             {{ column }},
         {% endfor -%}
         cast(sum(
             case
-                when open_compute > 0 and open_communication > 0
+                when
+                    {{ integer_divide('open_lanes + ' ~ bias, 4096) }} % 4096 > 2048
+                    and (open_lanes + {{ bias }}) % 4096 > 2048
                     then next_at_ns - at_ns
                 else 0
             end
@@ -175,19 +183,14 @@
                 {{ column }},
             {% endfor -%}
             at_ns,
-            sum(compute_delta) over (
+            sum(lane_delta) over (
                 partition by {{ partition }}
-                order by at_ns, compute_delta, communication_delta
+                order by at_ns, lane_delta
                 rows between unbounded preceding and current row
-            ) as open_compute,
-            sum(communication_delta) over (
-                partition by {{ partition }}
-                order by at_ns, compute_delta, communication_delta
-                rows between unbounded preceding and current row
-            ) as open_communication,
+            ) as open_lanes,
             lead(at_ns) over (
                 partition by {{ partition }}
-                order by at_ns, compute_delta, communication_delta
+                order by at_ns, lane_delta
             ) as next_at_ns
         from (
             select
@@ -195,8 +198,7 @@
                     {{ column }},
                 {% endfor -%}
                 start_ns as at_ns,
-                case when kind = 'compute' then 1 else 0 end as compute_delta,
-                case when kind = 'communication' then 1 else 0 end as communication_delta
+                case when kind = 'compute' then 4096 else 1 end as lane_delta
             from {{ relation }}
             where kind in ('compute', 'communication')
             union all
@@ -205,8 +207,7 @@
                     {{ column }},
                 {% endfor -%}
                 end_ns as at_ns,
-                case when kind = 'compute' then -1 else 0 end as compute_delta,
-                case when kind = 'communication' then -1 else 0 end as communication_delta
+                case when kind = 'compute' then -4096 else -1 end as lane_delta
             from {{ relation }}
             where kind in ('compute', 'communication')
         ) as boundaries
