@@ -64,9 +64,7 @@ ranges as (
         end_ns
     from {{ lake_scan('slices', nsys_traces) }}
     where
-        category = 'nvtx'
-        and cast({{ json_text('args', 'event type') }} as bigint)
-        = {{ var('nsys_push_pop_event_type') }}
+        {{ is_nvtx_push_pop_range() }}
         and {{ trace_filter(nsys_traces) }}
 ),
 

@@ -83,9 +83,7 @@ nvtx_ancestors as (
             ancestors.trace_id = slices.trace_id
             and ancestors.ancestor_id = slices.slice_id
     where
-        slices.category = 'nvtx'
-        and cast({{ json_text('slices.args', 'event type') }} as bigint)
-        = {{ var('nsys_push_pop_event_type') }}
+        {{ is_nvtx_push_pop_range('slices') }}
 ),
 
 innermost as (
