@@ -18,7 +18,9 @@
     the next step's start (step_rule 'profiler_step'), else first start to
     last end of the iteration's Megatron step frames, cut at the next
     iteration's first frame ('megatron_frames'). Parts: the Megatron step
-    frames (int_cpu_steps_classified) inside the window.
+    frames (int_cpu_steps_classified) inside the window, swept only for a
+    trace without a GPU window: a trace with kernels is timed on the GPU,
+    so its CPU window is kept for gpu_lag_ns alone and reads as all idle.
     Which of the two a run uses is decided once, in int_rank_steps_timed.
     Per trace (macros/per_trace.sql: delete+insert on trace_id): windows
     and parts come from the trace's own kernels and frames.
