@@ -310,7 +310,8 @@ def _info(con: duckdb.DuckDBPyConnection, trace_ids: list[str], gpu: int | None)
             select count(*), count(distinct stream), min(ts_ns), max(end_ns)
             from fct_nsys_kernels where run_id = ? and rank = ?""", [run_id, rank]).fetchall()
         (ranges,), = con.execute(
-            "select count(*) from fct_nsys_nvtx_ranges where run_id = ? and rank = ?",
+            "select count(*) from fct_annotation_ranges "
+            "where run_id = ? and rank = ? and annotation_kind = 'nvtx'",
             [run_id, rank]).fetchall()
         (props,), = con.execute(
             "select device_properties from stg_lake__traces where run_id = ? and rank = ?",
@@ -347,15 +348,16 @@ def _tree(con: duckdb.DuckDBPyConnection, trace_ids: list[str], gpu: int | None)
     out = []
     for run_id, rank, device, base in _gpu_of(con, trace_ids, gpu):
         for r in _rows(con, """
-                select slice_id, parent_range_id, name, nvtx_depth, nvtx_path, kernel_count,
-                    own_kernel_count, gpu_start_ns, gpu_end_ns, gpu_span_ns, ts_ns
-                from fct_nsys_nvtx_ranges
-                where run_id = ? and rank = ? and kernel_count > 0
-                order by gpu_start_ns, nvtx_depth, ts_ns""", [run_id, rank]):
+                select slice_id, parent_range_id, name, annotation_depth, annotation_path,
+                    kernel_count, own_kernel_count, gpu_start_ns, gpu_end_ns, gpu_span_ns, ts_ns
+                from fct_annotation_ranges
+                where run_id = ? and rank = ? and annotation_kind = 'nvtx' and kernel_count > 0
+                order by gpu_start_ns, annotation_depth, ts_ns""", [run_id, rank]):
             out.append({
                 "gpu": device, "rank": rank, "id": r["slice_id"],
-                "parent_id": r["parent_range_id"], "name": r["name"], "depth": r["nvtx_depth"],
-                "path": r["nvtx_path"], "kernels": r["kernel_count"],
+                "parent_id": r["parent_range_id"], "name": r["name"],
+                "depth": r["annotation_depth"], "path": r["annotation_path"],
+                "kernels": r["kernel_count"],
                 "own_kernels": r["own_kernel_count"],
                 "gpu_start_s": round((r["gpu_start_ns"] - base) / 1e9, 6),
                 "gpu_ms": _ms(r["gpu_span_ns"]),

@@ -11,6 +11,9 @@
     no kernel is counted in two phases; none means `other`. The microbatch
     is that of the outermost forward/backward step found the same way
     (`step_slice_id`, the key of its vpp chunk in int_microbatch_steps_chunked).
+    Its annotation: the innermost annotation range (user annotation, NVTX
+    push/pop range) around its launch call (int_kernels_annotated), with its
+    name and path (int_annotation_ranges_nested); NULL when none.
     The process group a communication kernel's args name (description,
     name, `process_group_ranks_key` = sorted ranks) is resolved against the
     run's groups by int_comm_groups_matched, a per-run lookup that
@@ -27,7 +30,8 @@
 ) }}
 
 {#- The traces to compute, read once for every scan (macros/per_trace.sql). -#}
-{%- set new_traces = traces_to_build() %}
+{%- set pending = traces_pending() %}
+{%- set new_traces = trace_filter(pending) %}
 
 with
 
@@ -220,6 +224,24 @@ kernel_steps as (
             and phases.slice_id = microbatches.slice_id
 ),
 
+{# The innermost annotation range around each launch (int_kernels_annotated),
+   with its name and path, in one narrow row per annotated kernel. #}
+kernel_annotations as (
+    select
+        annotated.trace_id,
+        annotated.slice_id,
+        annotated.annotation_slice_id,
+        ranges.name as annotation_name,
+        ranges.annotation_path
+    from {{ ref('int_kernels_annotated') }} as annotated
+    inner join {{ ref('int_annotation_ranges_nested') }} as ranges
+        on
+            annotated.trace_id = ranges.trace_id
+            and annotated.annotation_slice_id = ranges.slice_id
+    where
+        {{ trace_filter(pending, 'annotated.trace_id') }}
+),
+
 final as (
     select
         kernels.run_id,
@@ -256,6 +278,9 @@ final as (
         kernels.launch_track_id,
         kernels.launch_ts_ns,
         kernels.launch_end_ns,
+        kernel_annotations.annotation_slice_id,
+        kernel_annotations.annotation_name,
+        kernel_annotations.annotation_path,
         kernels.ts_ns,
         kernels.dur_ns,
         kernels.end_ns
@@ -268,6 +293,10 @@ final as (
         on
             kernels.trace_id = kernel_steps.trace_id
             and kernels.slice_id = kernel_steps.slice_id
+    left join kernel_annotations
+        on
+            kernels.trace_id = kernel_annotations.trace_id
+            and kernels.slice_id = kernel_annotations.slice_id
 )
 
 select * from final

@@ -98,6 +98,9 @@ final as (
         kernels.launch_slice_id,
         kernels.launch_source,
         kernels.launch_name,
+        kernels.annotation_slice_id,
+        kernels.annotation_name,
+        kernels.annotation_path,
         kernels.ts_ns,
         kernels.dur_ns,
         kernels.end_ns

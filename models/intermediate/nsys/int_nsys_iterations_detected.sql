@@ -13,8 +13,8 @@
     (is_heuristic). gpu_start_ns/gpu_end_ns bound the iteration's kernels;
     compute_ns and communication_ns sum their durations by nsys_class.
     Kernels are those of int_nsys_kernels_windowed (fct_nsys_kernels' rows),
-    NVTX push/pop ranges the trace's own (fct_nsys_nvtx_ranges' rows, read
-    from the lake as that mart reads them). fct_nsys_iterations shows the
+    NVTX push/pop ranges the trace's own (macro is_nvtx_push_pop_range, read
+    from the lake as int_annotation_ranges_nested reads them). fct_nsys_iterations shows the
     rows.
 #}
 

@@ -1,8 +1,9 @@
 {#
     One row per CUDA kernel of an Nsight Systems trace (trace_id, slice_id),
     inside the capture window var('nsys_window_start_ns') ..
-    var('nsys_window_end_ns') when set (capture-clock ns, as nsys shows them;
-    a kernel counts only when it lies wholly inside, as nsys-ai's --trim).
+    var('nsys_window_end_ns') when set (macro in_nsys_capture_window:
+    capture-clock ns, as nsys shows them; a kernel counts only when it lies
+    wholly inside, as nsys-ai's --trim).
     Copies and fills are left out: nsys-ai's views count kernels only.
 
     `nsys_class` is `communication` for the kernels int_kernels_classified
@@ -70,15 +71,6 @@ nccl_ops as (
     from {{ ref('nsys_nccl_ops') }}
 ),
 
-{%- set window_start = var('nsys_window_start_ns') %}
-{%- set window_end = var('nsys_window_end_ns') %}
-
-capture_window as (
-    select
-        {{ window_start | int if window_start is not none else 'null' }}::bigint as start_ns,
-        {{ window_end | int if window_end is not none else 'null' }}::bigint as end_ns
-),
-
 windowed as (
     select
         kernels.*,
@@ -98,16 +90,8 @@ windowed as (
         on
             kernels.trace_id = slices.trace_id
             and kernels.slice_id = slices.slice_id
-    cross join capture_window
     where
-        (
-            capture_window.start_ns is null
-            or kernels.ts_ns - traces.base_time_ns >= capture_window.start_ns
-        )
-        and (
-            capture_window.end_ns is null
-            or kernels.end_ns - traces.base_time_ns <= capture_window.end_ns
-        )
+        {{ in_nsys_capture_window('kernels.ts_ns', 'kernels.end_ns', 'traces.base_time_ns') }}
 ),
 
 op_matches as (

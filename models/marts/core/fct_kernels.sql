@@ -43,6 +43,9 @@ final as (
         launch_slice_id,
         launch_source,
         launch_name,
+        annotation_slice_id,
+        annotation_name,
+        annotation_path,
         ts_ns,
         dur_ns,
         end_ns
