@@ -518,10 +518,10 @@ def test_plain_build_narrows_to_what_reads_the_changed_lake_tables(
     warehouse = _copy(iteration_2_built, tmp_path / "warehouse")
     _build_plain(warehouse)  # a copy is a new location: builds everything, records its tables
     # The Nsight models name the Nsight traces at run time: on this Kineto-only
-    # warehouse, none, so they read no lake file at all (the kernel scan is
-    # int_nsys_kernels_windowed's, which fct_nsys_kernels selects).
+    # warehouse, none, so they read no lake file at all (the kernel args scan is
+    # int_kernel_short_names', which fct_kernels joins).
     nsys = (Warehouse(warehouse).root / "dbt/target/compiled/tracehouse/models/intermediate"
-            / "nsys" / "int_nsys_kernels_windowed.sql").read_text()
+            / "kernels" / "int_kernel_short_names.sql").read_text()
     assert re.search(r"category = 'kernel'\s+and false\b", nsys), nsys[:2000]
     topology = runs.main / "topology.json"
     original = topology.read_text()

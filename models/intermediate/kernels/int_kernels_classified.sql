@@ -15,8 +15,12 @@
     name, `process_group_ranks_key` = sorted ranks) is resolved against the
     run's groups by int_comm_groups_matched, a per-run lookup that
     fct_kernels joins in.
-    Every column depends on the kernel's own trace only, so the model is
-    per trace (macros/per_trace.sql): delete+insert on trace_id.
+    With var('capture_window_start_ns' / 'capture_window_end_ns') set, only
+    GPU work wholly inside that window of the capture clock is kept (the
+    rows of every model below; `tracehouse nsys --trim` builds a fresh
+    warehouse with them). Every column depends on the kernel's own trace
+    only, so the model is per trace (macros/per_trace.sql): delete+insert on
+    trace_id.
 #}
 
 {{ config(
@@ -25,6 +29,8 @@
     unique_key='trace_id',
     post_hook="{{ delete_unloaded_traces() }}",
 ) }}
+
+-- depends_on: {{ ref('int_traces') }}
 
 {#- The traces to compute, read once for every scan (macros/per_trace.sql). -#}
 {%- set new_traces = traces_to_build() %}
@@ -61,7 +67,10 @@ kernels as (
         ts_ns,
         dur_ns,
         end_ns
-    from {{ ref('int_slices_contextualized') }}
+    {#- Aliased only where the window's subqueries name it (sqlfluff: AL05). #}
+    {%- set windowed = var('capture_window_start_ns') is not none
+        or var('capture_window_end_ns') is not none %}
+    from {{ ref('int_slices_contextualized') }}{{ ' as contextualized' if windowed }}
     where
         category in (
             {%- for category in var('kernel_categories') %}
@@ -69,6 +78,23 @@ kernels as (
             {%- endfor %}
         )
         and {{ new_traces }}
+        {#- var('capture_window_*'): GPU work wholly inside the window of the
+            capture clock (ns since the trace's base time), as nsys-ai's
+            --trim counts kernels; unset (the default) reads everything. #}
+        {%- if var('capture_window_start_ns') is not none %}
+            and ts_ns - (
+                select traces.base_time_ns from {{ ref('int_traces') }} as traces
+                where traces.trace_id = contextualized.trace_id
+            )
+            >= {{ var('capture_window_start_ns') | int }}
+        {%- endif %}
+        {%- if var('capture_window_end_ns') is not none %}
+            and end_ns - (
+                select traces.base_time_ns from {{ ref('int_traces') }} as traces
+                where traces.trace_id = contextualized.trace_id
+            )
+            <= {{ var('capture_window_end_ns') | int }}
+        {%- endif %}
 ),
 
 kernel_names as (
@@ -76,7 +102,8 @@ kernel_names as (
         category,
         name,
         kind,
-        pattern_id
+        pattern_id,
+        comm_op
     from {{ ref('int_kernel_names_classified') }}
 ),
 
@@ -230,6 +257,7 @@ final as (
         kernels.category,
         kernel_names.kind,
         kernel_names.pattern_id as kind_pattern_id,
+        kernel_names.comm_op,
         coalesce(kernel_steps.phase, 'other') as phase,
         kernel_steps.phase_group_kind,
         kernels.iteration,

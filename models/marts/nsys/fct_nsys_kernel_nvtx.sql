@@ -27,7 +27,10 @@ kernels as (
         launch_slice_id,
         ts_ns,
         end_ns
-    from {{ ref('fct_nsys_kernels') }}
+    from {{ ref('fct_kernels') }}
+    where
+        category = 'kernel'
+        and {{ trace_filter(nsys_traces) }}
 ),
 
 slices as (
