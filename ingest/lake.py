@@ -33,7 +33,7 @@ import hashlib
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,38 +86,12 @@ def _same_schema(summary: Path, table_schema: pa.Schema) -> bool:
         return False
 
 
-#: Rows per Parquet row group (and per batch of a streamed column).
-ROW_GROUP_ROWS = 256 * 1024
-
-
-def write_parquet_tmp(table: pa.Table, final: Path, token: str,
-                      streamed: tuple[str, Iterator[pa.Array]] | None = None) -> Path:
-    """Write ``table`` to a hidden temporary beside ``final``; return its path.
-
-    ``streamed``: (column, its values in order, batch by batch); ``table``
-    holds a placeholder there. Why: the widest column of a big trace (the
-    Nsight ``args`` JSON) then never exists whole in memory; each batch is
-    written as a row group as it comes and dropped.
-    """
+def write_parquet_tmp(table: pa.Table, final: Path, token: str) -> Path:
+    """Write ``table`` to a hidden temporary beside ``final``; return its path."""
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.with_name(f".{final.name}.{token}{TMP_SUFFIX}")
-    if streamed is None:
-        pq.write_table(table, tmp, compression="zstd", row_group_size=ROW_GROUP_ROWS,
-                       **_encoding_options(table.schema))
-        return tmp
-    column, batches = streamed
-    index = table.schema.get_field_index(column)
-    field = table.schema.field(index)
-    offset = 0
-    with pq.ParquetWriter(tmp, table.schema, compression="zstd",
-                          **_encoding_options(table.schema)) as writer:
-        for batch in batches:
-            part = table.slice(offset, len(batch)).set_column(index, field, batch.cast(field.type))
-            writer.write_table(part, row_group_size=ROW_GROUP_ROWS)
-            offset += len(batch)
-    if offset != table.num_rows:
-        tmp.unlink(missing_ok=True)
-        raise ValueError(f"{column}: {offset} streamed values for {table.num_rows} rows")
+    pq.write_table(table, tmp, compression="zstd", row_group_size=256 * 1024,
+                   **_encoding_options(table.schema))
     return tmp
 
 
@@ -143,15 +117,12 @@ def trace_file(warehouse: Warehouse, table: str, run_id: str, trace_id: str) -> 
 
 
 def write_trace_tmp(
-    warehouse: Warehouse, run_id: str, trace_id: str, tables: dict[str, pa.Table], token: str,
-    slice_args: Iterator[pa.Array] | None = None,
+    warehouse: Warehouse, run_id: str, trace_id: str, tables: dict[str, pa.Table], token: str
 ) -> list[tuple[Path, Path]]:
     """Write every table of one trace to temporaries; return (tmp, final) in commit order.
 
     ``tables`` are the parser's (``slices`` with :data:`~.schema.PARSED_SLICES`);
     the lake's ``slices`` gains the slice context here (ingest/slice_context.py).
-    ``slice_args``: the ``args`` of ``slices`` batch by batch, when the parser
-    streams them (``slices`` then holds NULLs there; see :func:`write_parquet_tmp`).
     """
     tables = {**tables, "slices": with_context(tables["slices"], tables["flows"],
                                                tables["threads"])}
@@ -159,8 +130,7 @@ def write_trace_tmp(
     try:
         for table in TRACE_TABLES:
             final = trace_file(warehouse, table, run_id, trace_id)
-            streamed = ("args", slice_args) if table == "slices" and slice_args else None
-            pending.append((write_parquet_tmp(tables[table], final, token, streamed), final))
+            pending.append((write_parquet_tmp(tables[table], final, token), final))
     except BaseException:
         discard(pending)
         raise

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,9 +44,6 @@ class ParsedTrace:
     #: ``single_process`` (no rank anywhere and no distributed world: rank 0
     #: of a one-rank run, valid only while the trace is alone in its run).
     rank_source: str = "distributedInfo"
-    #: ``slices.args`` batch by batch, for a parser that streams its widest
-    #: column into the lake (``tables["slices"]`` then holds NULLs there).
-    slice_args: Iterator[pa.Array] | None = None
 
 
 class TraceError(Exception):

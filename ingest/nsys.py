@@ -52,11 +52,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import schema
-from .lake import ROW_GROUP_ROWS
 from .model import ParsedTrace, TraceError, TraceFile, display_path
 from .nesting import nest_slices
 from .nsys_read import NsysDatabase
-from .nsys_stage import scratch_duckdb, stage_activity
 
 FILE_FORMAT = "nsys_sqlite"
 LAYOUT = "nsys"
@@ -65,6 +63,48 @@ NVTX_MARK, NVTX_PUSH_POP, NVTX_START_END, NVTX_DOMAIN_CREATE = 34, 59, 60, 75
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 
 
+#: Columns read as something other than integers (every other column is int64).
+_COLUMN_TYPES = {"text": pa.string(), "jsonText": pa.string(), "doubleValue": pa.float64(),
+                 "floatValue": pa.float64()}
+
+
+@dataclass(frozen=True)
+class _Source:
+    """One activity table of the export and the columns we read from it."""
+
+    base: str
+    columns: tuple[str, ...]
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The columns' types, whatever SQLite held: the ADBC driver types a column
+        by its values, so a TEXT column that is all NULL (NVTX ``text`` in exports
+        that name ranges by ``textId``) or one this export lacks arrives as int64."""
+        return pa.schema([(c, _COLUMN_TYPES.get(c, pa.int64())) for c in self.columns])
+
+
+_KERNEL = _Source("CUPTI_ACTIVITY_KIND_KERNEL", (
+    "start", "end", "deviceId", "streamId", "correlationId", "globalPid", "demangledName",
+    "shortName", "gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ",
+    "registersPerThread", "staticSharedMemory", "dynamicSharedMemory", "graphId",
+    "graphNodeId", "launchType"))
+_MEMCPY = _Source("CUPTI_ACTIVITY_KIND_MEMCPY", (
+    "start", "end", "deviceId", "streamId", "correlationId", "globalPid", "bytes", "copyKind",
+    "srcKind", "dstKind", "graphNodeId"))
+_MEMSET = _Source("CUPTI_ACTIVITY_KIND_MEMSET", (
+    "start", "end", "deviceId", "streamId", "correlationId", "globalPid", "bytes", "value",
+    "memKind", "graphNodeId"))
+_GRAPH = _Source("CUPTI_ACTIVITY_KIND_GRAPH_TRACE", (
+    "start", "end", "deviceId", "streamId", "correlationId", "globalPid", "graphId"))
+_RUNTIME = _Source("CUPTI_ACTIVITY_KIND_RUNTIME", (
+    "start", "end", "globalTid", "correlationId", "nameId", "returnValue"))
+_DRIVER = _Source("CUPTI_ACTIVITY_KIND_DRIVER", (
+    "start", "end", "globalTid", "correlationId", "nameId", "returnValue"))
+_NVTX = _Source("NVTX_EVENTS", (
+    "start", "end", "eventType", "rangeId", "category", "text", "globalTid", "endGlobalTid",
+    "textId", "domainId", "uint64Value", "int64Value", "doubleValue", "uint32Value",
+    "int32Value", "floatValue", "jsonText"))
+
 _MEMCPY_KIND = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD",
                 7: "DtoA", 8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "HtoD (Unified)",
                 12: "DtoH (Unified)", 13: "DtoD (Unified)"}
@@ -72,10 +112,34 @@ _MEM_KIND = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed",
              5: "Device Static", 6: "Managed Static", 7: "Unknown"}
 
 
-def read_small_tables(db: NsysDatabase) -> dict[str, pa.Table]:
-    """The export's small tables (strings, processes, threads, clocks, GPUs) as Arrow;
-    the activity tables are staged in DuckDB instead (:mod:`ingest.nsys_stage`)."""
+def _read(db: NsysDatabase, source: _Source) -> pa.Table | None:
+    """The table's columns we use (NULL for those this export lacks); None if absent."""
+    table = db.table(source.base)
+    if table is None:
+        return None
+    present = db.columns(table)
+    select = ", ".join(f'"{c}"' if c in present else f'null as "{c}"' for c in source.columns)
+    return _typed(db.query(f'select {select} from "{table}"'), source.schema)
+
+
+def _typed(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` with ``schema``'s types, so the SQL below binds one way on every export."""
+    try:
+        return table.cast(schema)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise TraceError("invalid_sqlite", f"a column holds values of an unexpected type: {exc}",
+                         "export the report again with `nsys export --type sqlite`") from exc
+
+
+def read_export(db: NsysDatabase) -> dict[str, pa.Table]:
+    """Every table of the export that ingest maps, as Arrow (absent ones left out)."""
     tables: dict[str, pa.Table] = {}
+    for key, source in (("kernel", _KERNEL), ("memcpy", _MEMCPY), ("memset", _MEMSET),
+                        ("graph", _GRAPH), ("runtime", _RUNTIME), ("driver", _DRIVER),
+                        ("nvtx", _NVTX)):
+        table = _read(db, source)
+        if table is not None:
+            tables[key] = table
     tables["strings"] = db.query('select id, value from "StringIds"')
     if "PROCESSES" in db.tables:
         tables["processes"] = db.query('select globalPid, pid, name from "PROCESSES"')
@@ -101,7 +165,11 @@ _PID = "((({col}) >> 24) & 16777215)"
 _TID = "(({col}) & 16777215)"
 
 
-def _gpu_slices_sql(tables: set[str]) -> str:
+def _empty_like(source: _Source) -> pa.Table:
+    return source.schema.empty_table()
+
+
+def _gpu_slices_sql(tables: dict[str, pa.Table]) -> str:
     """Kernels, copies, fills and graph records: one row each, still device-wide."""
     parts = [f"""
         select 'kernel' as category, k.start, k."end", k.deviceId as device,
@@ -147,7 +215,7 @@ def _gpu_slices_sql(tables: set[str]) -> str:
     return " union all ".join(parts)
 
 
-def _cpu_slices_sql(tables: set[str]) -> str:
+def _cpu_slices_sql(tables: dict[str, pa.Table]) -> str:
     """Runtime and driver calls and NVTX events, with the track each belongs on."""
     parts = []
     for key, category in (("runtime", "cuda_runtime"), ("driver", "cuda_driver")):
@@ -191,6 +259,12 @@ def _cpu_slices_sql(tables: set[str]) -> str:
 
 
 def _register(con: duckdb.DuckDBPyConnection, tables: dict[str, pa.Table]) -> None:
+    for key, source in (("kernel", _KERNEL), ("memcpy", _MEMCPY), ("memset", _MEMSET),
+                        ("runtime", _RUNTIME), ("nvtx", _NVTX)):
+        con.register(key, tables.get(key, _empty_like(source)))
+    for key in ("graph", "driver"):
+        if key in tables:
+            con.register(key, tables[key])
     con.register("strings", tables["strings"])
     con.register("copy_kinds", pa.table({"id": list(_MEMCPY_KIND),
                                          "label": list(_MEMCPY_KIND.values())}))
@@ -241,59 +315,52 @@ def parse_nsys_export(db: NsysDatabase, source: TraceFile, *, content_hash: str,
     """Turn one open export into one :class:`ParsedTrace` per GPU, in rank order.
 
     A generator, so that the caller writes each GPU's rows before the next
-    is built: the activity tables are staged once in a scratch DuckDB file
-    (:mod:`ingest.nsys_stage`), and of one GPU's output only the narrow
-    columns are held; its ``args`` JSON streams into the lake
-    (``ParsedTrace.slice_args``). ``id_for(device_index)`` gives each GPU's
-    ``trace_id``. Raises :class:`TraceError` for an export without GPU activity.
+    is built: memory holds the export's Arrow tables once (DuckDB reads them
+    in place) plus one GPU's output. ``id_for(device_index)`` gives each GPU's ``trace_id``. Raises
+    :class:`TraceError` for an export without GPU activity.
     """
-    tables = read_small_tables(db)
-    with scratch_duckdb() as con:
-        yield from _map_export(db, con, tables, source, content_hash=content_hash,
-                               id_for=id_for, ingested_at=ingested_at)
-
-
-def _map_export(db: NsysDatabase, con: duckdb.DuckDBPyConnection, tables: dict[str, pa.Table],
-                source: TraceFile, *, content_hash: str, id_for: Callable[[int], str],
-                ingested_at: object) -> Iterator[ParsedTrace]:
-    present = stage_activity(db, con)
-    _register(con, tables)
-    # Views over the staged tables: the JSON args and joined names of a row are
-    # built only when that GPU's rows are taken, never held for the whole file.
-    con.execute(f"create temp view gpu as {_gpu_slices_sql(present)}")
-    con.execute(f"create temp view cpu as {_cpu_slices_sql(present)}")
-    names = _thread_and_process_names(con, tables)
-    base_ns = _base_time_ns(tables)
-    con.execute(f"""
-        create temp table gpu_work as
-        select deviceId as device, {_PID.format(col='globalPid')} as pid from kernel
-        union all select deviceId, {_PID.format(col='globalPid')} from memcpy
-        union all select deviceId, {_PID.format(col='globalPid')} from memset""")
-    devices = [row[0] for row in con.execute(
-        "select distinct device from gpu_work where device is not null order by 1"
-    ).fetchall()]
-    if not devices:
-        raise TraceError("empty", "the export has no CUDA kernels, copies or fills",
-                         "profile with `nsys profile --trace=cuda,nvtx` and export again")
-    # The GPU each process launches most work on; ties go to the lower device.
-    con.execute("""
-        create temp table process_device as
-        select pid, arg_max(device, n) as device from (
-            select pid, device, count(*) * 1000000 - device as n
-            from gpu_work where pid is not null group by 1, 2
-        ) group by 1""")
-    # Views take no bind parameters; the device ids are ints we read, never text.
-    con.execute(f"""
-        create temp view cpu_device as
-        select cpu.*, coalesce(process_device.device, {int(devices[0])}) as device
-        from cpu left join process_device on cpu.pid = process_device.pid""")
-    first_rank = source.rank_hint if source.rank_hint is not None else 0
-    world = len(devices) if source.rank_hint is None else None
-    for index, device in enumerate(devices):
-        yield _one_gpu(con, source, device, first_rank + index, world, base_ns, names,
-                       trace_id=id_for(index), content_hash=content_hash,
-                       ingested_at=ingested_at,
-                       device_properties=_device_properties(tables, device))
+    tables = read_export(db)
+    con = duckdb.connect()
+    try:
+        _register(con, tables)
+        # Views over the Arrow tables: the JSON args and joined names of a row are
+        # built only when that GPU's rows are taken, never held for the whole file.
+        con.execute(f"create temp view gpu as {_gpu_slices_sql(tables)}")
+        con.execute(f"create temp view cpu as {_cpu_slices_sql(tables)}")
+        names = _thread_and_process_names(con, tables)
+        base_ns = _base_time_ns(tables)
+        con.execute(f"""
+            create temp table gpu_work as
+            select deviceId as device, {_PID.format(col='globalPid')} as pid from kernel
+            union all select deviceId, {_PID.format(col='globalPid')} from memcpy
+            union all select deviceId, {_PID.format(col='globalPid')} from memset""")
+        devices = [row[0] for row in con.execute(
+            "select distinct device from gpu_work where device is not null order by 1"
+        ).fetchall()]
+        if not devices:
+            raise TraceError("empty", "the export has no CUDA kernels, copies or fills",
+                             "profile with `nsys profile --trace=cuda,nvtx` and export again")
+        # The GPU each process launches most work on; ties go to the lower device.
+        con.execute("""
+            create temp table process_device as
+            select pid, arg_max(device, n) as device from (
+                select pid, device, count(*) * 1000000 - device as n
+                from gpu_work where pid is not null group by 1, 2
+            ) group by 1""")
+        # Views take no bind parameters; the device ids are ints we read, never text.
+        con.execute(f"""
+            create temp view cpu_device as
+            select cpu.*, coalesce(process_device.device, {int(devices[0])}) as device
+            from cpu left join process_device on cpu.pid = process_device.pid""")
+        first_rank = source.rank_hint if source.rank_hint is not None else 0
+        world = len(devices) if source.rank_hint is None else None
+        for index, device in enumerate(devices):
+            yield _one_gpu(con, source, device, first_rank + index, world, base_ns, names,
+                           trace_id=id_for(index), content_hash=content_hash,
+                           ingested_at=ingested_at,
+                           device_properties=_device_properties(tables, device))
+    finally:
+        con.close()
 
 
 @dataclass
@@ -342,16 +409,13 @@ def _one_gpu(con: duckdb.DuckDBPyConnection, source: TraceFile, device: int, ran
             row_number() over (order by min(side), track_kind, track_key) - 1 as track_id,
             count(*) as slice_count
         from picked group by 1, 2""")
-    # In slice order once, in DuckDB's file; the narrow columns are taken whole
-    # (nesting and launches need them), ``args`` is streamed as the lake writes.
-    con.execute(f"""
-        create or replace table ordered as
-        select picked.side, picked.category, picked.phase, picked.start + {int(base_ns)} as ts,
+    rows = con.sql("""
+        select picked.side, picked.category, picked.phase, picked.start + $base as ts,
             greatest(picked."end" - picked.start, 0) as dur, picked.correlation,
             picked.device, picked.stream, picked.name, picked.args, tracks.track_id
         from picked inner join tracks using (track_kind, track_key)
-        order by picked.side, picked.start, tracks.track_id, picked."end" desc""")
-    rows = con.sql("select * exclude (args) from ordered").to_arrow_table()
+        order by picked.side, picked.start, tracks.track_id, picked."end" desc
+        """, params={"base": base_ns}).to_arrow_table()
     track_rows = con.execute("select * from tracks order by track_id").fetchall()
 
     n = rows.num_rows
@@ -387,7 +451,7 @@ def _one_gpu(con: duckdb.DuckDBPyConnection, source: TraceFile, device: int, ran
         "in_msg_nelems": pa.nulls(n, pa.int64()),
         "out_msg_nelems": pa.nulls(n, pa.int64()),
         "dtype": pa.nulls(n, pa.string()),
-        "args": pa.nulls(n, pa.string()),  # streamed: slice_args
+        "args": rows.column("args"),
     }).cast(schema.PARSED_SLICES)
 
     flows = _launch_flows(rows, ts, run_id, rank, trace_id)
@@ -419,20 +483,7 @@ def _one_gpu(con: duckdb.DuckDBPyConnection, source: TraceFile, device: int, ran
         tables={"slices": slices, "flows": flows, "threads": threads,
                 "processes": processes, "process_groups": schema.PROCESS_GROUPS.empty_table(),
                 "traces": traces},
-        slice_args=_args_batches(con),
     )
-
-
-def _args_batches(con: duckdb.DuckDBPyConnection) -> Iterator[pa.Array]:
-    """``args`` of table ``ordered`` in slice order, one row group's worth at a time,
-    on a cursor of its own (the main connection stays free for the next GPU)."""
-    cursor = con.cursor()
-    try:
-        reader = cursor.sql("select args from ordered").to_arrow_reader(ROW_GROUP_ROWS)
-        for batch in reader:
-            yield batch.column(0)
-    finally:
-        cursor.close()
 
 
 def _cpu_names(rows: pa.Table) -> list[str]:

@@ -172,21 +172,6 @@ class NsysDatabase:
         except Exception as exc:  # noqa: BLE001
             raise _database_error(exc) from exc
 
-    def stream(self, sql: str, batch_rows: int = 65536) -> Iterator[pa.RecordBatch]:
-        """``sql``'s rows as Arrow record batches, read as they are taken: a table of
-        millions of rows is never whole in memory (see :meth:`query`)."""
-        try:
-            with self._conn.cursor() as cursor:
-                cursor.adbc_statement.set_options(
-                    **{"adbc.sqlite.query.batch_rows": str(batch_rows)})
-                cursor.execute(sql)
-                for batch in cursor.fetch_record_batch():
-                    yield repair_utf8(batch)
-        except TraceError:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            raise _database_error(exc) from exc
-
     def close(self) -> None:
         self._conn.close()
 
@@ -197,7 +182,7 @@ class NsysDatabase:
         self.close()
 
 
-def repair_utf8(table: pa.Table | pa.RecordBatch) -> pa.Table | pa.RecordBatch:
+def repair_utf8(table: pa.Table) -> pa.Table:
     """Replace invalid UTF-8 in string columns with U+FFFD.
 
     SQLite stores TEXT bytes as given, and the ADBC driver copies them into

@@ -271,7 +271,7 @@ def _load_nsys(task: _Task, started: float) -> _Outcome:
         try:
             for index, part in enumerate(parsed):
                 pending = lake.write_trace_tmp(wh, source.run_id, part.trace_id, part.tables,
-                                               task.token, slice_args=part.slice_args)
+                                               task.token)
                 outcomes.append(_Outcome(
                     source, "parsed", trace_id=part.trace_id, rank=part.rank,
                     iteration=part.iteration, steps=part.profiler_steps,
