@@ -1,37 +1,32 @@
 #!/usr/bin/env python3
-"""Nsight Systems benchmark: tracehouse ingest vs nsys-ai's own load of the same export.
+"""Nsight Systems benchmark: the commands a user runs, tracehouse against nsys-ai, same run.
 
-For every export, in the same run, each in its own fresh child process (so
-peak RSS is that measurement's own ``ru_maxrss``), this times
+For every export, each command runs as its own process, cold, and is timed
+wall-clock with its peak RSS (``ru_maxrss`` of the process tree, from
+``wait4``: the largest process in it, as ``/usr/bin/time -v`` reports):
 
-* ``tracehouse-ingest``: ``ingest_paths([file])`` into a fresh warehouse
-  (ADBC read, mapping to lake rows, Parquet written, committed);
-* ``tracehouse-views``: the same ingest, then the nsys marts built
-  (``build_marts``) and the summary, overlap and nccl views queried: what
-  ``tracehouse nsys summary|overlap|nccl`` does;
-* ``nsys-ai``: ``nsys_ai.profile.open(file)`` and its ``gpu_summary``,
-  ``overlap_analysis`` and ``nccl_breakdown`` for every GPU. Offline its
-  DuckDB path needs the sqlite extension, which cannot be downloaded, so it
-  runs on its sqlite3 fallback (as on any machine without the extension).
-  It reads a copy in a temporary folder, because it writes a cache and a
-  lock file beside the profile.
+* ``tracehouse nsys summary FILE``: a fresh temporary warehouse (its
+  default), so ingest, the dbt build of the nsys marts and the query;
+* ``tracehouse ingest FILE --warehouse NEW``: the load alone;
+* ``nsys-ai summary COPY``: on a copy in a fresh folder, so no nsys-ai cache
+  lies beside it (it writes one there). Offline its DuckDB path tries to
+  download the sqlite extension, fails, and falls back to sqlite3: that
+  wait is part of what a user on such a machine gets, and of its figure.
 
-MB/s is the export's size on disk (10^6 bytes) over the median wall time.
-The shared exports are small (2-3 MB), so fixed costs dominate; ``--scale K``
-also measures a copy of each made K times longer (every kernel, copy, fill,
-CUDA call and NVTX event repeated K times, shifted by the capture's length,
-correlation ids kept apart), written once to a temporary folder.
+Every figure is printed with its ratio to nsys-ai's in the same run. The
+shared exports are small (2-3 MB); ``--size-mb M`` also measures the first
+export scaled up to at least M MB (``benchmarks/nsys_scale.py``), written
+to a temporary folder outside the repository and removed afterwards.
 
-    python benchmarks/nsys.py [FILE ...] [--repeat R] [--scale K] [--json OUT]
+    python benchmarks/nsys.py [FILE ...] [--repeat R] [--size-mb M] [--json OUT]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import resource
+import os
 import shutil
-import sqlite3
 import statistics
 import subprocess
 import sys
@@ -42,117 +37,79 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 NSYS = REPO.parent / "shared" / "data" / "nsys"
 DEFAULT_FILES = [NSYS / "mfu_2gpu_before.sqlite", NSYS / "h100_2gpu_1s.sqlite"]
-SIDES = ("tracehouse-ingest", "tracehouse-views", "nsys-ai")
-MARK = "@@NSYS-BENCH@@ "
+BIN = Path(sys.executable).parent
+SIDES = ("nsys-ai summary", "tracehouse nsys summary", "tracehouse ingest")
+PEER = SIDES[0]
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from nsys_scale import factor_for_size, scale_export  # noqa: E402
 
 
-_SCALED_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
-                  "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS")
-
-
-def scaled_copy(file: Path, factor: int, folder: Path) -> Path:
-    """A copy of ``file`` with its activity repeated ``factor`` times back to back."""
-    out = folder / f"{file.stem}_x{factor}.sqlite"
-    shutil.copyfile(file, out)
-    out.chmod(0o644)
-    with sqlite3.connect(out) as con:
-        (first, last), = con.execute(
-            'select min(start), max("end") from CUPTI_ACTIVITY_KIND_KERNEL').fetchall()
-        (top,), = con.execute(
-            "select max(correlationId) from CUPTI_ACTIVITY_KIND_RUNTIME").fetchall()
-        shift, corr_shift = last - first + 1_000_000, (top or 0) + 1
-        for table in _SCALED_TABLES:
-            columns = [row[1] for row in con.execute(f"pragma table_info('{table}')")]
-            (rows,), = con.execute(f"select count(*) from {table}").fetchall()
-            for k in range(1, factor):
-                select = ", ".join(
-                    f'"{c}" + {k * shift}' if c in ("start", "end")
-                    else f'"{c}" + {k * corr_shift}' if c == "correlationId"
-                    else f'"{c}"' for c in columns)
-                con.execute(f"insert into {table} select {select} from {table} "
-                            f"where rowid <= {rows}")
-    return out
-
-
-def _child(side: str, file: Path, tmp: Path) -> dict[str, float]:
-    """One measurement in this (fresh) process; returns seconds and peak RSS (MiB)."""
-    if side == "nsys-ai":
-        from nsys_ai import parquet_cache, profile
-        from nsys_ai.overlap import nccl_breakdown, overlap_analysis
-        from nsys_ai.summary import gpu_summary
-
-        def offline(*_args: object, **_kwargs: object) -> None:
-            raise RuntimeError("DuckDB sqlite extension not available offline")
-
-        parquet_cache.open_auto_db = offline
-        parquet_cache.open_direct_sqlite = offline
-        copy = tmp / file.name
+def _command(side: str, file: Path, scratch: Path) -> list[str]:
+    if side == "nsys-ai summary":
+        copy = scratch / file.name
         shutil.copyfile(file, copy)
-        started = time.perf_counter()
-        with profile.open(str(copy)) as prof:
-            for device in prof.meta.devices:
-                gpu_summary(prof, device)
-                overlap_analysis(prof, device)
-                nccl_breakdown(prof, device)
-    else:
-        from tracehouse.ingest.runner import ingest_paths
-        from tracehouse.nsys_cli import build_marts, ingest_file, query_view
-
-        started = time.perf_counter()
-        if side == "tracehouse-ingest":
-            result = ingest_paths([file], warehouse=tmp / "wh", run="bench", jobs=1,
-                                  progress=False)
-            if result.failed:
-                raise SystemExit(f"ingest failed: {result.failed}")
-        else:
-            trace_ids = ingest_file(file, tmp / "wh")
-            build_marts(tmp / "wh")
-            for view in ("summary", "overlap", "nccl"):
-                query_view(tmp / "wh", view, trace_ids)
-    seconds = time.perf_counter() - started
-    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"seconds": seconds, "peak_rss_mib": peak_mib}
+        return [str(BIN / "nsys-ai"), "summary", str(copy)]
+    if side == "tracehouse nsys summary":
+        return [str(BIN / "tracehouse"), "nsys", "summary", str(file)]
+    return [str(BIN / "tracehouse"), "ingest", "-q", str(file), "--warehouse",
+            str(scratch / "wh")]
 
 
 def measure(side: str, file: Path) -> dict[str, float]:
+    """One cold run of ``side`` on ``file``: wall seconds and peak RSS (MiB) of its tree."""
     with tempfile.TemporaryDirectory(prefix="nsys-bench-") as tmp:
-        done = subprocess.run([sys.executable, __file__, "_child", side, str(file), tmp],
-                              capture_output=True, text=True, check=False)
-    lines = [line for line in done.stdout.splitlines() if line.startswith(MARK)]
-    if done.returncode != 0 or not lines:
-        raise SystemExit(f"{side} on {file} failed:\n{done.stderr[-2000:]}")
-    return json.loads(lines[-1][len(MARK):])
+        command = _command(side, file, Path(tmp))
+        env = {**os.environ, "TMPDIR": tmp}
+        started = time.perf_counter()
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                env=env, cwd=tmp)
+        _pid, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - started
+        stderr = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+        proc.stderr and proc.stderr.close()
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{' '.join(command)} failed:\n{stderr[-2000:]}")
+    return {"seconds": seconds, "peak_rss_mib": usage.ru_maxrss / 1024}
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["_child"]:
-        print(MARK + json.dumps(_child(argv[1], Path(argv[2]), Path(argv[3]))), flush=True)
-        return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="*", type=Path, default=DEFAULT_FILES)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--scale", type=int, default=0, metavar="K",
-                        help="also measure each export made K times longer")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per command, alternating")
+    parser.add_argument("--size-mb", type=float, default=0, metavar="M",
+                        help="also measure the first export scaled up to >= M MB")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
     scratch = tempfile.TemporaryDirectory(prefix="nsys-bench-scaled-")
-    files = list(args.files)
-    if args.scale > 1:
-        files += [scaled_copy(file, args.scale, Path(scratch.name)) for file in args.files]
+    files = [file.resolve() for file in args.files]
+    if args.size_mb:
+        src = files[0]
+        factor = factor_for_size(src, args.size_mb, Path(scratch.name))
+        files.append(scale_export(src, Path(scratch.name) / f"{src.stem}_x{factor}.sqlite",
+                                  factor))
     rows = []
-    print(f"{'file':<30} {'side':<18} {'MB':>6} {'median s':>9} {'MB/s':>7} {'peak RSS MiB':>13}")
+    print(f"{'file':<30} {'MB':>7} {'command':<24} {'median s':>9} {'x nsys-ai':>9} "
+          f"{'peak MiB':>9} {'x nsys-ai':>9} {'x file':>7}")
     for file in files:
         size_mb = file.stat().st_size / 1e6
+        runs: dict[str, list[dict[str, float]]] = {side: [] for side in SIDES}
+        for _ in range(args.repeat):
+            for side in SIDES:
+                runs[side].append(measure(side, file))
+        figures = {side: (statistics.median(r["seconds"] for r in runs[side]),
+                          max(r["peak_rss_mib"] for r in runs[side])) for side in SIDES}
+        peer_s, peer_mib = figures[PEER]
         for side in SIDES:
-            runs = [measure(side, file) for _ in range(args.repeat)]
-            seconds = statistics.median(run["seconds"] for run in runs)
-            peak = max(run["peak_rss_mib"] for run in runs)
-            rows.append({"file": file.name, "side": side, "size_mb": size_mb,
-                         "median_seconds": seconds, "mb_per_s": size_mb / seconds,
-                         "peak_rss_mib": peak, "runs": runs})
-            print(f"{file.name:<30} {side:<18} {size_mb:>6.2f} {seconds:>9.3f} "
-                  f"{size_mb / seconds:>7.2f} {peak:>13.0f}", flush=True)
+            seconds, peak = figures[side]
+            rows.append({"file": file.name, "size_mb": size_mb, "command": side,
+                         "median_seconds": seconds, "seconds_ratio": seconds / peer_s,
+                         "peak_rss_mib": peak, "peak_ratio": peak / peer_mib,
+                         "peak_over_file": peak * 2**20 / file.stat().st_size,
+                         "runs": runs[side]})
+            print(f"{file.name:<30} {size_mb:>7.1f} {side:<24} {seconds:>9.2f} "
+                  f"{seconds / peer_s:>9.2f} {peak:>9.0f} {peak / peer_mib:>9.2f} "
+                  f"{rows[-1]['peak_over_file']:>7.2f}", flush=True)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
     scratch.cleanup()

@@ -23,112 +23,21 @@
 {%- endmacro %}
 
 {#
-    in_nsys_capture_window(): the predicate that GPU work of an Nsight
-    Systems trace (start and end columns, absolute ns; the trace's
-    base_time_ns) lies wholly inside the capture window
-    var('nsys_window_start_ns') .. var('nsys_window_end_ns') (capture-clock
-    ns, as nsys shows them; `tracehouse nsys --trim` sets them); `true`
-    when neither is set. nsys-ai's --trim counts a kernel only when it lies
-    wholly inside.
+    annotation_range_slices(pending, columns): the annotation ranges
+    (is_annotation_range) of the traces `pending` (traces_pending()) as a
+    subquery of `columns`, read from the lake with a narrow scan: the one
+    read of ranges for int_annotation_ranges_nested and int_kernels_annotated.
 #}
-{% macro in_nsys_capture_window(start_column, end_column, base_column) -%}
-    {%- set window_start = var('nsys_window_start_ns') -%}
-    {%- set window_end = var('nsys_window_end_ns') -%}
-    {%- if window_start is none and window_end is none -%}
-        true
-    {%- else -%}
-        (
-            {%- if window_start is not none %}
-            {{ start_column }} - {{ base_column }} >= {{ window_start | int }}
-            {%- endif %}
-            {%- if window_start is not none and window_end is not none %} and{% endif %}
-            {%- if window_end is not none %}
-            {{ end_column }} - {{ base_column }} <= {{ window_end | int }}
-            {%- endif %}
-        )
-    {%- endif -%}
-{%- endmacro %}
-
-{#
-    annotated_cpu_slices(pending): the CPU slices of the traces `pending`
-    (traces_pending()) as a subquery of (trace_id, slice_id, parent_id,
-    is_annotation): the nodes an upward walk passes (nearest_annotations).
-    The annotation flag comes from a second, narrow scan of the few rows
-    whose category can be one, so that `args` is read for them only.
-#}
-{% macro annotated_cpu_slices(pending) -%}
+{% macro annotation_range_slices(pending, columns) -%}
     (
         select
-            cpu.trace_id,
-            cpu.slice_id,
-            cpu.parent_id,
-            annotations.slice_id is not null as is_annotation
-        from {{ lake_scan('slices', pending) }} as cpu
-        left join (
-            select
-                trace_id,
-                slice_id
-            from {{ lake_scan('slices', pending) }}
-            where
-                category in ('user_annotation', 'nvtx')
-                and {{ is_annotation_range() }}
-                and {{ trace_filter(pending) }}
-        ) as annotations
-            on
-                cpu.trace_id = annotations.trace_id
-                and cpu.slice_id = annotations.slice_id
+            {%- for column in columns %}
+            {{ column }}{{ "," if not loop.last }}
+            {%- endfor %}
+        from {{ lake_scan('slices', pending) }}
         where
-            not cpu.is_gpu
-            and {{ trace_filter(pending, 'cpu.trace_id') }}
-    )
-{%- endmacro %}
-
-{#
-    nearest_annotations(starts, slices): for each row of `starts`
-    (trace_id, slice_id, from_id: the first slice to test, a parent), the
-    nearest annotation range at or above from_id along the parent links of
-    `slices` (annotated_cpu_slices): a subquery of (trace_id, slice_id,
-    annotation_slice_id, distance), distance 1 when from_id is the
-    annotation itself; a start with none above it has no row. The walk
-    stops at the first annotation, so its cost is the number of
-    non-annotation slices between, not the depth of the thread's stack.
-#}
-{% macro nearest_annotations(starts, slices) -%}
-    (
-        with recursive walk as (
-            select
-                trace_id,
-                slice_id,
-                from_id as at_id,
-                1 as distance
-            from {{ starts }}
-            where from_id is not null
-            union all
-            select
-                walk.trace_id,
-                walk.slice_id,
-                reached.parent_id as at_id,
-                walk.distance + 1 as distance
-            from walk
-            inner join {{ slices }} as reached
-                on
-                    walk.trace_id = reached.trace_id
-                    and walk.at_id = reached.slice_id
-            where
-                not reached.is_annotation
-                and reached.parent_id is not null
-        )
-
-        select
-            walk.trace_id,
-            walk.slice_id,
-            walk.at_id as annotation_slice_id,
-            walk.distance
-        from walk
-        inner join {{ slices }} as reached
-            on
-                walk.trace_id = reached.trace_id
-                and walk.at_id = reached.slice_id
-        where reached.is_annotation
+            category in ('user_annotation', 'nvtx')
+            and {{ is_annotation_range() }}
+            and {{ trace_filter(pending) }}
     )
 {%- endmacro %}

@@ -1,4 +1,4 @@
-"""fct_annotation_ranges and fct_kernels' annotation columns on a real Kineto trace.
+"""fct_annotation_ranges and the kernel -> range map on a real Kineto trace.
 
 The shared A100 trace (``single_rank/a100_nccl_pg_args.json.gz``: 42 user
 annotations, ``ProfilerStep#4..6`` among them, 2,700 kernels) is ingested
@@ -158,15 +158,17 @@ def test_hostile_names_survive_and_gpu_copies_are_not_ranges(annotated) -> None:
     assert parent_name == HOSTILE["## forward ##"]
 
 
-def test_kernels_carry_their_innermost_range(annotated) -> None:
+def test_kernels_map_to_their_innermost_range(annotated) -> None:
     warehouse, trace = annotated
     rows = query_warehouse(warehouse, """
-        select kernels.correlation, kernels.annotation_name, kernels.annotation_path,
-            ranges.name, ranges.annotation_path
+        select kernels.correlation, ranges.name
         from fct_kernels as kernels
+        left join intermediate.int_kernels_annotated as annotated
+            on kernels.trace_id = annotated.trace_id
+            and kernels.slice_id = annotated.slice_id
         left join fct_annotation_ranges as ranges
-            on kernels.trace_id = ranges.trace_id
-            and kernels.annotation_slice_id = ranges.slice_id
+            on annotated.trace_id = ranges.trace_id
+            and annotated.annotation_slice_id = ranges.slice_id
         where kernels.run_id = ? and kernels.category = 'kernel'""", [RUN])
     events = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
     ranges = [e for e in events if e.get("cat") == "user_annotation"]
@@ -183,6 +185,3 @@ def test_kernels_carry_their_innermost_range(annotated) -> None:
     ours = {corr: name for corr, name, *_ in rows if name is not None}
     assert ours == {c: n for c, n in expected.items() if c in {row[0] for row in rows}}
     assert len(ours) > 500  # 939 of the 2,700 kernels are launched inside a range
-    # The kernel's name and path are its range's.
-    assert all((name, path) == (range_name, range_path)
-               for _c, name, path, range_name, range_path in rows if name is not None)

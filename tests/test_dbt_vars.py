@@ -23,7 +23,7 @@ DOCUMENTED = [
     "{clock_offset_mode: first_step}",
     "{clock_offset_mode: none}",
     "{clock_offset_mode: collectives}",
-    "{nsys_window_start_ns: 0, nsys_window_end_ns: 1000000000}",
+    "{capture_window_start_ns: 0, capture_window_end_ns: 1000000000}",
 ]
 
 pytestmark = pytest.mark.slow

@@ -55,9 +55,9 @@ COMPARED_MODELS = [
     "intermediate.int_cpu_steps_classified",
     "intermediate.int_cpu_collectives_classified",
     "intermediate.int_kernel_names_classified",
+    "intermediate.int_kernels_classified",
     "intermediate.int_kernels_annotated",
     "intermediate.int_annotation_ranges_nested",
-    "intermediate.int_kernels_classified",
     "intermediate.int_comm_groups_matched",
     "intermediate.int_microbatch_steps_chunked",
     "intermediate.int_kernel_intervals_merged",
@@ -122,9 +122,9 @@ MARKERS = {
     "intermediate.int_profiler_steps": ("end_ns", "-1"),
     "intermediate.int_slices_contextualized": ("name", "'untouched'"),
     "intermediate.int_cpu_steps_classified": ("function_name", "'untouched'"),
-    "intermediate.int_kernels_annotated": ("launch_distance", "-1"),
-    "intermediate.int_annotation_ranges_nested": ("annotation_path", "'untouched'"),
     "intermediate.int_kernels_classified": ("launch_name", "'untouched'"),
+    "intermediate.int_kernels_annotated": ("end_ns", "-1"),
+    "intermediate.int_annotation_ranges_nested": ("annotation_path", "'untouched'"),
     "intermediate.int_kernel_intervals_merged": ("interval_count", "-1"),
     "intermediate.int_rank_iterations_swept": ("overlap_ns", "-1"),
     "intermediate.int_stream_idle_categorized": ("gap_count", "-1"),
@@ -525,10 +525,10 @@ def test_plain_build_narrows_to_what_reads_the_changed_lake_tables(
     warehouse = _copy(iteration_2_built, tmp_path / "warehouse")
     _build_plain(warehouse)  # a copy is a new location: builds everything, records its tables
     # The Nsight models name the Nsight traces at run time: on this Kineto-only
-    # warehouse, none, so they read no lake file at all (the kernel scan is
-    # int_nsys_kernels_windowed's, which fct_nsys_kernels selects).
+    # warehouse, none, so they read no lake file at all (the kernel args scan is
+    # int_kernel_short_names', which fct_kernels joins).
     nsys = (Warehouse(warehouse).root / "dbt/target/compiled/tracehouse/models/intermediate"
-            / "nsys" / "int_nsys_kernels_windowed.sql").read_text()
+            / "kernels" / "int_kernel_short_names.sql").read_text()
     assert re.search(r"category = 'kernel'\s+and false\b", nsys), nsys[:2000]
     topology = runs.main / "topology.json"
     original = topology.read_text()

@@ -179,8 +179,9 @@ def test_each_variant_ingests_what_it_has_and_builds(variants, name: str) -> Non
     assert counts.get("nvtx", 0) == _count(path, "NVTX_EVENTS", "where eventType in (59, 60)")
     assert code == 0, "tracehouse build failed on the variants; see its output"
     with duckdb.connect(str(root / "tracehouse.duckdb"), read_only=True) as con:
-        gpus = con.execute("select device, kernel_count from fct_nsys_gpu_summary "
-                           "where run_id = ? order by device", [name]).fetchall()
+        gpus = con.execute("select device, count(*) from fct_kernels where run_id = ? "
+                           "and category = 'kernel' group by device order by device",
+                           [name]).fetchall()
         gpu_work = con.execute("select count(*) from fct_kernels where run_id = ? "
                                "and name is not null", [name]).fetchone()[0]
     assert [device for device, _ in gpus] == [0, 1]

@@ -210,14 +210,18 @@ def test_kernel_nvtx_map_matches_sqlite(nsys_warehouse) -> None:
     root, trace_ids = nsys_warehouse
     expected = _innermost_ranges(NSYS / "mfu_2gpu_before.sqlite", 0)
     with duckdb.connect(str(root / "tracehouse.duckdb"), read_only=True) as con:
-        # fct_kernels carries each kernel's innermost range, fct_annotation_ranges its depth.
+        # int_kernels_annotated maps each kernel to its innermost range,
+        # fct_annotation_ranges gives the range's name, depth and path.
         rows = con.execute("""
-            select kernels.correlation, kernels.annotation_name, ranges.annotation_depth,
-                kernels.annotation_path
+            select kernels.correlation, ranges.name, ranges.annotation_depth,
+                ranges.annotation_path
             from fct_kernels as kernels
+            left join intermediate.int_kernels_annotated as annotated
+                on kernels.trace_id = annotated.trace_id
+                and kernels.slice_id = annotated.slice_id
             left join fct_annotation_ranges as ranges
-                on kernels.trace_id = ranges.trace_id
-                and kernels.annotation_slice_id = ranges.slice_id
+                on annotated.trace_id = ranges.trace_id
+                and annotated.annotation_slice_id = ranges.slice_id
             where kernels.trace_id = ? and kernels.category = 'kernel'""",
                            [trace_ids["mfu_2gpu_before"][0]]).fetchall()
     ours = {c: (name, depth) for c, name, depth, _path in rows if name is not None}
@@ -302,8 +306,8 @@ def test_megatron_schedule_phases_and_emit_nvtx_steps(nsys_warehouse) -> None:
         phases = con.execute("""
             select phase, nvtx_depth, kernel_count, gpu_start_ns - base.base_ns, gpu_span_ns
             from fct_nsys_schedule_phases
-            cross join (select min(ts_ns) - 20000 as base_ns from fct_nsys_kernels
-                        where trace_id = ?) as base
+            cross join (select min(ts_ns) - 20000 as base_ns from fct_kernels
+                        where trace_id = ? and category = 'kernel') as base
             where trace_id = ? order by cpu_start_ns""",
                              [trace_ids["phases"][0], trace_ids["phases"][0]]).fetchall()
     assert phases == [("warmup", 1, 1, 20_000, 10_000), ("forward", 2, 1, 20_000, 10_000),
@@ -321,12 +325,12 @@ def test_nsys_marts_name_the_nsys_traces_they_read(nsys_warehouse) -> None:
     # only those files.
     import re
 
-    # The scans live in the intermediate models the marts select
-    # (int_nsys_kernels_windowed, int_nsys_iterations_detected).
+    # The scans live in the intermediate models (int_kernel_short_names,
+    # int_nsys_iterations_detected).
     root, trace_ids = nsys_warehouse
-    compiled = root / "dbt/target/compiled/tracehouse/models/intermediate/nsys"
+    compiled = root / "dbt/target/compiled/tracehouse/models/intermediate"
     nsys_traces = {trace_id for ids in trace_ids.values() for trace_id in ids}
-    for model in ("int_nsys_kernels_windowed", "int_nsys_iterations_detected"):
+    for model in ("kernels/int_kernel_short_names", "nsys/int_nsys_iterations_detected"):
         sql = (compiled / f"{model}.sql").read_text()
         assert set(re.findall(r"'([0-9a-f]{16})'", sql)) == nsys_traces, model
         assert set(re.findall(r"/slices/run=[^/']+/([0-9a-f]{16})\.parquet'", sql)) == nsys_traces

@@ -1,13 +1,18 @@
 """``tracehouse nsys info|summary|overlap|nccl|iters|tree FILE``: nsys-ai's views, from marts.
 
 The figures are not computed here: the file is ingested (into
-``--warehouse``, else a temporary warehouse), the marts of
-``models/marts/nsys`` are built, and each view is one query on them
-(filtered by bind parameters, never by SQL built from data). ``--trim S E``
-selects kernels wholly inside [S, E] seconds of the capture clock (as nsys
-and nsys-ai show it) through the dbt vars ``nsys_window_start_ns`` /
-``nsys_window_end_ns``; since that rebuilds the marts for the window, it
-always works in a temporary warehouse, never in ``--warehouse``.
+``--warehouse``, else a temporary warehouse), the marts the views read are
+built (``VIEW_MARTS``: the general ``fct_kernels``, ``fct_rank_iterations``
+and ``fct_annotation_ranges`` (the NVTX tree) that answer Kineto traces too,
+and ``fct_nsys_iterations`` for what only Nsight has, NVTX-marker
+iterations), and each view is a query on them: counts and sums grouped,
+interval figures read as the marts computed them (filtered by bind
+parameters, never by SQL built from data).
+``--trim S E`` selects GPU work wholly inside [S, E] seconds of the capture
+clock (as nsys and nsys-ai show it) through the dbt vars
+``capture_window_start_ns`` / ``capture_window_end_ns``; since that rebuilds
+the marts for the window, it always works in a temporary warehouse, never in
+``--warehouse``.
 """
 
 from __future__ import annotations
@@ -24,6 +29,20 @@ from typing import Any
 import duckdb
 
 VIEWS = ("info", "summary", "overlap", "nccl", "iters", "tree")
+#: The marts each view reads, built with everything they are built from (dbt
+#: selectors): the general marts every trace has, and the Nsight marts for what no
+#: general mart answers. Per view, so that ``summary`` does not wait for the NVTX
+#: tree (the costliest models on a large export).
+VIEW_MARTS = {
+    "info": ("+fct_kernels", "+fct_annotation_ranges"),
+    "summary": ("+fct_kernels", "+fct_rank_iterations"),
+    "overlap": ("+fct_kernels", "+fct_rank_iterations"),
+    "nccl": ("+fct_kernels",),
+    "iters": ("+fct_nsys_iterations",),
+    "tree": ("+fct_annotation_ranges",),
+}
+#: Every view's marts, once each.
+ALL_VIEW_MARTS = tuple(dict.fromkeys(m for marts in VIEW_MARTS.values() for m in marts))
 #: Top kernels and tree nodes shown per GPU in the table format (JSON has all).
 TOP_KERNELS = 10
 
@@ -44,7 +63,7 @@ def add_parser(sub: Any) -> None:
         "nsys",
         help="Nsight Systems views (as nsys-ai shows them), answered by the marts",
         description="Ingest an Nsight Systems export (.sqlite, or .nsys-rep with nsys on PATH) "
-                    "into --warehouse (else a temporary warehouse), build the nsys marts and "
+                    "into --warehouse (else a temporary warehouse), build the marts it needs and "
                     "print one view of them. A file the warehouse already holds (same path, "
                     "else same content) is not loaded again, and the marts are not rebuilt "
                     "when nothing changed.")
@@ -96,7 +115,8 @@ def _warehouse_for(warehouse: str | Path | None, trim: bool) -> Iterator[Path]:
 
 def nsys_view(view: str, file: Path, *, warehouse: str | Path | None = None,
               gpu: int | None = None, trim: tuple[float, float] | None = None) -> Any:
-    """Ingest ``file``, build the nsys marts and return one view as JSON-ready data.
+    """Ingest ``file``, build the marts the views read and return one view as JSON-ready
+    data.
 
     Raises :class:`NsysViewError` when the file fails to load or the build fails.
     """
@@ -108,7 +128,7 @@ def nsys_view(view: str, file: Path, *, warehouse: str | Path | None = None,
         if gpu is not None and gpu not in devices:
             listed = ", ".join(str(d) for d in devices)
             raise NsysUsageError(f"{file}: no GPU {gpu} (GPUs: {listed})")
-        build_marts(root, trim)
+        build_marts(root, trim, VIEW_MARTS[view])
         return query_view(root, view, trace_ids, gpu)
 
 
@@ -125,7 +145,7 @@ def _devices(root: Path, trace_ids: list[str]) -> list[int]:
 
 
 def query_view(root: Path, view: str, trace_ids: list[str], gpu: int | None = None) -> Any:
-    """One view of the built nsys marts of ``root``, for the GPUs (traces) given."""
+    """One view of the built marts of ``root``, for the GPUs (traces) given."""
     con = duckdb.connect(str(root / "tracehouse.duckdb"), read_only=True)
     try:
         return _QUERIES[view](con, trace_ids, gpu)
@@ -183,16 +203,18 @@ def _same_content(file: Path, manifest: list[Any]) -> list[Any]:
     return sorted((e for e in found if e.run_id == runs[0]), key=lambda e: e.rank) if runs else []
 
 
-def build_marts(root: Path, trim: tuple[float, float] | None = None) -> None:
-    """Build the nsys marts and what they read (models only, no tests: a view, not a CI
-    run), for the capture window ``trim`` in seconds when given."""
+def build_marts(root: Path, trim: tuple[float, float] | None = None,
+                marts: tuple[str, ...] = ALL_VIEW_MARTS) -> None:
+    """Build ``marts`` (dbt selectors; default: every view's) and what they are built
+    from (models only, no tests: a view, not a CI run), for the capture window ``trim``
+    in seconds when given."""
     from tracehouse.dbt import run_dbt
 
     variables: dict[str, int] = {}
     if trim is not None:
-        variables = {"nsys_window_start_ns": round(trim[0] * 1e9),
-                     "nsys_window_end_ns": round(trim[1] * 1e9)}
-    args = ["build", "--quiet", "--select", "+path:models/marts/nsys",
+        variables = {"capture_window_start_ns": round(trim[0] * 1e9),
+                     "capture_window_end_ns": round(trim[1] * 1e9)}
+    args = ["build", "--quiet", "--select", *marts,
             "--exclude-resource-type", "test", "--exclude-resource-type", "unit_test"]
     if variables:
         args += ["--vars", json.dumps(variables)]
@@ -201,12 +223,12 @@ def build_marts(root: Path, trim: tuple[float, float] | None = None) -> None:
     if is_up_to_date(root, args):
         return  # neither the project nor the lake changed since these marts were built
     # dbt runs quiet; say what the seconds are spent on.
-    print(f"building the Nsight marts in {root} (dbt build, about 10 s)…", file=sys.stderr,
-          flush=True)
+    print(f"building the marts for the Nsight views in {root} (dbt build, about 10 s)…",
+          file=sys.stderr, flush=True)
     with contextlib.redirect_stdout(sys.stderr):
         code = run_dbt(args, root)
     if code != 0:
-        raise NsysViewError(f"building the nsys marts in {root} failed (dbt exit {code})")
+        raise NsysViewError(f"building the marts in {root} failed (dbt exit {code})")
 
 
 # ---- the views: one query each on the marts ---------------------------------------------
@@ -221,31 +243,59 @@ def _ms(ns: Any) -> float | None:
     return None if ns is None else round(float(ns) / 1e6, 3)
 
 
-_GPU_FILTER = "trace_id in (select unnest(?::varchar[])) and (? is null or device = ?)"
+def _gpu_figures(con: duckdb.DuckDBPyConnection, run_id: str, rank: int) -> dict[str, Any]:
+    """One GPU's kernel figures over the capture, as nsys-ai's summary and overlap count
+    them: kernels only (copies and fills left out, so a copy counts as idle).
+
+    Counts, sums and the span from ``fct_kernels``; the unions of compute and of
+    communication kernels and their overlap from ``fct_rank_iterations`` (HTA's span
+    figures, per iteration: an export with ProfilerStep ranges has several), whose
+    iterations hold disjoint kernels, so they add up. idle = span - busy.
+    """
+    figures = _rows(con, """
+        select count(*) as kernels, count(distinct stream) as streams,
+            max(end_ns) - min(ts_ns) as span_ns,
+            cast(coalesce(sum(dur_ns), 0) as bigint) as kernel_time_ns,
+            count(*) filter (where kind <> 'communication') as compute_kernels,
+            count(*) filter (where kind = 'communication') as nccl_kernels
+        from fct_kernels where run_id = ? and rank = ? and category = 'kernel'""",
+                    [run_id, rank])[0]
+    figures |= _rows(con, """
+        select cast(coalesce(sum(compute_ns), 0) as bigint) as compute_ns,
+            cast(coalesce(sum(communication_ns), 0) as bigint) as communication_ns,
+            cast(coalesce(sum(overlap_ns), 0) as bigint) as overlap_ns
+        from fct_rank_iterations
+        where run_id = ? and rank = ?""", [run_id, rank])[0]
+    busy = figures["compute_ns"] + figures["communication_ns"] - figures["overlap_ns"]
+    figures["idle_ns"] = None if figures["span_ns"] is None else figures["span_ns"] - busy
+    return figures
 
 
 def _summary(con: duckdb.DuckDBPyConnection, trace_ids: list[str], gpu: int | None) -> list:
-    gpus = _rows(con, f"""
-        select run_id, rank, device, kernel_count, stream_count, span_ns, compute_ns, idle_ns,
-            utilization_ratio
-        from fct_nsys_gpu_summary where {_GPU_FILTER} order by device""",
-                 [trace_ids, gpu, gpu])
     out = []
-    for row in gpus:
-        key = [row["run_id"], row["rank"]]
+    for run_id, rank, device, _base in _gpu_of(con, trace_ids, gpu):
+        figures = _gpu_figures(con, run_id, rank)
+        if not figures["kernels"]:
+            continue  # nsys-ai lists GPUs with kernels
+        key = [run_id, rank]
         top = _rows(con, """
-            select short_name, kernel_count, total_dur_ns, share_ratio from fct_nsys_kernel_summary
-            where run_id = ? and rank = ? order by total_dur_ns desc, short_name limit ?""",
+            select short_name, count(*) as kernel_count, sum(dur_ns) as total_dur_ns,
+                sum(dur_ns) / sum(sum(dur_ns)) over () as share_ratio
+            from fct_kernels where run_id = ? and rank = ? and category = 'kernel'
+            group by short_name order by total_dur_ns desc, short_name limit ?""",
                     [*key, TOP_KERNELS])
         streams = _rows(con, """
-            select stream, kernel_count, communication_kernel_count, total_dur_ns
-            from fct_nsys_streams where run_id = ? and rank = ? order by stream""", key)
-        util = row["utilization_ratio"]
+            select stream, count(*) as kernel_count,
+                count(*) filter (where kind = 'communication') as communication_kernel_count,
+                sum(dur_ns) as total_dur_ns
+            from fct_kernels where run_id = ? and rank = ? and category = 'kernel'
+            group by stream order by stream""", key)
+        span = figures["span_ns"]
         out.append({
-            "gpu": row["device"], "rank": row["rank"], "kernels": row["kernel_count"],
-            "span_ms": _ms(row["span_ns"]), "compute_ms": _ms(row["compute_ns"]),
-            "idle_ms": _ms(row["idle_ns"]),
-            "util_pct": None if util is None else round(100 * util, 1),
+            "gpu": device, "rank": rank, "kernels": figures["kernels"],
+            "span_ms": _ms(span), "compute_ms": _ms(figures["kernel_time_ns"]),
+            "idle_ms": _ms(figures["idle_ns"]),
+            "util_pct": round(100 * figures["kernel_time_ns"] / span, 1) if span else None,
             "top_kernels": [{"name": t["short_name"], "count": t["kernel_count"],
                              "total_ms": _ms(t["total_dur_ns"]),
                              "pct": round(100 * t["share_ratio"], 1)} for t in top],
@@ -257,38 +307,43 @@ def _summary(con: duckdb.DuckDBPyConnection, trace_ids: list[str], gpu: int | No
 
 
 def _overlap(con: duckdb.DuckDBPyConnection, trace_ids: list[str], gpu: int | None) -> list:
-    rows = _rows(con, """
-        select summary.device, overlap.*
-        from fct_nsys_overlap as overlap
-        inner join fct_nsys_gpu_summary as summary using (run_id, rank)
-        where summary.trace_id in (select unnest(?::varchar[]))
-            and (? is null or summary.device = ?)
-        order by summary.device""", [trace_ids, gpu, gpu])
-    return [{
-        "gpu": r["device"], "rank": r["rank"], "span_ms": _ms(r["span_ns"]),
-        "compute_only_ms": _ms(r["compute_only_ns"]),
-        "nccl_only_ms": _ms(r["communication_only_ns"]), "overlap_ms": _ms(r["overlap_ns"]),
-        "idle_ms": _ms(r["idle_ns"]),
-        "overlap_pct": None if r["overlap_ratio"] is None else round(100 * r["overlap_ratio"], 1),
-        "compute_kernels": r["compute_kernel_count"],
-        "nccl_kernels": r["communication_kernel_count"],
-    } for r in rows]
+    out = []
+    for run_id, rank, device, _base in _gpu_of(con, trace_ids, gpu):
+        f = _gpu_figures(con, run_id, rank)
+        if not f["kernels"]:
+            continue
+        overlap, communication = f["overlap_ns"], f["communication_ns"]
+        out.append({
+            "gpu": device, "rank": rank, "span_ms": _ms(f["span_ns"]),
+            "compute_only_ms": _ms(f["compute_ns"] - overlap),
+            "nccl_only_ms": _ms(communication - overlap), "overlap_ms": _ms(overlap),
+            "idle_ms": _ms(f["idle_ns"]),
+            "overlap_pct": round(100 * overlap / communication, 1) if communication else None,
+            "compute_kernels": f["compute_kernels"], "nccl_kernels": f["nccl_kernels"],
+        })
+    return out
 
 
 def _nccl(con: duckdb.DuckDBPyConnection, trace_ids: list[str], gpu: int | None) -> list:
-    rows = _rows(con, """
-        select summary.device, nccl.*
-        from fct_nsys_nccl as nccl
-        inner join fct_nsys_gpu_summary as summary using (run_id, rank)
-        where summary.trace_id in (select unnest(?::varchar[]))
-            and (? is null or summary.device = ?)
-        order by summary.device, nccl.stream, nccl.total_dur_ns desc""", [trace_ids, gpu, gpu])
-    return [{
-        "gpu": r["device"], "rank": r["rank"], "stream": r["stream"], "op": r["op"],
-        "count": r["kernel_count"], "total_ms": _ms(r["total_dur_ns"]),
-        "mean_ms": _ms(r["mean_dur_ns"]), "min_ms": _ms(r["min_dur_ns"]),
-        "max_ms": _ms(r["max_dur_ns"]), "pct": round(100 * r["share_ratio"], 1),
-    } for r in rows]
+    out = []
+    for run_id, rank, device, _base in _gpu_of(con, trace_ids, gpu):
+        for r in _rows(con, """
+                select stream, comm_op as op, count(*) as kernel_count,
+                    sum(dur_ns) as total_dur_ns, avg(dur_ns) as mean_dur_ns,
+                    min(dur_ns) as min_dur_ns, max(dur_ns) as max_dur_ns,
+                    sum(dur_ns) / sum(sum(dur_ns)) over () as share_ratio
+                from fct_kernels
+                where run_id = ? and rank = ? and category = 'kernel'
+                    and kind = 'communication'
+                group by stream, comm_op
+                order by stream, total_dur_ns desc""", [run_id, rank]):
+            out.append({
+                "gpu": device, "rank": rank, "stream": r["stream"], "op": r["op"],
+                "count": r["kernel_count"], "total_ms": _ms(r["total_dur_ns"]),
+                "mean_ms": _ms(r["mean_dur_ns"]), "min_ms": _ms(r["min_dur_ns"]),
+                "max_ms": _ms(r["max_dur_ns"]), "pct": round(100 * r["share_ratio"], 1),
+            })
+    return out
 
 
 def _gpu_of(con: duckdb.DuckDBPyConnection, trace_ids: list[str], gpu: int | None) -> list:
@@ -308,7 +363,8 @@ def _info(con: duckdb.DuckDBPyConnection, trace_ids: list[str], gpu: int | None)
     for run_id, rank, device, base in _gpu_of(con, trace_ids, gpu):
         (kernels, streams, first, last), = con.execute("""
             select count(*), count(distinct stream), min(ts_ns), max(end_ns)
-            from fct_nsys_kernels where run_id = ? and rank = ?""", [run_id, rank]).fetchall()
+            from fct_kernels where run_id = ? and rank = ? and category = 'kernel'""",
+                                                       [run_id, rank]).fetchall()
         (ranges,), = con.execute(
             "select count(*) from fct_annotation_ranges "
             "where run_id = ? and rank = ? and annotation_kind = 'nvtx'",

@@ -13,15 +13,20 @@
                    between back-to-back work),
       other        else (the stream waits on something else: an event, a
                    collective's peer, a dependency on another stream).
-    The first work of a stream has no gap. Work counted is HTA's: every
-    kernel, copy and fill of the trace, except, on a trace with
-    ProfilerStep ranges, work launched after the last step ends (HTA keeps
-    GPU work whose correlated CPU event starts before the last step's end,
-    include_last_profiler_step=True).
+    The first work of a stream has no gap. Work counted is HTA's (macro
+    hta_counted_work): every kernel, copy and fill of the trace, except, on
+    a trace with two ProfilerSteps or more, work launched after the last
+    step ends and work whose launch is not in the trace.
     Gaps are taken within a trace (a rank's traces are separate profiling
     windows). Times are rounded as the interval models round them
-    (var('kernel_time_unit_ns'); the launch start like a kernel start):
-    1000 reproduces HTA on ns-resolution traces.
+    (var('kernel_time_unit_ns'); the launch start like a kernel start).
+    1000 reproduces HTA's default, which rounds ns-resolution traces inward
+    to whole microseconds after reading them as float64 (0.25 us steps at
+    today's clocks): the times here are read the same way first (macro
+    hta_float_time), the end as start + duration as HTA adds them. With 1
+    (ns) the times are the trace's own; HTA with its rounding switched off
+    still reads them to 0.25 us, which moves up to a few percent of a
+    category on ns-resolution traces (tests/test_models_idle_external.py).
     Differences from HTA on purpose: a negative gap (work overlapping the
     one before it on its stream, which HTA's own rounding can create)
     counts as 0, not as negative kernel_wait; and work whose launch is not
@@ -48,9 +53,13 @@ kernels as (
         slice_id,
         device,
         stream,
-        {{ round_up_to_unit('ts_ns', var('kernel_time_unit_ns')) }} as ts_ns,
-        {{ round_down_to_unit('end_ns', var('kernel_time_unit_ns')) }} as end_ns,
-        {{ round_up_to_unit('launch_ts_ns', var('kernel_time_unit_ns')) }} as launch_ts_ns
+        {{ round_up_to_unit(hta_float_time('ts_ns'), var('kernel_time_unit_ns')) }} as ts_ns,
+        {{ round_down_to_unit(
+            hta_float_time('(' ~ hta_float_time('ts_ns') ~ ' + dur_ns)'),
+            var('kernel_time_unit_ns'),
+        ) }} as end_ns,
+        {{ round_up_to_unit(hta_float_time('launch_ts_ns'), var('kernel_time_unit_ns')) }}
+            as launch_ts_ns
     from {{ ref('int_kernels_classified') }}
     where {{ traces_to_build() }}
 ),

@@ -1,23 +1,19 @@
 {#
-    One row per launched GPU kernel, copy or fill (trace_id, slice_id)
-    whose launch call lies inside an annotation range (macro
-    is_annotation_range: a Kineto user annotation or an Nsight NVTX
-    push/pop range): `annotation_slice_id`, the innermost one, and
-    `launch_distance`, the parent links from the launch call up to it (1:
-    its direct parent). Work launched outside every range has no row.
+    One row per GPU kernel, copy or fill of int_kernels_classified
+    (trace_id, slice_id; so the capture window applies) whose launch call
+    lies inside an annotation range (macro is_annotation_range: a Kineto
+    user annotation or an Nsight NVTX push/pop range): `annotation_slice_id`,
+    the innermost one. Work launched outside every range has no row.
 
-    Ingest nests each thread's slices (ingest/nesting.py: a slice's parent
-    is the deepest slice of its thread that wholly contains it, also for a
-    slice that overlaps a neighbour only in part), so the ranges enclosing
-    a launch are the annotation ancestors of its launch slice (the `ac2g`
-    flow or correlation link of int_slices_contextualized). This walks that
-    chain upwards from the launch and stops at the first annotation (macro
-    nearest_annotations): ingest's nesting exactly (ties at equal times,
-    partial overlaps), at a few steps per kernel, where a time join on the
-    thread would compare each launch with every range of its thread.
-    int_annotation_ranges_nested projects the ranges onto these kernels;
-    int_kernels_classified gives each kernel its range.
-    Per trace (macros/per_trace.sql): delete+insert on trace_id.
+    The ranges around a launch are those of its thread whose time holds the
+    launch call (what nsys-ai's nvtx_kernel_map and a Kineto viewer show);
+    the innermost is the last of them in ingest's nesting order (latest
+    start, then shortest, then highest slice id: ingest/nesting.py's order,
+    so identical ranges nest as ingest nests them). A time join on the
+    thread against its few ranges, not a walk up the parent links of its
+    many slices. int_annotation_ranges_nested projects the ranges onto
+    these kernels. Per trace (macros/per_trace.sql): delete+insert on
+    trace_id.
 #}
 
 {{ config(
@@ -28,6 +24,7 @@
 ) }}
 
 {%- set pending = traces_pending() %}
+{%- set range_columns = ['trace_id', 'slice_id', 'track_id', 'ts_ns', 'end_ns'] %}
 
 with
 
@@ -36,46 +33,57 @@ launched as (
         trace_id,
         slice_id,
         category,
-        launch_slice_id,
+        launch_track_id,
+        launch_ts_ns,
+        launch_end_ns,
         ts_ns,
         end_ns
-    from {{ ref('int_slices_contextualized') }}
+    from {{ ref('int_kernels_classified') }}
     where
-        is_gpu
-        and launch_slice_id is not null
+        launch_ts_ns is not null
         and {{ trace_filter(pending) }}
 ),
 
-cpu_slices as (
-    select * from {{ annotated_cpu_slices(pending) }} as flagged  -- noqa: AM04
+ranges as (
+    select * from {{ annotation_range_slices(pending, range_columns) }} as scanned  -- noqa: AM04
 ),
 
-starts as (
-    select
-        launched.trace_id,
-        launched.slice_id,
-        launch.parent_id as from_id
-    from launched
-    inner join cpu_slices as launch
-        on
-            launched.trace_id = launch.trace_id
-            and launched.launch_slice_id = launch.slice_id
-),
-
-final as (
+enclosing as (
     select
         launched.trace_id,
         launched.slice_id,
         launched.category,
         launched.ts_ns,
         launched.end_ns,
-        nearest.annotation_slice_id,
-        nearest.distance as launch_distance
-    from {{ nearest_annotations('starts', 'cpu_slices') }} as nearest
-    inner join launched
+        ranges.slice_id as annotation_slice_id,
+        ranges.ts_ns as range_ts_ns,
+        ranges.end_ns as range_end_ns
+    from launched
+    inner join ranges
         on
-            nearest.trace_id = launched.trace_id
-            and nearest.slice_id = launched.slice_id
+            launched.trace_id = ranges.trace_id
+            and launched.launch_track_id = ranges.track_id
+            and launched.launch_ts_ns >= ranges.ts_ns
+            and launched.launch_end_ns <= ranges.end_ns
+),
+
+innermost as (
+    {{ first_match(
+        'enclosing',
+        ['trace_id', 'slice_id'],
+        ['range_ts_ns desc', 'range_end_ns asc', 'annotation_slice_id desc'],
+    ) }}
+),
+
+final as (
+    select
+        trace_id,
+        slice_id,
+        category,
+        ts_ns,
+        end_ns,
+        annotation_slice_id
+    from innermost
 )
 
 select * from final

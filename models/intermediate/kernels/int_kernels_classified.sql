@@ -11,15 +11,16 @@
     no kernel is counted in two phases; none means `other`. The microbatch
     is that of the outermost forward/backward step found the same way
     (`step_slice_id`, the key of its vpp chunk in int_microbatch_steps_chunked).
-    Its annotation: the innermost annotation range (user annotation, NVTX
-    push/pop range) around its launch call (int_kernels_annotated), with its
-    name and path (int_annotation_ranges_nested); NULL when none.
     The process group a communication kernel's args name (description,
     name, `process_group_ranks_key` = sorted ranks) is resolved against the
     run's groups by int_comm_groups_matched, a per-run lookup that
     fct_kernels joins in.
-    Every column depends on the kernel's own trace only, so the model is
-    per trace (macros/per_trace.sql): delete+insert on trace_id.
+    With var('capture_window_start_ns' / 'capture_window_end_ns') set, only
+    GPU work wholly inside that window of the capture clock is kept (the
+    rows of every model below; `tracehouse nsys --trim` builds a fresh
+    warehouse with them). Every column depends on the kernel's own trace
+    only, so the model is per trace (macros/per_trace.sql): delete+insert on
+    trace_id.
 #}
 
 {{ config(
@@ -29,9 +30,10 @@
     post_hook="{{ delete_unloaded_traces() }}",
 ) }}
 
+-- depends_on: {{ ref('int_traces') }}
+
 {#- The traces to compute, read once for every scan (macros/per_trace.sql). -#}
-{%- set pending = traces_pending() %}
-{%- set new_traces = trace_filter(pending) %}
+{%- set new_traces = traces_to_build() %}
 
 with
 
@@ -65,7 +67,10 @@ kernels as (
         ts_ns,
         dur_ns,
         end_ns
-    from {{ ref('int_slices_contextualized') }}
+    {#- Aliased only where the window's subqueries name it (sqlfluff: AL05). #}
+    {%- set windowed = var('capture_window_start_ns') is not none
+        or var('capture_window_end_ns') is not none %}
+    from {{ ref('int_slices_contextualized') }}{{ ' as contextualized' if windowed }}
     where
         category in (
             {%- for category in var('kernel_categories') %}
@@ -73,6 +78,23 @@ kernels as (
             {%- endfor %}
         )
         and {{ new_traces }}
+        {#- var('capture_window_*'): GPU work wholly inside the window of the
+            capture clock (ns since the trace's base time), as nsys-ai's
+            --trim counts kernels; unset (the default) reads everything. #}
+        {%- if var('capture_window_start_ns') is not none %}
+            and ts_ns - (
+                select traces.base_time_ns from {{ ref('int_traces') }} as traces
+                where traces.trace_id = contextualized.trace_id
+            )
+            >= {{ var('capture_window_start_ns') | int }}
+        {%- endif %}
+        {%- if var('capture_window_end_ns') is not none %}
+            and end_ns - (
+                select traces.base_time_ns from {{ ref('int_traces') }} as traces
+                where traces.trace_id = contextualized.trace_id
+            )
+            <= {{ var('capture_window_end_ns') | int }}
+        {%- endif %}
 ),
 
 kernel_names as (
@@ -80,7 +102,8 @@ kernel_names as (
         category,
         name,
         kind,
-        pattern_id
+        pattern_id,
+        comm_op
     from {{ ref('int_kernel_names_classified') }}
 ),
 
@@ -224,24 +247,6 @@ kernel_steps as (
             and phases.slice_id = microbatches.slice_id
 ),
 
-{# The innermost annotation range around each launch (int_kernels_annotated),
-   with its name and path, in one narrow row per annotated kernel. #}
-kernel_annotations as (
-    select
-        annotated.trace_id,
-        annotated.slice_id,
-        annotated.annotation_slice_id,
-        ranges.name as annotation_name,
-        ranges.annotation_path
-    from {{ ref('int_kernels_annotated') }} as annotated
-    inner join {{ ref('int_annotation_ranges_nested') }} as ranges
-        on
-            annotated.trace_id = ranges.trace_id
-            and annotated.annotation_slice_id = ranges.slice_id
-    where
-        {{ trace_filter(pending, 'annotated.trace_id') }}
-),
-
 final as (
     select
         kernels.run_id,
@@ -252,6 +257,7 @@ final as (
         kernels.category,
         kernel_names.kind,
         kernel_names.pattern_id as kind_pattern_id,
+        kernel_names.comm_op,
         coalesce(kernel_steps.phase, 'other') as phase,
         kernel_steps.phase_group_kind,
         kernels.iteration,
@@ -278,9 +284,6 @@ final as (
         kernels.launch_track_id,
         kernels.launch_ts_ns,
         kernels.launch_end_ns,
-        kernel_annotations.annotation_slice_id,
-        kernel_annotations.annotation_name,
-        kernel_annotations.annotation_path,
         kernels.ts_ns,
         kernels.dur_ns,
         kernels.end_ns
@@ -293,10 +296,6 @@ final as (
         on
             kernels.trace_id = kernel_steps.trace_id
             and kernels.slice_id = kernel_steps.slice_id
-    left join kernel_annotations
-        on
-            kernels.trace_id = kernel_annotations.trace_id
-            and kernels.slice_id = kernel_annotations.slice_id
 )
 
 select * from final

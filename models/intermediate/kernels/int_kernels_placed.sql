@@ -4,7 +4,9 @@
     launch, iteration, kind, phase, microbatch) placed in the run's layout:
     the vpp chunk and Megatron's microbatch within the chunk of the kernel's
     microbatch step (int_microbatch_steps_chunked), and its communication
-    group (int_comm_groups_matched). fct_kernels shows it; the models that
+    group (int_comm_groups_matched), and an Nsight kernel's short name
+    (int_kernel_short_names; a Kineto kernel's is its name). fct_kernels
+    shows it; the models that
     need a kernel's group (int_bubble_parts_swept, int_comm_calls_matched)
     read it here, so the rule lives once and no intermediate model reads a
     mart.
@@ -25,6 +27,14 @@ with
 
 kernels as (
     select * from {{ ref('int_kernels_classified') }}
+),
+
+short_names as (
+    select
+        trace_id,
+        slice_id,
+        short_name
+    from {{ ref('int_kernel_short_names') }}
 ),
 
 chunks as (
@@ -57,8 +67,10 @@ final as (
         kernels.trace_id,
         kernels.slice_id,
         kernels.name,
+        coalesce(short_names.short_name, kernels.name) as short_name,
         kernels.category,
         kernels.kind,
+        kernels.comm_op,
         kernels.phase,
         case
             when kernels.kind = 'communication'
@@ -98,13 +110,14 @@ final as (
         kernels.launch_slice_id,
         kernels.launch_source,
         kernels.launch_name,
-        kernels.annotation_slice_id,
-        kernels.annotation_name,
-        kernels.annotation_path,
         kernels.ts_ns,
         kernels.dur_ns,
         kernels.end_ns
     from kernels
+    left join short_names
+        on
+            kernels.trace_id = short_names.trace_id
+            and kernels.slice_id = short_names.slice_id
     left join chunks
         on
             kernels.trace_id = chunks.trace_id

@@ -11,11 +11,12 @@
     order, a new iteration starting at a kernel that begins more than
     var('nsys_iteration_gap_ns') after every earlier kernel ended
     (is_heuristic). gpu_start_ns/gpu_end_ns bound the iteration's kernels;
-    compute_ns and communication_ns sum their durations by nsys_class.
-    Kernels are those of int_nsys_kernels_windowed (fct_nsys_kernels' rows),
-    NVTX push/pop ranges the trace's own (macro is_nvtx_push_pop_range, read
-    from the lake as int_annotation_ranges_nested reads them). fct_nsys_iterations shows the
-    rows.
+    compute_ns and communication_ns sum their durations by class
+    (communication kernels as fct_kernels' kind says, every other kernel
+    compute, as nsys-ai counts them). Kernels (copies and fills left out,
+    as nsys-ai) and their launches are int_kernels_classified's, so the
+    capture window applies; NVTX push/pop ranges the trace's own (macro
+    is_nvtx_push_pop_range), read from the lake. fct_nsys_iterations shows the rows.
 #}
 
 {#- The Nsight traces, read once: the lake scan reads only their files, and
@@ -31,24 +32,16 @@ kernels as (
         rank,
         trace_id,
         slice_id,
-        nsys_class,
-        launch_slice_id,
+        case when kind = 'communication' then 'communication' else 'compute' end as nsys_class,
+        launch_track_id,
+        launch_ts_ns,
+        launch_end_ns,
         ts_ns,
         dur_ns,
         end_ns
-    from {{ ref('int_nsys_kernels_windowed') }}
-),
-
-launch_slices as (
-    select
-        trace_id,
-        slice_id,
-        track_id,
-        ts_ns,
-        end_ns
-    from {{ lake_scan('slices', nsys_traces) }}
+    from {{ ref('int_kernels_classified') }}
     where
-        category in ('cuda_runtime', 'cuda_driver')
+        category = 'kernel'
         and {{ trace_filter(nsys_traces) }}
 ),
 
@@ -76,16 +69,8 @@ markers as (
 ),
 
 launched as (
-    select
-        kernels.*,
-        launch_slices.track_id as launch_track_id,
-        launch_slices.ts_ns as launch_ts_ns,
-        launch_slices.end_ns as launch_end_ns
-    from kernels
-    inner join launch_slices
-        on
-            kernels.trace_id = launch_slices.trace_id
-            and kernels.launch_slice_id = launch_slices.slice_id
+    select * from kernels  -- noqa: AM04
+    where launch_track_id is not null
 ),
 
 primary_threads as (

@@ -1,34 +1,16 @@
 {#
     One row per run x iteration: the numbers a performance engineer reads
-    first, and what `tracehouse compare` and the report's headline show.
-
-    Over the iteration's rank rows of fct_rank_iterations that have a step
-    (the run's one timing source and step rule, int_rank_steps_timed). A
-    run whose traces have no steps (Nsight exports, plain captures) has one
-    row with iteration NULL: each rank's whole trace.
-    step_ns: the iteration's step time, the slowest rank's step: a
-    synchronous job waits for its slowest rank. mean_step_ns / min_step_ns
-    over the ranks show the spread; slowest_rank is the rank with the
-    longest step (lowest rank on ties). rank_step_total_ns: the ranks'
-    steps summed, the whole every share here is of.
-    *_share: each exclusive part of the step (compute, overlap, exposed
-    communication, exposed memory, optimizer, idle) summed over the ranks
-    over rank_step_total_ns (macro share_of_sums): they add up to 1.
-    overlap_ratio: overlapped over all communication of the iteration's
-    kernels (Holistic Trace Analysis' figure, fct_rank_iterations'
-    overlap_ns / communication_ns summed over ranks).
-    straggler_rank: the rank that holds the job back most by arrival
-    order (fct_stragglers.straggler_rank = 1), with the waiting its late
-    arrivals cost the others; NULL when no rank caused any waiting. A slow
-    step is not always the straggler's: a victim waits inside its
-    collectives.
-    worst_skew_*: the collective of the iteration whose members started
-    furthest apart (fct_collectives.start_skew_ns), its op, group and the
-    rank that arrived last.
-    bubble_ratio: the iteration's bubble over its pipeline groups' spans
-    summed over stages and groups (fct_pipeline_bubbles, a ratio of sums),
-    beside the schedule's theory.
-    A per-run table rebuilt each time (small: one row per iteration).
+    first; `tracehouse compare` and the report's headline show them. Over
+    the rank rows of fct_rank_iterations that have a step (the run's one
+    timing source and step rule); a run without steps has one row with
+    iteration NULL (each rank's whole trace). step_ns is the slowest rank's
+    step (a synchronous job waits for it); every *_share is a ratio of sums
+    over rank_step_total_ns (macro share_of_sums), so they add up to 1; the
+    straggler is fct_stragglers' (rank 1 by waiting caused, NULL without
+    waiting); worst_skew_* is the collective whose members started furthest
+    apart; bubble_ratio is a ratio of sums over fct_pipeline_bubbles.
+    Column definitions: _iteration_summary__models.yml. A small per-run
+    table rebuilt each time.
 #}
 
 with

@@ -8,13 +8,18 @@
     kernel's, launch_delay_ns = kernel start - runtime call end, clipped at
     0. The launch is the one ingest found (ingest/slice_context.py: the ac2g
     flow, else the CPU slice with the same correlation id), as
-    int_slices_contextualized carries it. Work counted is HTA's
-    (as in int_stream_idle_categorized): on a trace with ProfilerStep
-    ranges, work launched after the last step ends is left out.
-    The flags are HTA's outliers: a kernel shorter than its launch
-    (is_short_kernel), a runtime call longer than
-    var('launch_runtime_outlier_ns'), a delay longer than
-    var('launch_delay_outlier_ns').
+    int_slices_contextualized carries it. Work counted is HTA's (macro
+    hta_counted_work): on a trace with two ProfilerSteps or more, work
+    launched after the last step ends is left out.
+    The flags are HTA's findings: a kernel shorter than its launch, the
+    launch no runtime outlier (is_short_kernel: HTA's short kernels are
+    those of its runtime_cutoff histogram, cpu_duration <= cut-off), a
+    runtime call longer than var('launch_runtime_outlier_ns'), a delay
+    longer than var('launch_delay_outlier_ns').
+    Times are rounded as int_stream_idle_categorized rounds them
+    (var('kernel_time_unit_ns'), 1000 for HTA's default whole microseconds:
+    starts up, ends down, after reading them as HTA's float64 does), so a
+    call or kernel shorter than the unit can last -1 unit there, as in HTA.
     A view on DuckDB, a table elsewhere (macro lookup_join_materialization).
 #}
 
@@ -35,10 +40,17 @@ kernels as (
         stream,
         correlation,
         launch_name,
-        launch_ts_ns,
-        launch_end_ns,
-        ts_ns,
-        dur_ns
+        {{ round_up_to_unit(hta_float_time('launch_ts_ns'), var('kernel_time_unit_ns')) }}
+            as launch_ts_ns,
+        {{ round_down_to_unit(
+            hta_float_time('(' ~ hta_float_time('launch_ts_ns') ~ ' + launch_end_ns - launch_ts_ns)'),
+            var('kernel_time_unit_ns'),
+        ) }} as launch_end_ns,
+        {{ round_up_to_unit(hta_float_time('ts_ns'), var('kernel_time_unit_ns')) }} as ts_ns,
+        {{ round_down_to_unit(
+            hta_float_time('(' ~ hta_float_time('ts_ns') ~ ' + dur_ns)'),
+            var('kernel_time_unit_ns'),
+        ) }} as end_ns
     from {{ ref('int_kernels_classified') }}
     where
         launch_name in (
@@ -68,9 +80,11 @@ final as (
         launch_ts_ns,
         launch_end_ns - launch_ts_ns as cpu_duration_ns,
         ts_ns,
-        dur_ns as gpu_duration_ns,
+        end_ns - ts_ns as gpu_duration_ns,
         greatest(ts_ns - launch_end_ns, 0) as launch_delay_ns,
-        dur_ns < launch_end_ns - launch_ts_ns as is_short_kernel,
+        end_ns - ts_ns < launch_end_ns - launch_ts_ns
+        and launch_end_ns - launch_ts_ns <= {{ var('launch_runtime_outlier_ns') }}
+            as is_short_kernel,
         launch_end_ns - launch_ts_ns > {{ var('launch_runtime_outlier_ns') }}
             as is_runtime_outlier,
         greatest(ts_ns - launch_end_ns, 0) > {{ var('launch_delay_outlier_ns') }}

@@ -1,0 +1,32 @@
+{#
+    A ns timestamp as Holistic Trace Analysis reads it when the models
+    reproduce HTA's whole microseconds (var('kernel_time_unit_ns') other
+    than 1): HTA parses a trace's microsecond timestamps into float64, which
+    between 2^50 and 2^51 us (the years 2005 to 2041 since the epoch) holds
+    them to 0.25 us, between 2^49 and 2^50 us to 0.125 us. It rounds to the
+    nearest multiple of that step, a tie to the even multiple, as a float
+    does. Other magnitudes, and ns builds (unit 1, the default: exact
+    times), compile to the bare column. Integer arithmetic only: absolute ns
+    clocks exceed a double's mantissa. Read by int_stream_idle_categorized
+    and fct_kernel_launches.
+#}
+{% macro hta_float_time(column) -%}
+    {%- if var('kernel_time_unit_ns') | int == 1 -%}
+        {{ column }}
+    {%- else -%}
+        (case
+            {%- for step, low in [(250, 1125899906842624000), (125, 562949953421312000)] %}
+                when {{ column }} >= {{ low }} and {{ column }} < {{ low * 2 }}
+                    then {{ column }} - mod({{ column }}, {{ step }}) + case
+                        when mod({{ column }}, {{ step }}) > {{ step // 2 }} then {{ step }}
+                        when
+                            mod({{ column }}, {{ step }}) = {{ step // 2 }}
+                            and mod({{ integer_divide(column, step) }}, 2) = 1
+                            then {{ step }}
+                        else 0
+                    end
+            {%- endfor %}
+            else {{ column }}
+        end)
+    {%- endif -%}
+{%- endmacro %}
