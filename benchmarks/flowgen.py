@@ -32,7 +32,9 @@ def trace(rank: int, world: int, steps: int, ops: int, streams: int) -> dict:
     rnd = random.Random(1_000 + rank)
     events: list[dict] = []
     pid, tid, gpu_pid = 1000 + rank, 1001 + rank, rank
-    corr = ext = flow = 0
+    # Ids as large as real traces': HTA downcasts a correlation column that fits
+    # int16 and then fails to store row numbers in it.
+    corr, ext, flow = 1_000_000, 500_000, 0
     t = 1_000.0
     for step in range(steps):
         step_start = t
