@@ -17,6 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_ingest_decoders import assert_same, needs_scanner
 
+pytestmark = pytest.mark.slow  # ingests or builds (README: the fast set is -m "not slow")
+
 TYPED_KEYS = ["correlation", "External id", "device", "stream", "Group size", "In msg nelems",
               "Out msg nelems", "Collective name", "Process Group Name",
               "Process Group Description", "dtype", "Process Group Ranks"]
