@@ -470,10 +470,26 @@ static int strcol_push(StrCol *c, const char *p, size_t n, int valid) {
 
 static void strcol_free(StrCol *c) { buf_free(&c->off); buf_free(&c->data); buf_free(&c->valid); }
 
+/* The typed args columns (ingest.kineto.Args' keys that become slice columns). */
+enum { TI_N = 7, TS_N = 4, TS_PG_NAME = 1 };
+static const char *TI_KEYS[TI_N] = {"correlation", "External id", "device", "stream",
+                                    "Group size", "In msg nelems", "Out msg nelems"};
+static const char *TS_KEYS[TS_N] = {"Collective name", "Process Group Name",
+                                    "Process Group Description", "dtype"};
+static const char RANKS_KEY[] = "Process Group Ranks";
+
+typedef struct {
+    Buf val[TI_N], ok[TI_N];   /* int64 columns: values and validity bytes */
+    StrCol str[TS_N];
+    Buf rk_off, rk_val, rk_ok; /* Process Group Ranks: list<int64> */
+    int unclean;               /* an args object the Python decoder must read */
+} Typed;
+
 typedef struct {
     /* slices */
-    Buf ts, dur, track, is_x, typed_rows, typed_json;
+    Buf ts, dur, track, is_x;
     StrCol name, cat, args;
+    Typed typed;
     /* flows */
     Buf f_cat, f_id, f_is_int, f_finish, f_ts, f_track, f_enclosing;
     /* chunk bookkeeping: provisional track ids of this chunk's slices, then flows */
@@ -485,12 +501,15 @@ typedef struct {
 } Out;
 
 static void out_free(Out *o) {
-    Buf *bufs[] = {&o->ts, &o->dur, &o->track, &o->is_x, &o->typed_rows, &o->typed_json,
+    Buf *bufs[] = {&o->ts, &o->dur, &o->track, &o->is_x, &o->typed.rk_off, &o->typed.rk_val,
+                   &o->typed.rk_ok,
                    &o->f_cat, &o->f_id, &o->f_is_int, &o->f_finish, &o->f_ts, &o->f_track,
                    &o->f_enclosing, &o->chunk_slice_prov, &o->chunk_flow_prov,
                    &o->final_of_prov, &o->track_prov_order};
     for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) buf_free(bufs[k]);
     strcol_free(&o->name); strcol_free(&o->cat); strcol_free(&o->args);
+    for (int k = 0; k < TI_N; k++) { buf_free(&o->typed.val[k]); buf_free(&o->typed.ok[k]); }
+    for (int k = 0; k < TS_N; k++) strcol_free(&o->typed.str[k]);
     interner_free(&o->values); interner_free(&o->pairs);
     interner_free(&o->flow_cats); interner_free(&o->flow_ids);
     Py_XDECREF(o->meta);
@@ -566,6 +585,163 @@ static int numval(Sc *sc, Val *v) {
     v->off = b;
     v->len = e - b;
     return 0;
+}
+
+/* ------------------------------------------------------------------ typed args */
+
+/* Process Group Ranks as PyTorch writes it, "[0, 1, 2]": the ints, or -1 where
+ * the text is anything else (ingest.kineto._parse_ranks then decides). */
+static int ranks_text(const unsigned char *p, size_t n, Buf *out) {
+    size_t b = 0, e = n;
+    while (b < e && p[b] == ' ') b++;
+    while (e > b && p[e - 1] == ' ') e--;
+    if (b < e && p[b] == '[') b++;
+    if (e > b && p[e - 1] == ']') e--;
+    while (b < e && p[b] == ' ') b++;
+    while (e > b && p[e - 1] == ' ') e--;
+    if (b == e) return 0; /* "[]" */
+    while (1) {
+        while (b < e && p[b] == ' ') b++;
+        size_t d = b + (b < e && p[b] == '-');
+        size_t k = d;
+        while (k < e && p[k] >= '0' && p[k] <= '9') k++;
+        if (k == d) return -1;
+        int64_t v;
+        if (to_i64(p, b, k, &v)) return -1;
+        if (buf_put(out, &v, sizeof v)) return -2;
+        b = k;
+        while (b < e && p[b] == ' ') b++;
+        if (b == e) return 0;
+        if (p[b] != ',') return -1;
+        b++;
+    }
+}
+
+/* A JSON array of plain int64s at s[i]: its values, or -1 for anything else. */
+static int ranks_array(Sc *sc, Buf *out) {
+    sc->i++;
+    ws(sc);
+    if (sc->i < sc->n && sc->s[sc->i] == ']') { sc->i++; return 0; }
+    while (1) {
+        size_t b, e;
+        int is_int;
+        int64_t v;
+        if (sc->i >= sc->n || num_(sc, &b, &e, &is_int) || !is_int || to_i64(sc->s, b, e, &v))
+            return -1;
+        if (buf_put(out, &v, sizeof v)) return -2;
+        ws(sc);
+        if (sc->i >= sc->n) return -1;
+        if (sc->s[sc->i] == ',') { sc->i++; ws(sc); continue; }
+        if (sc->s[sc->i] == ']') { sc->i++; return 0; }
+        return -1;
+    }
+}
+
+static int match_key(const char **keys, int n, const unsigned char *p, size_t len) {
+    for (int k = 0; k < n; k++)
+        if (strlen(keys[k]) == len && !memcmp(keys[k], p, len)) return k;
+    return -1;
+}
+
+/* Read one slice's typed args (the object at s[args_b], already validated; 0: none)
+ * and push a row to every typed column. The rules are ingest.kineto._decode_args':
+ * a value of another type than its key's is NULL. What this does not decide
+ * exactly (an int beyond int64, a duplicate or escaped key, odd rank lists)
+ * marks the columns unclean: the Python decoder then reads every args object.
+ * Returns 0, or -2 out of memory. */
+static int typed_(Sc *sc, Typed *t, size_t args_b) {
+    int64_t iv[TI_N] = {0};
+    unsigned char iok[TI_N] = {0}, iseen[TI_N] = {0}, sseen[TS_N] = {0};
+    Val sv[TS_N];
+    char pg_digits[24];
+    size_t pg_len = 0;
+    int rk_state = 0, rk_seen = 0; /* 0 NULL, 1 a list pushed to rk_val */
+    size_t rk_start = t->rk_val.len, save = sc->i;
+    memset(sv, 0, sizeof sv);
+    if (!args_b) goto push;
+    sc->i = args_b + 1;
+    ws(sc);
+    if (sc->s[sc->i] == '}') goto push;
+    while (1) {
+        size_t kb = sc->i + 1;
+        if (str_(sc, NULL, 0)) goto unclean;
+        size_t ke = sc->i - 1;
+        const unsigned char *key = sc->s + kb;
+        if (memchr(key, '\\', ke - kb)) goto unclean;
+        ws(sc);
+        sc->i++; /* ':' */
+        ws(sc);
+        unsigned char c = sc->s[sc->i];
+        int k, r = 0;
+        if ((k = match_key(TI_KEYS, TI_N, key, ke - kb)) >= 0) {
+            if (iseen[k]++) goto unclean;
+            if (c == '-' || (c >= '0' && c <= '9')) {
+                size_t b, e;
+                int is_int;
+                if (num_(sc, &b, &e, &is_int)) goto unclean;
+                if (is_int) {
+                    if (to_i64(sc->s, b, e, &iv[k])) goto unclean;
+                    iok[k] = 1;
+                }
+            } else r = skip_(sc, 1);
+        } else if ((k = match_key(TS_KEYS, TS_N, key, ke - kb)) >= 0) {
+            if (sseen[k]++) goto unclean;
+            if (c == '"') r = str_(sc, &sv[k], 1);
+            else if (k == TS_PG_NAME && (c == '-' || (c >= '0' && c <= '9'))) {
+                size_t b, e;
+                int is_int;
+                int64_t v;
+                if (num_(sc, &b, &e, &is_int)) goto unclean;
+                if (is_int) {
+                    if (to_i64(sc->s, b, e, &v)) goto unclean;
+                    pg_len = (size_t)snprintf(pg_digits, sizeof pg_digits, "%lld", (long long)v);
+                    sv[k].tag = V_INT;
+                }
+            } else r = skip_(sc, 1);
+        } else if (ke - kb == sizeof RANKS_KEY - 1 && !memcmp(key, RANKS_KEY, ke - kb)) {
+            if (rk_seen++) goto unclean;
+            if (c == '"') {
+                size_t vb = sc->i + 1;
+                if (str_(sc, NULL, 0)) goto unclean;
+                const unsigned char *text = sc->s + vb;
+                size_t len = sc->i - 1 - vb;
+                if (memchr(text, '\\', len)) goto unclean;
+                r = ranks_text(text, len, &t->rk_val);
+                rk_state = 1;
+            } else if (c == '[') {
+                r = ranks_array(sc, &t->rk_val);
+                rk_state = 1;
+            } else r = skip_(sc, 1);
+            if (r == -2) return -2;
+        } else r = skip_(sc, 1);
+        if (r) goto unclean;
+        ws(sc);
+        if (sc->s[sc->i] == ',') { sc->i++; ws(sc); continue; }
+        break; /* '}' */
+    }
+push:
+    sc->i = save;
+    for (int k = 0; k < TI_N; k++)
+        if (buf_put(&t->val[k], &iv[k], 8) || buf_put(&t->ok[k], &iok[k], 1)) return -2;
+    for (int k = 0; k < TS_N; k++) {
+        const char *p = sv[k].tag == V_STR ? vptr(sc, &sv[k]) : pg_digits;
+        size_t len = sv[k].tag == V_STR ? sv[k].len : sv[k].tag == V_INT ? pg_len : 0;
+        int r = strcol_push(&t->str[k], p, len, sv[k].tag != V_ABSENT && sv[k].tag != V_NULL);
+        if (r == -1) return -2;
+        if (r == -2) t->unclean = 1;
+    }
+    if (t->rk_off.len == 0) { int32_t z = 0; if (buf_put(&t->rk_off, &z, 4)) return -2; }
+    if (t->rk_val.len / 8 > INT32_MAX) t->unclean = 1;
+    int32_t end = (int32_t)(t->rk_val.len / 8);
+    unsigned char ok = (unsigned char)rk_state;
+    if (buf_put(&t->rk_off, &end, 4) || buf_put(&t->rk_ok, &ok, 1)) return -2;
+    return 0;
+unclean:
+    t->unclean = 1;
+    t->rk_val.len = rk_start;
+    for (int k = 0; k < TS_N; k++) sv[k].tag = V_ABSENT;
+    rk_state = 0;
+    goto push;
 }
 
 enum { K_PH, K_NAME, K_CAT, K_PID, K_TID, K_TS, K_DUR, K_ID, K_BP, K_ARGS, K_N };
@@ -656,7 +832,6 @@ static int event_(Sc *sc, Out *o) {
     int64_t prov = intern(&o->pairs, V_STR, 0, (const char *)pair, sizeof pair);
     if (prov < 0) return -2;
     if (slice) {
-        int64_t row = (int64_t)(o->ts.len / 8);
         PUT(&o->ts, int64_t, ts);
         PUT(&o->dur, int64_t, dur);
         PUT(&o->track, int64_t, -1);
@@ -670,12 +845,8 @@ static int event_(Sc *sc, Out *o) {
         if (!r) r = strcol_push(&o->args, (const char *)sc->s + args_b, args_e - args_b,
                                 args_e > args_b);
         if (r) return r == -2 ? -1 : -2;
-        if (args_e > args_b && !str_is(sc, ct, "python_function")) {
-            PUT(&o->typed_rows, int64_t, row);
-            if (buf_put(&o->typed_json, o->typed_json.len ? "," : "[", 1) ||
-                buf_put(&o->typed_json, sc->s + args_b, args_e - args_b))
-                goto oom;
-        }
+        int typed = args_e > args_b && !str_is(sc, ct, "python_function");
+        if ((r = typed_(sc, &o->typed, typed ? args_b : 0)) != 0) return r;
         return 0;
     }
     Val *ct = &f[K_CAT], *id = &f[K_ID];
@@ -841,6 +1012,37 @@ static int put_strings(PyObject *d, const char *key, StrCol *c) {
     return r;
 }
 
+/* The typed args columns as "typed": {key: (values, validity) | (offsets, data, validity)},
+ * or None where the Python decoder must read the args. */
+static int put_typed(PyObject *d, Typed *t) {
+    if (t->unclean) return PyDict_SetItemString(d, "typed", Py_None);
+    PyObject *cols = PyDict_New();
+    if (!cols) return -1;
+    int r = 0;
+    for (int k = 0; k < TI_N && !r; k++) {
+        PyObject *v = bytes_of(&t->val[k]), *ok = v ? bytes_of(&t->ok[k]) : NULL;
+        buf_free(&t->val[k]);
+        buf_free(&t->ok[k]);
+        PyObject *pair = ok ? PyTuple_Pack(2, v, ok) : NULL;
+        Py_XDECREF(v); Py_XDECREF(ok);
+        r = pair ? PyDict_SetItemString(cols, TI_KEYS[k], pair) : -1;
+        Py_XDECREF(pair);
+    }
+    for (int k = 0; k < TS_N && !r; k++) r = put_strings(cols, TS_KEYS[k], &t->str[k]);
+    if (!r) {
+        if (t->rk_off.len == 0) { int32_t z = 0; if (buf_put(&t->rk_off, &z, 4)) r = -1; }
+        PyObject *off = r ? NULL : bytes_of(&t->rk_off), *val = off ? bytes_of(&t->rk_val) : NULL;
+        PyObject *ok = val ? bytes_of(&t->rk_ok) : NULL;
+        PyObject *triple = ok ? PyTuple_Pack(3, off, val, ok) : NULL;
+        Py_XDECREF(off); Py_XDECREF(val); Py_XDECREF(ok);
+        r = triple ? PyDict_SetItemString(cols, RANKS_KEY, triple) : -1;
+        Py_XDECREF(triple);
+    }
+    if (!r) r = PyDict_SetItemString(d, "typed", cols);
+    Py_DECREF(cols);
+    return r;
+}
+
 static int put_object(PyObject *d, const char *key, PyObject *v) {
     if (!v) return -1;
     int r = PyDict_SetItemString(d, key, v);
@@ -862,9 +1064,8 @@ static PyObject *build_result(Out *o, int array_form) {
         put_bytes(d, "ts", &o->ts) || put_bytes(d, "dur", &o->dur) ||
         put_bytes(d, "track", &o->track) || put_bytes(d, "is_x", &o->is_x) ||
         put_strings(d, "name", &o->name) || put_strings(d, "cat", &o->cat) ||
-        put_strings(d, "args", &o->args) || put_bytes(d, "typed_rows", &o->typed_rows) ||
-        (o->typed_json.len && buf_put(&o->typed_json, "]", 1)) ||
-        put_bytes(d, "typed_json", &o->typed_json) || put_bytes(d, "flow_cat", &o->f_cat) ||
+        put_strings(d, "args", &o->args) || put_typed(d, &o->typed) ||
+        put_bytes(d, "flow_cat", &o->f_cat) ||
         put_bytes(d, "flow_id", &o->f_id) || put_bytes(d, "flow_id_is_int", &o->f_is_int) ||
         put_bytes(d, "flow_finish", &o->f_finish) || put_bytes(d, "flow_ts", &o->f_ts) ||
         put_bytes(d, "flow_track", &o->f_track) ||

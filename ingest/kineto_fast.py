@@ -24,19 +24,22 @@ import pyarrow.compute as pc
 
 from . import _kineto_scan
 from .kineto import (
-    _ARGS_LIST_DECODER,
     _GPU_CATEGORY_ARRAY,
+    _TYPED_COLUMNS,
+    _UNTYPED_CATEGORIES,
     CHUNK_EVENTS,
     INT64_MAX,
     Args,
     _Columns,
     _decode_args,
+    _decode_args_batch,
     _profiler_steps,
     _typed_columns,
 )
 from .model import TraceError
 
 INT64_MIN = -INT64_MAX - 1
+_UNTYPED_CATEGORY_ARRAY = pa.array(sorted(_UNTYPED_CATEGORIES))
 
 
 class KinetoHeader(msgspec.Struct):
@@ -122,7 +125,6 @@ def _columns(out: dict, base_ns: int) -> _Columns | None:
     if dur.size and bool(np.any(ts > INT64_MAX - dur)):
         return None  # an end beyond int64: msgspec's path raises the error
     track = _i64(out["track"])
-    n = ts.size
 
     columns.tracks = {key: i for i, key in enumerate(out["tracks"])}
     columns.ts.append(ts)
@@ -138,9 +140,12 @@ def _columns(out: dict, base_ns: int) -> _Columns | None:
     arrow["category"].append(category)
     arrow["name"].append(name)
     args = _strings(out["args"])
-    rows = _i64(out["typed_rows"])
-    for column, values in _typed_columns(n, rows, _typed_args(out["typed_json"], args,
-                                                              rows)).items():
+    typed = out["typed"]
+    if typed is None:  # args the scanner left to msgspec
+        typed_columns = _decoded_typed_columns(category, args)
+    else:
+        typed_columns = _scanned_typed_columns(typed)
+    for column, values in typed_columns.items():
         arrow[column].append(values)
     arrow["args"].append(args)
 
@@ -157,13 +162,36 @@ def _columns(out: dict, base_ns: int) -> _Columns | None:
     return columns
 
 
-def _typed_args(joined: bytes, args: pa.Array, rows: np.ndarray) -> list[Args]:
-    """Decode the typed keys of every args object in one msgspec call; one by one
-    (keeping events whose typed keys have odd types) when that fails."""
-    if rows.size == 0:
-        return []
-    try:
-        return _ARGS_LIST_DECODER.decode(joined)  # the scanner wrote "[...]"
-    except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError):
-        texts = args.take(pa.array(rows)).to_pylist()
-        return [_decode_args(msgspec.Raw(text.encode())) for text in texts]
+#: The scanner's key of each typed column (ingest.kineto.Args' JSON names).
+_SCANNED_KEYS = {attr: msgspec.structs.fields(Args)[Args.__struct_fields__.index(attr)].encode_name
+                 for attr, _, _ in _TYPED_COLUMNS}
+
+
+def _scanned_typed_columns(typed: dict) -> dict[str, pa.Array]:
+    """The typed args columns as the scanner built them (every value decided in C)."""
+    columns: dict[str, pa.Array] = {}
+    for attr, column, type_ in _TYPED_COLUMNS:
+        parts = typed[_SCANNED_KEYS[attr]]
+        if pa.types.is_integer(type_):
+            values, valid = parts
+            columns[column] = pa.array(_i64(values), mask=~_flags(valid))
+        elif pa.types.is_list(type_):
+            offsets, values, valid = parts
+            present = _flags(valid)
+            columns[column] = pa.ListArray.from_arrays(
+                pa.array(np.frombuffer(offsets, dtype=np.int32)), pa.array(_i64(values)),
+                type=type_, mask=pa.array(~present))
+        else:
+            columns[column] = _strings(parts)
+    return columns
+
+
+def _decoded_typed_columns(category: pa.Array, args: pa.Array) -> dict[str, pa.Array]:
+    """The typed args columns by msgspec, where the scanner met args it does not decide
+    (an int beyond int64, a duplicate key, ...): the rules live in ingest.kineto."""
+    untyped = pc.fill_null(pc.is_in(category, _UNTYPED_CATEGORY_ARRAY), False)
+    rows = np.flatnonzero(pc.and_(pc.is_valid(args), pc.invert(untyped))
+                          .to_numpy(zero_copy_only=False))
+    raws = [msgspec.Raw(text) for text in args.take(pa.array(rows)).cast(pa.binary())
+            .to_pylist()]
+    return _typed_columns(len(args), rows, _decode_args_batch(raws))

@@ -23,6 +23,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+try:
+    from ._nesting import nest as _nest
+except ImportError:  # built without a C compiler: the numpy version
+    _nest = None
+
 
 @dataclass
 class Nesting:
@@ -58,16 +63,37 @@ def _range_max(levels: list[np.ndarray], lo: np.ndarray, hi: np.ndarray) -> np.n
     return out
 
 
-def nest_slices(track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> Nesting:
-    """Compute parent, depth and the partial-overlap flag for every slice."""
+def nest_slices(track: np.ndarray, ts: np.ndarray, dur: np.ndarray,
+                compiled: bool | None = None) -> Nesting:
+    """Compute parent, depth and the partial-overlap flag for every slice.
+
+    ``compiled``: the one-pass stack of ``_nesting.c`` (``None``: when it is
+    built), else the numpy version below; both give the same arrays.
+    """
+    n = track.size
+    if n == 0:
+        return Nesting(np.full(0, -1, dtype=np.int64), np.zeros(0, dtype=np.int64),
+                       np.zeros(0, dtype=bool))
+    order = np.lexsort((np.arange(n), -dur, ts, track))
+    if compiled is None:
+        compiled = _nest is not None
+    if compiled:
+        parent = np.empty(n, dtype=np.int64)
+        depth = np.empty(n, dtype=np.int64)
+        partial = np.empty(n, dtype=bool)
+        _nest(order, *(np.ascontiguousarray(a, dtype=np.int64) for a in (track, ts, dur)),
+              parent, depth, partial)
+        return Nesting(parent, depth, partial)
+    return _nest_numpy(order, track, ts, dur)
+
+
+def _nest_numpy(order: np.ndarray, track: np.ndarray, ts: np.ndarray,
+                dur: np.ndarray) -> Nesting:
+    """Binary lifting over a sparse table of running maxima (see the module's docstring)."""
     n = track.size
     parent = np.full(n, -1, dtype=np.int64)
     depth = np.zeros(n, dtype=np.int64)
     partial = np.zeros(n, dtype=bool)
-    if n == 0:
-        return Nesting(parent, depth, partial)
-
-    order = np.lexsort((np.arange(n), -dur, ts, track))
     tr = track[order]
     start = ts[order]
     end = start + dur[order]

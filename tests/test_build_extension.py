@@ -23,8 +23,11 @@ REPO = Path(__file__).resolve().parents[1]
 SOURCES = ["pyproject.toml", "setup.py", "README.md", "ingest", "tracehouse", "reports",
            "megatron_patch"]
 
-pytestmark = pytest.mark.skipif(shutil.which("gcc") is None and shutil.which("cc") is None,
-                                reason="no C compiler on this machine")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(shutil.which("gcc") is None and shutil.which("cc") is None,
+                       reason="no C compiler on this machine"),
+]
 
 
 def _wheel(tmp_path: Path, env: dict[str, str]) -> list[str]:

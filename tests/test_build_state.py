@@ -19,6 +19,8 @@ from tracehouse.build_state import (
     write_state,
 )
 
+pytestmark = pytest.mark.slow  # ingests or builds (README: the fast set is -m "not slow")
+
 
 @pytest.fixture()
 def project(tmp_path: Path) -> Path:

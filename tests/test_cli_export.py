@@ -15,6 +15,8 @@ import pytest
 from conftest import Lake
 from tracehouse.cli import _rank_list, main
 
+pytestmark = pytest.mark.slow  # ingests or builds (README: the fast set is -m "not slow")
+
 
 def test_rank_list_parses_ranges() -> None:
     assert _rank_list("0,1,4-7") == [0, 1, 4, 5, 6, 7]

@@ -20,6 +20,8 @@ import pytest
 
 from tracehouse.cli import build_parser, main
 
+pytestmark = pytest.mark.slow  # ingests or builds (README: the fast set is -m "not slow")
+
 
 def _subcommands() -> dict[tuple[str, ...], argparse.ArgumentParser]:
     """Every leaf subcommand of the real parser, e.g. ``("export", "table")``."""

@@ -62,6 +62,8 @@ from tracehouse.ingest.model import TraceError  # noqa: E402
 from tracehouse.ingest.runner import ingest_paths  # noqa: E402
 from tracehouse.topology import build_topology  # noqa: E402
 
+pytestmark = pytest.mark.slow  # ingests or builds (README: the fast set is -m "not slow")
+
 GENSTACK = SHARED_DATA / "genstack" / "small_dp2_tp2_pp4"
 WORLD = 16
 #: Genstack's layout: micro-batch size = global batch 1024 / (4 microbatches x DP 2).

@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.slow  # ingests or builds (README: the fast set is -m "not slow")
+
 pytest.importorskip("rfc3987_syntax", reason="rfc3987-syntax is not installed here, so "
                     "there is nothing for import_dbt to skip")
 

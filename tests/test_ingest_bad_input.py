@@ -32,10 +32,10 @@ KINETO = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "kinet
 DLRM = KINETO / "dlrm_8rank"
 MEGATRON_ITER = KINETO / "megatron_cpu" / "tp2_pp2_dp1_vpp2" / "iteration_3"
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     not DLRM.is_dir() or not MEGATRON_ITER.is_dir(),
     reason=f"shared Kineto traces not found under {KINETO}",
-)
+)]
 
 SLICE_PHASES = {"X", "i", "I"}
 

@@ -39,10 +39,10 @@ KINETO = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "kinet
 DLRM = KINETO / "dlrm_8rank"
 MEGATRON = KINETO / "megatron_cpu"
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     not DLRM.is_dir() or not MEGATRON.is_dir(),
     reason=f"shared Kineto traces not found under {KINETO}",
-)
+)]
 
 SLICE_PHASES = {"X", "i", "I"}
 

@@ -25,6 +25,8 @@ from tracehouse.ingest import kineto
 from tracehouse.ingest.model import TraceError, TraceFile
 from tracehouse.ingest.runner import ingest_paths
 
+pytestmark = pytest.mark.slow  # ingests or builds (README: the fast set is -m "not slow")
+
 KINETO = SHARED_DATA / "kineto"
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 

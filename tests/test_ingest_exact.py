@@ -28,6 +28,8 @@ from tracehouse.ingest import kineto
 from tracehouse.ingest.model import TraceFile
 from tracehouse.ingest.numbers import json_number_to_ns
 
+pytestmark = pytest.mark.slow  # ingests or builds (README: the fast set is -m "not slow")
+
 A100 = SHARED_DATA / "kineto" / "single_rank" / "a100_nccl_pg_args.json.gz"
 _NUMBER = re.compile(r'"@@N:([^"@]+)@@"')
 

@@ -23,7 +23,10 @@ from tracehouse.ingest.runner import ingest_paths
 
 KINETO = SHARED_DATA / "kineto"
 
-pytestmark = pytest.mark.skipif(not KINETO.is_dir(), reason=f"shared traces not found at {KINETO}")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not KINETO.is_dir(), reason=f"shared traces not found at {KINETO}"),
+]
 
 
 def _events(path: str) -> tuple[dict, list[dict]]:

@@ -28,7 +28,10 @@ NSYS = SHARED_DATA / "nsys"
 KINETO_RANK0 = next(iter(sorted((SHARED_DATA / "kineto" / "dlrm_8rank").glob("worker0_*"))),
                     None) if (SHARED_DATA / "kineto" / "dlrm_8rank").is_dir() else None
 
-pytestmark = pytest.mark.skipif(not NSYS.is_dir(), reason=f"shared data missing: {NSYS}")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not NSYS.is_dir(), reason=f"shared data missing: {NSYS}"),
+]
 
 
 def _lake(root: Path, sql: str, params: list | None = None) -> list[tuple]:

@@ -20,6 +20,8 @@ from tracehouse.ingest.runner import ingest_paths
 from tracehouse.megatron_patch.pp_timer import PerfCounterClock, PPTimer, RankInfo
 from tracehouse.warehouse import Warehouse
 
+pytestmark = pytest.mark.slow  # ingests or builds (README: the fast set is -m "not slow")
+
 ORIGINAL = "event_times_PP2_VPP1_TPxCPxDP_rank_0_pp_rank_1_rank_1.json"
 
 

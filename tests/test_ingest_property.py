@@ -42,9 +42,9 @@ from tracehouse.ingest.schema import LAKE_TABLES, TRACE_TABLES
 KINETO = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "kineto"
 BASE_TRACE = KINETO / "dlrm_8rank" / "worker0_step_12.1694128201545.pt.trace.json.gz"
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     not BASE_TRACE.is_file(), reason=f"shared Kineto trace {BASE_TRACE} not found"
-)
+)]
 
 SLICE_PHASES = {"X", "i", "I"}
 FLOW_PHASES = {"s", "f"}

@@ -18,6 +18,8 @@ from tracehouse.ingest.runner import ingest_paths
 from tracehouse.ingest.shard import STALE_AFTER_S, Shard, shard_of
 from tracehouse.warehouse import Warehouse
 
+pytestmark = pytest.mark.slow  # ingests or builds (README: the fast set is -m "not slow")
+
 DLRM = REPO_ROOT.parent / "shared" / "data" / "kineto" / "dlrm_8rank"
 
 

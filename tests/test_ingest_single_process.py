@@ -23,7 +23,10 @@ from tracehouse.ingest.runner import ingest_paths
 
 A100 = SHARED_DATA / "kineto" / "single_rank" / "a100_nccl_pg_args.json.gz"
 
-pytestmark = pytest.mark.skipif(not A100.is_file(), reason=f"shared trace {A100} not found")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not A100.is_file(), reason=f"shared trace {A100} not found"),
+]
 
 
 def _single_process_trace(path: Path, drop_events: int = 0) -> Path:

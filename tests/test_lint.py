@@ -75,11 +75,13 @@ def compiled_sql(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
+@pytest.mark.slow  # sqlfluff over every model (tens of seconds)
 def test_models_pass_sqlfluff() -> None:
     result = _sqlfluff_lint(["models/"], REPO_ROOT)
     assert result.returncode == 0, result.stdout[-4000:]
 
 
+@pytest.mark.slow  # sqlfluff over every model (tens of seconds)
 def test_compiled_sql_covers_the_macros(compiled_sql: Path) -> None:
     """The compiled SQL holds every model and the project's generic tests."""
     names = {path.name for path in compiled_sql.iterdir()}
@@ -89,6 +91,7 @@ def test_compiled_sql_covers_the_macros(compiled_sql: Path) -> None:
         assert any(name.startswith(f"test.{generic.stem}.") for name in names), generic.stem
 
 
+@pytest.mark.slow  # sqlfluff over every model (tens of seconds)
 def test_compiled_sql_passes_sqlfluff(compiled_sql: Path) -> None:
     """The macros' SQL, as compiled into the models and tests, passes the
     non-layout rules (tests/sqlfluff_compiled.cfg). A finding names the

@@ -23,6 +23,8 @@ import pytest
 
 from tracehouse.megatron_patch import hooks, pp_timer
 
+pytestmark = pytest.mark.slow  # ingests or builds (README: the fast set is -m "not slow")
+
 ROOT = Path(__file__).resolve().parent.parent
 PATCH = ROOT / "megatron_patch" / "megatron-lm-core_v0.16.1.patch"
 SCRIPT = ROOT / "megatron_patch" / "check_patch.sh"

@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tracehouse.ingest import nesting
 from tracehouse.ingest.nesting import bind_flow_endpoints, nest_slices
+
+#: Both implementations: the compiled stack (_nesting.c) where built, and numpy.
+IMPLEMENTATIONS = [pytest.param(True, id="compiled", marks=pytest.mark.skipif(
+    nesting._nest is None, reason="ingest/_nesting.c is not built")),
+    pytest.param(False, id="numpy")]
 
 
 def reference_nesting(track, ts, dur):
@@ -68,15 +75,29 @@ slices = st.lists(
 )
 
 
+@pytest.mark.parametrize("compiled", IMPLEMENTATIONS)
 @settings(max_examples=300, deadline=None)
-@given(slices)
-def test_matches_reference(rows) -> None:
+@given(rows=slices)
+def test_matches_reference(compiled: bool, rows) -> None:
     track, ts, dur = _arrays(rows)
-    result = nest_slices(track, ts, dur)
+    result = nest_slices(track, ts, dur, compiled=compiled)
     parent, depth, partial = reference_nesting(track.tolist(), ts.tolist(), dur.tolist())
     assert result.parent.tolist() == parent
     assert result.depth.tolist() == depth
     assert result.partial.tolist() == partial
+
+
+def test_implementations_agree_at_the_int64_edge() -> None:
+    """An instant at INT64_MAX (its "end + 1" wraps, as numpy's does) and deep stacks."""
+    top = 2**63 - 1
+    rows = [(0, top - 10, 10), (0, top, 0), (0, top - 5, 5), (1, 0, 10**6)]
+    rows += [(1, k, 10**6 - 2 * k) for k in range(1, 500)]
+    if nesting._nest is None:
+        pytest.skip("ingest/_nesting.c is not built")
+    fast, slow = (nest_slices(*_arrays(rows), compiled=c) for c in (True, False))
+    assert fast.parent.tolist() == slow.parent.tolist()
+    assert fast.depth.tolist() == slow.depth.tolist()
+    assert fast.partial.tolist() == slow.partial.tolist()
 
 
 def test_flow_binding_enclosing_and_next() -> None:

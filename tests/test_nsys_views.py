@@ -29,7 +29,10 @@ NSYS = SHARED_DATA / "nsys"
 FILES = ("mfu_2gpu_before", "h100_2gpu_1s")
 TOLERANCE_MS = 0.1
 
-pytestmark = pytest.mark.skipif(not NSYS.is_dir(), reason=f"shared data missing: {NSYS}")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not NSYS.is_dir(), reason=f"shared data missing: {NSYS}"),
+]
 
 
 @pytest.fixture(scope="session")

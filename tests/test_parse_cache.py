@@ -21,6 +21,8 @@ from tracehouse import parse_cache
 from tracehouse.dbt import EXIT_OK, _absolute_path_options, project_dir, run_dbt
 from tracehouse.publish import DATABASE_ENV_VAR
 
+pytestmark = pytest.mark.slow  # ingests or builds (README: the fast set is -m "not slow")
+
 
 def _parse_lines(warehouse: Path) -> list[str]:
     log = (warehouse / "dbt" / "logs" / "dbt.log").read_text(errors="replace")

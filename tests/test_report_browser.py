@@ -23,6 +23,8 @@ import pytest
 from report_warehouse import HOSTILE_KERNEL, report_warehouse
 from tracehouse.cli import main
 
+pytestmark = pytest.mark.slow  # ingests or builds (README: the fast set is -m "not slow")
+
 
 def _chromium() -> str | None:
     for name in ("chromium", "chromium-browser", "google-chrome"):

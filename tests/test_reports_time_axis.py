@@ -30,6 +30,8 @@ from tracehouse.reports import microbatch, pipeline, replica, timeline
 from tracehouse.reports.base import MAX_ROWS_PER_AXIS, ChartContext, RenderedChart
 from tracehouse.reports.style import KIND_COLORS, PHASE_COLORS
 
+pytestmark = pytest.mark.slow  # ingests or builds (README: the fast set is -m "not slow")
+
 SIM_RUN = "sim_tp2_pp2_dp2_vpp2"
 SIM_1F1B_RUN = "sim_tp1_pp2_1f1b"
 DLRM_RUN = "dlrm_8rank"

@@ -20,6 +20,8 @@ from tracehouse.ingest.runner import ingest_paths
 from tracehouse.simulate import SimConfig, SimulatedRun, simulate_run
 from tracehouse.warehouse import Warehouse
 
+pytestmark = pytest.mark.slow  # ingests or builds (README: the fast set is -m "not slow")
+
 SMALL = dict(layers=8, hidden=256, heads=8, seq_length=256, vocab=1024)
 LAYOUTS = {
     "pp4_dp2": dict(pp=4, dp=2, microbatches=8),

@@ -22,6 +22,8 @@ from tracehouse.ingest.runner import ingest_paths
 from tracehouse.simulate import SimConfig, SimulatedRun, simulate_run
 from tracehouse.simulate.calltree import flatten, load_events, schedule_call_tree
 
+pytestmark = pytest.mark.slow  # ingests or builds (README: the fast set is -m "not slow")
+
 MEGATRON_CPU = SHARED_DATA / "kineto" / "megatron_cpu"
 A100 = SHARED_DATA / "kineto" / "single_rank" / "a100_nccl_pg_args.json.gz"
 #: A model small enough to simulate and load in well under a second per run.

@@ -25,6 +25,8 @@ from tracehouse.ingest.schema import LAKE_FORMAT, LAKE_TABLES, PARSED_SLICES, SL
 from tracehouse.ingest.slice_context import CONTEXT_FIELDS, with_context
 from tracehouse.warehouse import Warehouse
 
+pytestmark = pytest.mark.slow  # ingests or builds (README: the fast set is -m "not slow")
+
 CPU, GPU = 1, 2
 
 

@@ -43,8 +43,10 @@ def _spark_missing() -> str | None:
     return None
 
 
-pytestmark = pytest.mark.skipif(_spark_missing() is not None,
-                                reason=_spark_missing() or "")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(_spark_missing() is not None, reason=_spark_missing() or ""),
+]
 
 
 def readme_cluster_commands() -> list[str]:

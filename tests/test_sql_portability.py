@@ -21,6 +21,8 @@ from conftest import REPO_ROOT
 from tracehouse.dbt import run_dbt
 from tracehouse.portability import check_spark_sql, spark_functions
 
+pytestmark = pytest.mark.slow  # ingests or builds (README: the fast set is -m "not slow")
+
 needs_dbt_spark = pytest.mark.skipif(
     importlib.util.find_spec("dbt.adapters.spark") is None,
     reason="dbt-spark is not installed (the spark extra: pip install -e '.[spark]')")

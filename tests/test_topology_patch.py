@@ -26,6 +26,8 @@ from tracehouse.megatron_patch.profiling import (
 from tracehouse.megatron_patch.topology_dump import dump_topology
 from tracehouse.topology import build_topology
 
+pytestmark = pytest.mark.slow  # ingests or builds (README: the fast set is -m "not slow")
+
 
 def test_env_config() -> None:
     env = {"PROFILE_ALLRANKS": "Yes", "PROFILER_WAIT_STEPS": "2", "PROFILER_WARMUP_STEPS": "3",
