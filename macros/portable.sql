@@ -160,3 +160,56 @@
 {% macro spark__json_text(json, key, indexes=[]) -%}
     get_json_object({{ json }}, "$['{{ key }}']{% for i in indexes %}[{{ i }}]{% endfor %}")
 {%- endmacro %}
+
+{#- Aggregate: the values of a group as an array (order unspecified; NULLs
+    are left out on Spark and kept on DuckDB, so pass none): DuckDB `list`,
+    Spark `collect_list`, ANSI `array_agg`. -#}
+{% macro collect_array(expression) -%}
+    {{ return(adapter.dispatch('collect_array', 'tracehouse')(expression)) }}
+{%- endmacro %}
+{% macro default__collect_array(expression) -%} array_agg({{ expression }}) {%- endmacro %}
+{% macro duckdb__collect_array(expression) -%} list({{ expression }}) {%- endmacro %}
+{% macro spark__collect_array(expression) -%} collect_list({{ expression }}) {%- endmacro %}
+
+{#- A select matching each row of `left` to the one row of `right` with the
+    same `keys` (pairs [left column, right column]) and the latest
+    `right_time` at or before its `left_time`; rows of `left` without one
+    are left out. `columns`: the select list (qualified by the relation
+    names). `right` must hold one row per keys and time (the match is then
+    unique). DuckDB: an ASOF join (a merge along time per key, no pairwise
+    comparisons); elsewhere an inequality join keeping the latest match
+    per `left_key` (the columns that identify a row of `left`), with an
+    extra column asof_rank. -#}
+{% macro latest_at_or_before(left, right, keys, left_time, right_time, left_key, columns) -%}
+    {{ return(adapter.dispatch('latest_at_or_before', 'tracehouse')(
+        left, right, keys, left_time, right_time, left_key, columns)) }}
+{%- endmacro %}
+{% macro duckdb__latest_at_or_before(left, right, keys, left_time, right_time, left_key, columns) -%}
+    select {{ columns | join(', ') }}
+    from {{ left }}
+    asof inner join {{ right }}
+        on
+            {%- for pair in keys %}
+            {{ left }}.{{ pair[0] }} = {{ right }}.{{ pair[1] }} and
+            {%- endfor %}
+            {{ left }}.{{ left_time }} >= {{ right }}.{{ right_time }}
+{%- endmacro %}
+{% macro default__latest_at_or_before(left, right, keys, left_time, right_time, left_key, columns) -%}
+    select *
+    from (
+        select
+            {{ columns | join(', ') }},
+            row_number() over (
+                partition by {% for column in left_key %}{{ left }}.{{ column }}{{ ', ' if not loop.last }}{% endfor %}
+                order by {{ right }}.{{ right_time }} desc
+            ) as asof_rank
+        from {{ left }}
+        inner join {{ right }}
+            on
+                {%- for pair in keys %}
+                {{ left }}.{{ pair[0] }} = {{ right }}.{{ pair[1] }} and
+                {%- endfor %}
+                {{ left }}.{{ left_time }} >= {{ right }}.{{ right_time }}
+    ) as asof_matches
+    where asof_rank = 1
+{%- endmacro %}

@@ -58,6 +58,7 @@ COMPARED_MODELS = [
     "intermediate.int_kernels_classified",
     "intermediate.int_kernels_annotated",
     "intermediate.int_annotation_ranges_nested",
+    "intermediate.int_annotation_ranges_projected",
     "intermediate.int_comm_groups_matched",
     "intermediate.int_microbatch_steps_chunked",
     "intermediate.int_kernel_intervals_merged",
@@ -125,6 +126,7 @@ MARKERS = {
     "intermediate.int_kernels_classified": ("launch_name", "'untouched'"),
     "intermediate.int_kernels_annotated": ("end_ns", "-1"),
     "intermediate.int_annotation_ranges_nested": ("annotation_path", "'untouched'"),
+    "intermediate.int_annotation_ranges_projected": ("kernel_count", "-1"),
     "intermediate.int_kernel_intervals_merged": ("interval_count", "-1"),
     "intermediate.int_rank_iterations_swept": ("overlap_ns", "-1"),
     "intermediate.int_stream_idle_categorized": ("gap_count", "-1"),
@@ -305,7 +307,6 @@ def test_incremental_build_names_the_new_traces_so_scans_skip_the_others(
         ("slices/int_slices_contextualized", ("slices",)),
         ("slices/int_profiler_steps", ("slices",)),
         ("slices/int_annotation_ranges_nested", ("slices",)),
-        ("kernels/int_kernels_annotated", ("slices",)),
         ("collectives/int_collective_calls_sequenced", ("slices",)),
         ("slices/int_traces", ("traces",)),
     ):

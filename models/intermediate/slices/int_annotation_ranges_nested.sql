@@ -11,16 +11,14 @@
     identical ranges nest as ingest nests them, the earlier outside.
     parent_range_id: the innermost ancestor, the last in that order;
     annotation_depth: the ancestors (0 at the top); annotation_path: their
-    names and its own, outermost first, joined by ' > '. A self-join among
-    one thread's ranges only (hundreds, not its millions of slices), so no
-    recursive walk. GPU projection: the kernels (category `kernel`; copies
-    and fills left out, as nsys-ai counts) whose launch call lies inside the
-    range or one of its descendants (int_kernels_annotated: the innermost
-    range of each launch, inside the capture window as every kernel model);
-    kernel_count counts them, own_kernel_count those whose innermost range
-    it is, gpu_start_ns / gpu_end_ns are the first start and last end (NULL
-    without kernels). Per trace (macros/per_trace.sql): delete+insert on
-    trace_id.
+    names and its own, outermost first, joined by ' > ';
+    lineage_range_ids: their slice ids and its own (an array, in no set
+    order), what int_kernels_annotated climbs to find a launch's innermost
+    range and int_annotation_ranges_projected sums kernels over. A
+    self-join among one thread's ranges only (hundreds, not its millions of
+    slices), so no recursive walk. The one read of the ranges from the lake:
+    int_kernels_annotated reads them here. Per trace (macros/per_trace.sql):
+    delete+insert on trace_id.
 #}
 
 {{ config(
@@ -72,6 +70,7 @@ tree as (
         trace_id,
         slice_id,
         count(*) - 1 as annotation_depth,
+        {{ collect_array('ancestor_id') }} as lineage_range_ids,
         {{ string_agg_ordered(
             'ancestor_name', "' > '", 'ancestor_ts_ns asc, ancestor_end_ns desc, ancestor_id asc') }}
             as annotation_path
@@ -93,34 +92,6 @@ parents as (
     ) }}
 ),
 
-kernels as (
-    select
-        trace_id,
-        annotation_slice_id,
-        ts_ns,
-        end_ns
-    from {{ ref('int_kernels_annotated') }}
-    where
-        category = 'kernel'
-        and {{ trace_filter(pending) }}
-),
-
-projected as (
-    select
-        lineage.trace_id,
-        lineage.ancestor_id as slice_id,
-        count(*) as kernel_count,
-        count(case when lineage.ancestor_id = lineage.slice_id then 1 end) as own_kernel_count,
-        min(kernels.ts_ns) as gpu_start_ns,
-        max(kernels.end_ns) as gpu_end_ns
-    from kernels
-    inner join lineage
-        on
-            kernels.trace_id = lineage.trace_id
-            and kernels.annotation_slice_id = lineage.slice_id
-    group by 1, 2
-),
-
 final as (
     select
         ranges.run_id,
@@ -136,11 +107,7 @@ final as (
         ranges.ts_ns,
         ranges.dur_ns,
         ranges.end_ns,
-        coalesce(projected.kernel_count, 0) as kernel_count,
-        coalesce(projected.own_kernel_count, 0) as own_kernel_count,
-        projected.gpu_start_ns,
-        projected.gpu_end_ns,
-        projected.gpu_end_ns - projected.gpu_start_ns as gpu_span_ns
+        tree.lineage_range_ids
     from ranges
     inner join tree
         on
@@ -150,10 +117,6 @@ final as (
         on
             ranges.trace_id = parents.trace_id
             and ranges.slice_id = parents.slice_id
-    left join projected
-        on
-            ranges.trace_id = projected.trace_id
-            and ranges.slice_id = projected.slice_id
 )
 
 select * from final

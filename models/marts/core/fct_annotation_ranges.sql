@@ -4,8 +4,9 @@
     Megatron's ranges, ProfilerStep#N) or an Nsight NVTX push/pop range
     (annotation_kind), as a tree: parent, depth, path, its own CPU span and
     its span projected onto the GPU over the kernels launched inside it or
-    a descendant. int_annotation_ranges_nested computes them and documents
-    the rules; the rank's coordinates come from dim_ranks (macro
+    a descendant. int_annotation_ranges_nested (the tree) and
+    int_annotation_ranges_projected (the GPU side) compute them and
+    document the rules; the rank's coordinates come from dim_ranks (macro
     rank_coordinates). A view on DuckDB, a table elsewhere (macro
     lookup_join_materialization).
 #}
@@ -16,6 +17,10 @@ with
 
 ranges as (
     select * from {{ ref('int_annotation_ranges_nested') }}  -- noqa: AM04
+),
+
+projected as (
+    select * from {{ ref('int_annotation_ranges_projected') }}  -- noqa: AM04
 ),
 
 ranks as (
@@ -38,12 +43,16 @@ final as (
         ranges.ts_ns,
         ranges.dur_ns,
         ranges.end_ns,
-        ranges.kernel_count,
-        ranges.own_kernel_count,
-        ranges.gpu_start_ns,
-        ranges.gpu_end_ns,
-        ranges.gpu_span_ns
+        coalesce(projected.kernel_count, 0) as kernel_count,
+        coalesce(projected.own_kernel_count, 0) as own_kernel_count,
+        projected.gpu_start_ns,
+        projected.gpu_end_ns,
+        projected.gpu_end_ns - projected.gpu_start_ns as gpu_span_ns
     from ranges
+    left join projected
+        on
+            ranges.trace_id = projected.trace_id
+            and ranges.slice_id = projected.slice_id
     left join ranks
         on
             ranges.run_id = ranks.run_id
