@@ -80,18 +80,15 @@ class Discovery:
     #: Comm logs (``comm_log_rank_<r>.json``, Genstack's or ``tracehouse commtrace``'s)
     #: with their run: loaded into ``comm_log_events``.
     comm_logs: list[tuple[Path, str]] = field(default_factory=list)
+    #: The paths given under which an input (trace, topology, PP-timer or comm-log
+    #: file) was found, as given: by where a file was found, not where it resolves
+    #: to, so a folder of symbolic links to traces elsewhere is not empty.
+    given_with_inputs: set[Path] = field(default_factory=set)
 
     def paths_without_inputs(self, given: list[Path]) -> list[Path]:
         """The paths of ``given`` under which nothing to load was found (no trace,
         topology, PP-timer or comm-log file; skipped sidecars do not count)."""
-        inputs = [t.path for t in self.traces] + [
-            path for path, _run in (*self.topologies, *self.pp_timers, *self.comm_logs)]
-        empty = []
-        for path in given:
-            root = path.resolve()
-            if not any(found == root or root in found.parents for found in inputs):
-                empty.append(path)
-        return empty
+        return [path for path in given if path not in self.given_with_inputs]
 
 
 def is_trace_name(name: str) -> bool:
@@ -175,6 +172,7 @@ def discover(paths: list[Path], run: str | None = None) -> Discovery:
         )
     found = Discovery()
     seen: set[Path] = set()
+    inputs: set[Path] = set()  # resolved files that are loaded (not skipped sidecars)
     for given in paths:
         if not given.exists():
             raise DiscoveryError(f"{given}: no such file or folder")
@@ -190,38 +188,49 @@ def discover(paths: list[Path], run: str | None = None) -> Discovery:
         for path, explicit in candidates:
             resolved = path.resolve()
             if resolved in seen:
+                if resolved in inputs:
+                    found.given_with_inputs.add(given)  # the same file given twice
                 continue
             seen.add(resolved)
-            if not explicit and is_topology_name(path.name):
-                found.topologies.append((resolved, run or default_run_for(resolved)))
-                continue
-            if is_pp_timer_name(path.name):
-                found.pp_timers.append((resolved, run or default_run_for(resolved)))
-                continue
-            if is_comm_log_name(path.name):
-                found.comm_logs.append((resolved, run or default_run_for(resolved)))
-                continue
-            if TRACEVIZ_TXT_NAME.match(path.name):  # named explicitly
-                found.topologies.append((resolved, run or default_run_for(resolved)))
-                continue
-            if not explicit:
-                reason = _sidecar_reason(path)
-                if reason:
-                    found.skipped.append((resolved, reason))
-                    continue
-            layout, rank_hint, iteration_hint = classify(path)
-            if is_nsys_file(path):
-                layout = "nsys"
-            stat = resolved.stat()
-            found.traces.append(
-                TraceFile(
-                    path=resolved,
-                    run_id=run or default_run_for(resolved),
-                    layout=layout,
-                    rank_hint=rank_hint,
-                    iteration_hint=iteration_hint,
-                    size_bytes=stat.st_size,
-                    mtime_ns=stat.st_mtime_ns,
-                )
-            )
+            if _add_input(found, path, resolved, explicit, run):
+                inputs.add(resolved)
+                found.given_with_inputs.add(given)
     return found
+
+
+def _add_input(found: Discovery, path: Path, resolved: Path, explicit: bool,
+               run: str | None) -> bool:
+    """File ``path`` into ``found`` as what its name says; False for a skipped sidecar."""
+    if not explicit and is_topology_name(path.name):
+        found.topologies.append((resolved, run or default_run_for(resolved)))
+        return True
+    if is_pp_timer_name(path.name):
+        found.pp_timers.append((resolved, run or default_run_for(resolved)))
+        return True
+    if is_comm_log_name(path.name):
+        found.comm_logs.append((resolved, run or default_run_for(resolved)))
+        return True
+    if TRACEVIZ_TXT_NAME.match(path.name):  # named explicitly
+        found.topologies.append((resolved, run or default_run_for(resolved)))
+        return True
+    if not explicit:
+        reason = _sidecar_reason(path)
+        if reason:
+            found.skipped.append((resolved, reason))
+            return False
+    layout, rank_hint, iteration_hint = classify(path)
+    if is_nsys_file(path):
+        layout = "nsys"
+    stat = resolved.stat()
+    found.traces.append(
+        TraceFile(
+            path=resolved,
+            run_id=run or default_run_for(resolved),
+            layout=layout,
+            rank_hint=rank_hint,
+            iteration_hint=iteration_hint,
+            size_bytes=stat.st_size,
+            mtime_ns=stat.st_mtime_ns,
+        )
+    )
+    return True

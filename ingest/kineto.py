@@ -308,6 +308,23 @@ _ZERO = msgspec.Raw(b"0")
 _SLICE_PHASES = frozenset({"X", "i", "I"})
 _GPU_CATEGORIES = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation"})
 _GPU_CATEGORY_ARRAY = pa.array(sorted(_GPU_CATEGORIES))
+#: Categories of Kineto traces written before PyTorch 1.13 (HTA reads them too):
+#: CUPTI's names then, today's lake names now, so every model sees one spelling.
+LEGACY_CATEGORIES = {"Kernel": "kernel", "Memcpy": "gpu_memcpy", "Memset": "gpu_memset",
+                     "Runtime": "cuda_runtime", "Operator": "cpu_op"}
+#: The launch flow (CPU call -> GPU work) was ``async_gpu`` before it was ``ac2g``.
+LEGACY_FLOW_CATEGORIES = {"async_gpu": "ac2g"}
+_LEGACY_CATEGORY_ARRAY = pa.array(sorted(LEGACY_CATEGORIES))
+
+
+def modern_categories(category: pa.Array) -> pa.Array:
+    """``category`` with legacy Kineto names mapped to today's (``Kernel`` ->
+    ``kernel``, ...); the same array, untouched, when it holds none (every
+    current trace: one vectorised membership test)."""
+    legacy = pc.is_in(category, value_set=_LEGACY_CATEGORY_ARRAY)
+    if not pc.any(legacy).as_py():
+        return category
+    return pa.array([LEGACY_CATEGORIES.get(c, c) for c in category.to_pylist()], pa.string())
 _FLOW_PHASES = frozenset({"s", "f", "t"})
 #: Categories whose args hold none of the typed keys (Python ids only):
 #: skipping them saves most of the args decoding on with_stack traces.
@@ -509,7 +526,7 @@ class _Columns:
             # ts and dur each fit, but an end (ts + dur) would wrap around int64.
             raise TraceError("number_out_of_range", "an event ends beyond the int64 "
                              "nanosecond range (ts + dur)", "check the event times in the trace")
-        category = _column(cats, pa.string(), "category")
+        category = modern_categories(_column(cats, pa.string(), "category"))
         name = _column(names, pa.string(), "name")
         lengths = _lengths(raw_args)
         self.ts.append(ts_ns)
@@ -794,7 +811,7 @@ def _flows(columns: _Columns, track_arr, ts_ns, dur_ns, parent, run_id, rank, tr
     flow_id = _concat(columns.flow_id, np.int64)
     id_is_int = _concat(columns.flow_id_is_int, bool)
     key = _group_ids(category, id_is_int, flow_id)
-    category_names = list(columns.flow_categories)
+    category_names = [LEGACY_FLOW_CATEGORIES.get(c, c) for c in columns.flow_categories]
     is_finish = _concat(columns.flow_finish, bool)
     ts = _concat(columns.flow_ts, np.int64)
     track = _concat(columns.flow_track, np.int64)

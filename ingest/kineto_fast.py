@@ -35,6 +35,7 @@ from .kineto import (
     _decode_args_batch,
     _profiler_steps,
     _typed_columns,
+    modern_categories,
 )
 from .model import TraceError
 
@@ -130,7 +131,7 @@ def _columns(out: dict, base_ns: int) -> _Columns | None:
     columns.ts.append(ts)
     columns.dur.append(dur)
     columns.track.append(track)
-    category = _strings(out["cat"])
+    category = modern_categories(_strings(out["cat"]))
     name = _strings(out["name"])
     columns.steps.update(_profiler_steps(name))
     gpu = pc.fill_null(pc.is_in(category, _GPU_CATEGORY_ARRAY), False)

@@ -505,11 +505,14 @@ def ingest_paths(
     wh = warehouse if isinstance(warehouse, Warehouse) else Warehouse.at(warehouse)
     started = time.perf_counter()
     found = discover([Path(p) for p in paths], run=run)
+    # A path is empty when nothing loadable lies under it at all, not when this
+    # shard's part of it is: with N shards over few files, a shard may own none
+    # (the hash decides), and that shard's job is then done, not an error.
+    empty_paths = [display_path(p) for p in found.paths_without_inputs([Path(p) for p in paths])]
     if shard is not None:
         found = _shard_files(found, shard)
     result = IngestResult(skipped=[(display_path(p), why) for p, why in found.skipped],
-                          empty_paths=[display_path(p) for p in
-                                       found.paths_without_inputs([Path(p) for p in paths])])
+                          empty_paths=empty_paths)
     token = uuid.uuid4().hex[:12]
     parser = "native" if engine == "spark" else engine
 

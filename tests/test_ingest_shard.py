@@ -130,3 +130,26 @@ def test_schema_summary_file_is_written_and_refreshed(tmp_path: Path) -> None:
     pq.write_metadata(pa.schema([("stale", pa.int64())]), summary)
     lake.init_lake(wh)
     assert pq.read_schema(summary).remove_metadata().equals(LAKE_TABLES["slices"])
+
+
+def test_a_shard_that_owns_no_file_succeeds_and_loads_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """With N shards over few files the hash may give a shard none (8 files over 3
+    shards: about one path in nine). That shard's job is done, not an error: exit 0,
+    nothing loaded, and no "nothing to ingest" (which means no file at all)."""
+    single = tmp_path / "one"
+    single.mkdir()
+    trace = next(DLRM.glob("*.json.gz"))
+    (single / trace.name).symlink_to(trace)
+    path = discover([single]).traces[0].path
+    owner = shard_of("job", path, 2)
+    idle = Shard(1 - owner, 2)
+    warehouse = tmp_path / "wh"
+    assert main(["ingest", str(single), "--warehouse", str(warehouse), "--run", "job",
+                 "--shard", f"{idle.index}/2", "-q"]) == 0
+    err = capsys.readouterr().err
+    assert "nothing to ingest" not in err and "no trace, topology" not in err, err
+    assert not _lake_files(warehouse)
+    assert main(["ingest", str(single), "--warehouse", str(warehouse), "--run", "job",
+                 "--shard", f"{owner}/2", "-q"]) == 0
+    assert _lake_files(warehouse)

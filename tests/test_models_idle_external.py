@@ -42,6 +42,8 @@ TRACES = {
     "ns_resolution": EXTERNAL / "hta_ns_resolution_rank0.json.gz",
     "alexnet": EXTERNAL / "hta_alexnet.json.gz",
     "event_sync_multi_stream": EXTERNAL / "hta_event_sync_multi_stream.json.gz",
+    # PyTorch < 1.13 wrote `Kernel`, `Runtime`, `async_gpu`: ingest maps them.
+    "legacy_categories": EXTERNAL / "hta_legacy_categories_inference.json.gz",
 }
 #: Traces whose timestamps have sub-microsecond digits.
 NS_RESOLUTION = {"ns_resolution"}
@@ -198,3 +200,17 @@ def test_multi_step_traces_count_only_work_launched_in_the_trace(
     )
     assert counted == 6875
     assert every_kernel == 6875 + 872
+
+
+def test_legacy_category_names_land_as_todays(external_warehouses: dict[str, Path]) -> None:
+    """A trace of PyTorch < 1.13 names its kernels `Kernel`, its CUDA calls
+    `Runtime` and its launch flows `async_gpu`: ingest maps them to today's
+    names, so its 4 kernels are kernels, each with its launching call."""
+    [(kernels, launched, kinds)] = query_warehouse(
+        external_warehouses["ns"],
+        """
+        select count(*), count(launch_slice_id), list(distinct category)
+        from fct_kernels where run_id = 'legacy_categories'
+        """,
+    )
+    assert (kernels, launched, kinds) == (4, 4, ["kernel"])
