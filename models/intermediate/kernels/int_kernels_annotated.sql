@@ -1,7 +1,7 @@
 {#
     One row per GPU kernel, copy or fill of int_kernels_classified
     (trace_id, slice_id; so the capture window applies) whose launch call
-    lies inside an annotation range (macro is_annotation_range: a Kineto
+    lies inside an annotation range (macro annotation_range_slices: a Kineto
     user annotation or an Nsight NVTX push/pop range): `annotation_slice_id`,
     the innermost one. Work launched outside every range has no row.
 

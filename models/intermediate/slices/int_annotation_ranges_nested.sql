@@ -2,7 +2,7 @@
     One row per annotation range (trace_id, slice_id): every Kineto user
     annotation (torch.profiler.record_function, Megatron's and torch's own
     ranges, `ProfilerStep#N`) and every Nsight NVTX push/pop range (macro
-    is_annotation_range; `gpu_user_annotation` rows are GPU projections of
+    annotation_range_slices; `gpu_user_annotation` rows are GPU projections of
     user annotations, not ranges: see the macro), nested into a tree.
 
     A range's ancestors are the ranges of its thread that hold its time and
