@@ -1,53 +1,35 @@
 {#
-    annotation_kind(): 'nvtx' or 'user_annotation', the kind of an
-    annotation range (annotation_range_slices).
+    annotation_range_slices(pending): the annotation ranges of the traces
+    `pending` (traces_pending()) as a subquery: every slice that ingest
+    marked as a range (lake column annotation_kind,
+    ingest/annotation_context.py): Kineto user annotations (category
+    `user_annotation`: torch.profiler.record_function, Megatron's and
+    torch's own ranges, `ProfilerStep#N`) and Nsight NVTX push/pop ranges.
+    Not `gpu_user_annotation`: Kineto's copies of user annotations on GPU
+    tracks span the GPU work of a CPU range, a projection of it
+    (fct_annotation_ranges computes its own from the kernels), not a range
+    of their own. The one read of ranges from the lake; its parent and
+    lineage are ingest's (lake columns annotation_slice_id and
+    annotation_lineage).
 #}
-{% macro annotation_kind(relation=none) -%}
-    {%- set prefix = relation ~ '.' if relation else '' -%}
-    case when {{ prefix }}category = 'nvtx' then 'nvtx' else 'user_annotation' end
-{%- endmacro %}
-
-{#
-    annotation_range_slices(pending, columns): the annotation ranges of the
-    traces `pending` (traces_pending()) as a subquery of `columns`: every
-    Kineto user annotation (category `user_annotation`:
-    torch.profiler.record_function, Megatron's and torch's own ranges,
-    `ProfilerStep#N` included) and every Nsight NVTX push/pop range
-    (is_nvtx_push_pop_range). Not `gpu_user_annotation`: Kineto's copies of
-    user annotations on GPU tracks span the GPU work of a CPU range, a
-    projection of it (fct_annotation_ranges computes its own from the
-    kernels), not a range of their own. The one definition and the one
-    read of ranges from the lake, for int_annotation_ranges_nested
-    (int_kernels_annotated reads them there).
-
-    Two narrow scans, so that a Kineto trace is read without `args`: its
-    user annotations need only their category, and reading `args` (every
-    row's: a Parquet page holds many) to test the NVTX event type of ranges
-    that are not there doubled the read (0.62 s against 0.35 s at 256 ranks
-    x 2 iterations). NVTX ranges come from Nsight traces
-    (var('nsys_file_format'); ingest/nsys.py is the only writer of category
-    `nvtx`), looked up in int_traces (loaded_traces): that scan reads only
-    their files, and is left out on a warehouse without them.
-#}
-{% macro annotation_range_slices(pending, columns) -%}
-    {%- set nsys_traces = loaded_traces(
-        "loaded.file_format = '" ~ var('nsys_file_format') ~ "' and "
-        ~ trace_filter(pending, 'loaded.trace_id')) -%}
+{% macro annotation_range_slices(pending) -%}
     (
         select
-            {{ columns | join(',\n            ') }}
+            run_id,
+            rank,
+            trace_id,
+            slice_id,
+            track_id,
+            annotation_kind,
+            annotation_slice_id as parent_range_id,
+            name,
+            ts_ns,
+            dur_ns,
+            end_ns,
+            annotation_lineage as lineage_range_ids
         from {{ lake_scan('slices', pending) }}
         where
-            category = 'user_annotation'
+            annotation_kind is not null
             and {{ trace_filter(pending) }}
-        {%- if 'query' in nsys_traces or nsys_traces['ids'] | length > 0 %}
-        union all
-        select
-            {{ columns | join(',\n            ') }}
-        from {{ lake_scan('slices', nsys_traces) }}
-        where
-            {{ is_nvtx_push_pop_range() }}
-            and {{ trace_filter(nsys_traces) }}
-        {%- endif %}
     )
 {%- endmacro %}

@@ -163,12 +163,9 @@ def test_kernels_map_to_their_innermost_range(annotated) -> None:
     rows = query_warehouse(warehouse, """
         select kernels.correlation, ranges.name
         from fct_kernels as kernels
-        left join intermediate.int_kernels_annotated as annotated
-            on kernels.trace_id = annotated.trace_id
-            and kernels.slice_id = annotated.slice_id
         left join fct_annotation_ranges as ranges
-            on annotated.trace_id = ranges.trace_id
-            and annotated.annotation_slice_id = ranges.slice_id
+            on kernels.trace_id = ranges.trace_id
+            and kernels.annotation_slice_id = ranges.slice_id
         where kernels.run_id = ? and kernels.category = 'kernel'""", [RUN])
     events = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
     ranges = [e for e in events if e.get("cat") == "user_annotation"]

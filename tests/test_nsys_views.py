@@ -213,18 +213,15 @@ def test_kernel_nvtx_map_matches_sqlite(nsys_warehouse) -> None:
     root, trace_ids = nsys_warehouse
     expected = _innermost_ranges(NSYS / "mfu_2gpu_before.sqlite", 0)
     with duckdb.connect(str(root / "tracehouse.duckdb"), read_only=True) as con:
-        # int_kernels_annotated maps each kernel to its innermost range,
-        # fct_annotation_ranges gives the range's name, depth and path.
+        # fct_kernels.annotation_slice_id is each kernel's innermost range,
+        # fct_annotation_ranges gives its name, depth and path.
         rows = con.execute("""
             select kernels.correlation, ranges.name, ranges.annotation_depth,
                 ranges.annotation_path
             from fct_kernels as kernels
-            left join intermediate.int_kernels_annotated as annotated
-                on kernels.trace_id = annotated.trace_id
-                and kernels.slice_id = annotated.slice_id
             left join fct_annotation_ranges as ranges
-                on annotated.trace_id = ranges.trace_id
-                and annotated.annotation_slice_id = ranges.slice_id
+                on kernels.trace_id = ranges.trace_id
+                and kernels.annotation_slice_id = ranges.slice_id
             where kernels.trace_id = ? and kernels.category = 'kernel'""",
                            [trace_ids["mfu_2gpu_before"][0]]).fetchall()
     ours = {c: (name, depth) for c, name, depth, _path in rows if name is not None}

@@ -2,9 +2,10 @@
     One row per annotation range with kernels (trace_id, slice_id): its
     projection onto the GPU, over the kernels (category `kernel`; copies and
     fills left out, as nsys-ai counts) whose launch call lies inside the
-    range or one of its descendants (int_kernels_annotated: the innermost
-    range of each launch, inside the capture window as every kernel model;
-    int_annotation_ranges_nested: the range's lineage). kernel_count counts
+    range or one of its descendants (int_kernels_classified's
+    annotation_slice_id: the innermost range around each launch, inside the
+    capture window as every kernel model; int_annotation_ranges_nested: the
+    range's lineage). kernel_count counts
     them, own_kernel_count those whose innermost range it is, gpu_start_ns /
     gpu_end_ns are the first start and last end. fct_annotation_ranges
     shows them on every range. Per trace (macros/per_trace.sql):
@@ -28,9 +29,10 @@ kernels as (
         annotation_slice_id,
         ts_ns,
         end_ns
-    from {{ ref('int_kernels_annotated') }}
+    from {{ ref('int_kernels_classified') }}
     where
         category = 'kernel'
+        and annotation_slice_id is not null
         and {{ trace_filter(pending) }}
 ),
 
