@@ -69,6 +69,7 @@
         stream,
         launch_slice_id,
         launch_track_id,
+        annotation_slice_id,
 
         ---------- strings
         phase,
@@ -84,6 +85,7 @@
         frame_function,
         launch_source,
         launch_name,
+        annotation_kind,
 
         ---------- numerics
         depth,
@@ -91,6 +93,7 @@
         in_msg_nelems,
         out_msg_nelems,
         process_group_ranks,
+        annotation_lineage,
 
         ---------- booleans
         is_partial_overlap,

@@ -56,6 +56,8 @@ COMPARED_MODELS = [
     "intermediate.int_cpu_collectives_classified",
     "intermediate.int_kernel_names_classified",
     "intermediate.int_kernels_classified",
+    "intermediate.int_annotation_ranges_nested",
+    "intermediate.int_annotation_ranges_projected",
     "intermediate.int_comm_groups_matched",
     "intermediate.int_microbatch_steps_chunked",
     "intermediate.int_kernel_intervals_merged",
@@ -95,6 +97,7 @@ COMPARED_MODELS = [
     "main.fct_run_kernel_summary",
     "main.fct_iteration_summary",
     "main.fct_group_communication",
+    "main.fct_annotation_ranges",
 ]
 #: Build only the chain and what it needs, seeds included (the rest of the
 #: project and the dbt tests are covered by other tests).
@@ -104,7 +107,7 @@ SELECT = [
     "+fct_collectives", "+fct_collective_ranks", "+fct_stragglers", "+dim_rank_clock_offsets",
     "+fct_idle_breakdown", "+fct_kernel_launches",
     "+fct_run_summary", "+fct_rank_summary", "+fct_stage_summary", "+fct_run_kernel_summary",
-    "+fct_iteration_summary", "+fct_group_communication",
+    "+fct_iteration_summary", "+fct_group_communication", "+fct_annotation_ranges",
     "--resource-type", "seed", "--resource-type", "model",
 ]  # fmt: skip
 #: Per per-trace model: a column overwritten with a marker in iteration 1's
@@ -120,6 +123,8 @@ MARKERS = {
     "intermediate.int_slices_contextualized": ("name", "'untouched'"),
     "intermediate.int_cpu_steps_classified": ("function_name", "'untouched'"),
     "intermediate.int_kernels_classified": ("launch_name", "'untouched'"),
+    "intermediate.int_annotation_ranges_nested": ("annotation_path", "'untouched'"),
+    "intermediate.int_annotation_ranges_projected": ("kernel_count", "-1"),
     "intermediate.int_kernel_intervals_merged": ("interval_count", "-1"),
     "intermediate.int_rank_iterations_swept": ("overlap_ns", "-1"),
     "intermediate.int_stream_idle_categorized": ("gap_count", "-1"),
@@ -298,7 +303,7 @@ def test_incremental_build_names_the_new_traces_so_scans_skip_the_others(
     # the staging views' glob over every file (macros/lake_scan.sql).
     for model, tables in (
         ("slices/int_slices_contextualized", ("slices",)),
-        ("slices/int_profiler_steps", ("slices",)),
+        ("slices/int_annotation_ranges_nested", ("slices",)),
         ("collectives/int_collective_calls_sequenced", ("slices",)),
         ("slices/int_traces", ("traces",)),
     ):
@@ -365,7 +370,7 @@ def test_long_pending_lists_are_a_values_semi_join_or_a_subquery_with_the_same_r
     # two forms, compiled for the same pending traces, select the same rows.
     warehouse = _copy(iteration_2_ingested, tmp_path / "warehouse")
     compiled = Warehouse(warehouse).root / "dbt/target/compiled/tracehouse/models/intermediate"
-    models = ("slices/int_profiler_steps", "slices/int_slices_contextualized")
+    models = ("slices/int_annotation_ranges_nested", "slices/int_slices_contextualized")
     # Above var('max_literal_traces') the list stays a subquery and the lake
     # is read through the staging views: a third form, the same rows.
     forms: dict[str, dict[str, str]] = {}

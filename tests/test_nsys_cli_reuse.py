@@ -72,7 +72,7 @@ def test_a_file_in_the_warehouse_is_reused_and_not_rebuilt(
         built = {name for (name,) in con.execute(
             "select table_name from information_schema.tables").fetchall()}
     assert {"fct_kernels", "fct_rank_iterations"} <= built
-    assert "fct_nsys_nvtx_ranges" not in built and "fct_nsys_iterations" not in built
+    assert "fct_annotation_ranges" not in built and "fct_nsys_iterations" not in built
     assert len(dbt_calls) == 1
     assert [row["span_ms"] for row in first] == [1.15]
 

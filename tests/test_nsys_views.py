@@ -213,11 +213,17 @@ def test_kernel_nvtx_map_matches_sqlite(nsys_warehouse) -> None:
     root, trace_ids = nsys_warehouse
     expected = _innermost_ranges(NSYS / "mfu_2gpu_before.sqlite", 0)
     with duckdb.connect(str(root / "tracehouse.duckdb"), read_only=True) as con:
+        # fct_kernels.annotation_slice_id is each kernel's innermost range,
+        # fct_annotation_ranges gives its name, depth and path.
         rows = con.execute("""
-            select kernels.correlation, map.nvtx_name, map.nvtx_depth, map.nvtx_path
-            from fct_nsys_kernel_nvtx as map
-            inner join fct_kernels as kernels using (trace_id, slice_id)
-            where map.trace_id = ?""", [trace_ids["mfu_2gpu_before"][0]]).fetchall()
+            select kernels.correlation, ranges.name, ranges.annotation_depth,
+                ranges.annotation_path
+            from fct_kernels as kernels
+            left join fct_annotation_ranges as ranges
+                on kernels.trace_id = ranges.trace_id
+                and kernels.annotation_slice_id = ranges.slice_id
+            where kernels.trace_id = ? and kernels.category = 'kernel'""",
+                           [trace_ids["mfu_2gpu_before"][0]]).fetchall()
     ours = {c: (name, depth) for c, name, depth, _path in rows if name is not None}
     assert len(ours) == len(expected) > 1000
     assert ours == expected

@@ -196,7 +196,8 @@ def run_dbt(args: Sequence[str] = (), warehouse: Path | None = None) -> int:
         print(
             f"error: the lake of warehouse {root} was written by an older tracehouse "
             f"ingest (lake format {Warehouse(root).lake_format() or 1}; this version "
-            f"reads {LAKE_FORMAT}: each slice carries its own context since 2). Load its "
+            f"reads {LAKE_FORMAT}: each slice carries its own context since 2, its annotation "
+            f"range since 3). Load its "
             f"traces again: tracehouse ingest PATH... --warehouse {root} parses every "
             "trace of an older format again, keeping its id",
             file=sys.stderr,

@@ -2,11 +2,12 @@
 
 The figures are not computed here: the file is ingested (into
 ``--warehouse``, else a temporary warehouse), the marts the views read are
-built (``VIEW_MARTS``: the general ``fct_kernels`` and ``fct_rank_iterations``
-that answer Kineto traces too, and the ``fct_nsys_*`` marts for what only
-Nsight has: NVTX-marker iterations, the NVTX tree), and each view is a query
-on them: counts and sums grouped, interval figures read as the marts computed
-them (filtered by bind parameters, never by SQL built from data).
+built (``VIEW_MARTS``: the general ``fct_kernels``, ``fct_rank_iterations``
+and ``fct_annotation_ranges`` (the NVTX tree) that answer Kineto traces too,
+and ``fct_nsys_iterations`` for what only Nsight has, NVTX-marker
+iterations), and each view is a query on them: counts and sums grouped,
+interval figures read as the marts computed them (filtered by bind
+parameters, never by SQL built from data).
 ``--trim S E`` selects GPU work wholly inside [S, E] seconds of the capture
 clock (as nsys and nsys-ai show it) through the dbt vars
 ``capture_window_start_ns`` / ``capture_window_end_ns``; since that rebuilds
@@ -33,12 +34,12 @@ VIEWS = ("info", "summary", "overlap", "nccl", "iters", "tree")
 #: general mart answers. Per view, so that ``summary`` does not wait for the NVTX
 #: tree (the costliest models on a large export).
 VIEW_MARTS = {
-    "info": ("+fct_kernels", "+fct_nsys_nvtx_ranges"),
+    "info": ("+fct_kernels", "+fct_annotation_ranges"),
     "summary": ("+fct_kernels", "+fct_rank_iterations"),
     "overlap": ("+fct_kernels", "+fct_rank_iterations"),
     "nccl": ("+fct_kernels",),
     "iters": ("+fct_nsys_iterations",),
-    "tree": ("+fct_nsys_nvtx_ranges",),
+    "tree": ("+fct_annotation_ranges",),
 }
 #: Every view's marts, once each.
 ALL_VIEW_MARTS = tuple(dict.fromkeys(m for marts in VIEW_MARTS.values() for m in marts))
@@ -365,7 +366,8 @@ def _info(con: duckdb.DuckDBPyConnection, trace_ids: list[str], gpu: int | None)
             from fct_kernels where run_id = ? and rank = ? and category = 'kernel'""",
                                                        [run_id, rank]).fetchall()
         (ranges,), = con.execute(
-            "select count(*) from fct_nsys_nvtx_ranges where run_id = ? and rank = ?",
+            "select count(*) from fct_annotation_ranges "
+            "where run_id = ? and rank = ? and annotation_kind = 'nvtx'",
             [run_id, rank]).fetchall()
         (props,), = con.execute(
             "select device_properties from stg_lake__traces where run_id = ? and rank = ?",
@@ -402,15 +404,16 @@ def _tree(con: duckdb.DuckDBPyConnection, trace_ids: list[str], gpu: int | None)
     out = []
     for run_id, rank, device, base in _gpu_of(con, trace_ids, gpu):
         for r in _rows(con, """
-                select slice_id, parent_range_id, name, nvtx_depth, nvtx_path, kernel_count,
-                    own_kernel_count, gpu_start_ns, gpu_end_ns, gpu_span_ns, ts_ns
-                from fct_nsys_nvtx_ranges
-                where run_id = ? and rank = ? and kernel_count > 0
-                order by gpu_start_ns, nvtx_depth, ts_ns""", [run_id, rank]):
+                select slice_id, parent_range_id, name, annotation_depth, annotation_path,
+                    kernel_count, own_kernel_count, gpu_start_ns, gpu_end_ns, gpu_span_ns, ts_ns
+                from fct_annotation_ranges
+                where run_id = ? and rank = ? and annotation_kind = 'nvtx' and kernel_count > 0
+                order by gpu_start_ns, annotation_depth, ts_ns""", [run_id, rank]):
             out.append({
                 "gpu": device, "rank": rank, "id": r["slice_id"],
-                "parent_id": r["parent_range_id"], "name": r["name"], "depth": r["nvtx_depth"],
-                "path": r["nvtx_path"], "kernels": r["kernel_count"],
+                "parent_id": r["parent_range_id"], "name": r["name"],
+                "depth": r["annotation_depth"], "path": r["annotation_path"],
+                "kernels": r["kernel_count"],
                 "own_kernels": r["own_kernel_count"],
                 "gpu_start_s": round((r["gpu_start_ns"] - base) / 1e9, 6),
                 "gpu_ms": _ms(r["gpu_span_ns"]),

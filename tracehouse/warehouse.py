@@ -22,8 +22,9 @@ DATABASE_FILE = "tracehouse.duckdb"
 #: format again; the lake records it too (``lake/_lake_format``, written by
 #: every ingest), so a build can refuse a lake no ingest of this version
 #: touched without opening a Parquet file. 2: ``slices`` carries the slice
-#: context (ingest/slice_context.py).
-LAKE_FORMAT = 2
+#: context (ingest/slice_context.py); 3: and the annotation range around
+#: each slice (ingest/annotation_context.py).
+LAKE_FORMAT = 3
 LAKE_FORMAT_FILE = "_lake_format"
 
 

@@ -62,6 +62,7 @@ kernels as (
         launch_track_id,
         launch_ts_ns,
         launch_end_ns,
+        annotation_slice_id,
         iteration,
         is_outside_steps,
         ts_ns,
@@ -284,6 +285,7 @@ final as (
         kernels.launch_track_id,
         kernels.launch_ts_ns,
         kernels.launch_end_ns,
+        kernels.annotation_slice_id,
         kernels.ts_ns,
         kernels.dur_ns,
         kernels.end_ns

@@ -15,8 +15,8 @@
     (communication kernels as fct_kernels' kind says, every other kernel
     compute, as nsys-ai counts them). Kernels (copies and fills left out,
     as nsys-ai) and their launches are int_kernels_classified's, so the
-    capture window applies; NVTX push/pop ranges the trace's own, read from
-    the lake. fct_nsys_iterations shows the rows.
+    capture window applies; NVTX push/pop ranges the trace's own (lake
+    column annotation_kind, ingest/annotation_context.py). fct_nsys_iterations shows the rows.
 #}
 
 {#- The Nsight traces, read once: the lake scan reads only their files, and
@@ -57,7 +57,7 @@ ranges as (
         end_ns
     from {{ lake_scan('slices', nsys_traces) }}
     where
-        {{ is_nvtx_push_pop_range() }}
+        annotation_kind = 'nvtx'
         and {{ trace_filter(nsys_traces) }}
 ),
 

@@ -1,9 +1,12 @@
 {#
     One row per `ProfilerStep#N` range on a CPU track (trace_id, slice_id):
     the iteration N and its time window. The one place iterations are read
-    from profiler steps (int_slices_contextualized applies them). A CPU
-    track is one whose slices are not `is_gpu` (ingest/slice_context.py); a
-    track without a thread row counts as CPU (every parser writes one).
+    from profiler steps (int_slices_contextualized applies them). A profiler
+    step is an annotation range (ingest marks every complete CPU slice
+    named `ProfilerStep#N` as one, whatever its category:
+    ingest/annotation_context.py), so the steps are read from
+    int_annotation_ranges_nested, a few rows per trace, not from the lake's
+    every slice (0.58 s of a full build at 256 ranks x 2 iterations).
     Per trace (macros/per_trace.sql): delete+insert on trace_id.
 #}
 
@@ -21,12 +24,9 @@
 
 with
 
-{# ProfilerStep ranges on CPU tracks (is_gpu: ingest/slice_context.py).
-   The prefix test first: DuckDB pushes it into the Parquet scan, which then
-   reads the other columns of those few rows only (0.58 s against 0.70 s
-   at 256 ranks x 2 iterations). The prefix is a literal: a `%` or `_` in
-   var('profiler_step_prefix') would be a LIKE wildcard, which the regular
-   expression after it then narrows again. #}
+{# The prefix is a literal: a `%` or `_` in var('profiler_step_prefix')
+   would be a LIKE wildcard, which the regular expression after it then
+   narrows again. #}
 cpu_steps as (
     select
         trace_id,
@@ -34,11 +34,10 @@ cpu_steps as (
         name,
         ts_ns,
         end_ns
-    from {{ lake_scan('slices', pending) }}
+    from {{ ref('int_annotation_ranges_nested') }}
     where
         name like '{{ var('profiler_step_prefix') | replace("'", "''") }}%'
         and {{ regex_matches('name', "'^" ~ var('profiler_step_prefix') ~ "[0-9]+$'") }}
-        and not is_gpu
         and {{ new_traces }}
 ),
 

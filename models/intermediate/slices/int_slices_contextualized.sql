@@ -82,6 +82,7 @@ kept as (
         launch_track_id,
         launch_ts_ns,
         launch_end_ns,
+        annotation_slice_id,
         correlation,
         device,
         stream,

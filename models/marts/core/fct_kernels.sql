@@ -45,6 +45,7 @@ final as (
         launch_slice_id,
         launch_source,
         launch_name,
+        annotation_slice_id,
         ts_ns,
         dur_ns,
         end_ns
