@@ -50,7 +50,7 @@ WORLD = 8
 COMPARED_MODELS = [
     "intermediate.int_traces",
     "intermediate.int_process_groups_reported",
-    "intermediate.int_profiler_steps",
+    "intermediate.int_step_windows",
     "intermediate.int_slices_contextualized",
     "intermediate.int_cpu_steps_classified",
     "intermediate.int_cpu_collectives_classified",
@@ -119,7 +119,7 @@ ITERATION_1_TRACES = (
 MARKERS = {
     "intermediate.int_traces": ("path", "'untouched'"),
     "intermediate.int_process_groups_reported": ("backend_config", "'untouched'"),
-    "intermediate.int_profiler_steps": ("end_ns", "-1"),
+    "intermediate.int_step_windows": ("end_ns", "-1"),
     "intermediate.int_slices_contextualized": ("name", "'untouched'"),
     "intermediate.int_cpu_steps_classified": ("function_name", "'untouched'"),
     "intermediate.int_kernels_classified": ("launch_name", "'untouched'"),
@@ -294,7 +294,7 @@ def test_incremental_build_names_the_new_traces_so_scans_skip_the_others(
         )
     }
     assert len(new_traces) == WORLD
-    for model in ("slices/int_slices_contextualized", "slices/int_profiler_steps",
+    for model in ("slices/int_slices_contextualized", "slices/int_step_windows",
                   "kernels/int_kernels_classified"):
         sql = (compiled / f"intermediate/{model}.sql").read_text()
         assert set(re.findall(r"'([0-9a-f]{16})'", sql)) == new_traces, model
@@ -322,7 +322,7 @@ def test_incremental_run_inserts_the_new_traces_without_a_temporary_table(
     # through dbt-duckdb's temporary table, delete and copy; rows equal to a
     # full refresh are checked by test_adding_an_iteration_matches_full_refresh...
     executed = Warehouse(iteration_2_built).root / "dbt/target/run/tracehouse/models/intermediate"
-    for model in ("slices/int_profiler_steps", "slices/int_slices_contextualized",
+    for model in ("slices/int_step_windows", "slices/int_slices_contextualized",
                   "kernels/int_kernels_classified", "collectives/int_collective_calls_sequenced"):
         sql = (executed / f"{model}.sql").read_text()
         table = model.split("/")[1]

@@ -31,7 +31,7 @@ CORE_MODELS = [
     "int_process_groups_resolved",
     "int_ranks_placed",
     "int_comm_groups_matched",
-    "int_profiler_steps",
+    "int_step_windows",
     "int_slices_contextualized",
     "int_kernel_names_classified",
     "int_kernels_classified",
