@@ -26,8 +26,12 @@ Columns (:data:`ANNOTATION_FIELDS`):
   parent chain, itself excluded; for GPU work, the one around its launch
   call (the launch itself when it is a range); NULL outside every range.
   On a range it is the range's parent.
-* ``annotation_lineage``: on a range only, the slice ids of its ancestor
-  ranges and its own, outermost first (its depth is the length minus one).
+The lake also holds the ranges alone (:func:`annotation_ranges`, table
+``annotation_ranges``), a few rows per trace, with each range's lineage: the
+slice ids of its ancestor ranges and its own, outermost first (its depth is
+the length minus one). The models read the ranges there, not by scanning
+every slice of the lake for them (0.52 s against 0.06 s at 256 ranks x 2
+iterations, one thread).
 """
 
 from __future__ import annotations
@@ -46,8 +50,22 @@ PROFILER_STEP_PATTERN = r"^ProfilerStep#[0-9]+$"
 ANNOTATION_FIELDS: list[tuple[str, pa.DataType]] = [
     ("annotation_kind", pa.string()),
     ("annotation_slice_id", pa.int64()),
-    ("annotation_lineage", pa.list_(pa.int64())),
 ]
+
+#: The lake table ``annotation_ranges``: a trace's ranges, as its slices give them.
+ANNOTATION_RANGES = pa.schema([
+    ("run_id", pa.string()),
+    ("rank", pa.int64()),
+    ("trace_id", pa.string()),
+    ("slice_id", pa.int64()),
+    ("track_id", pa.int64()),
+    ("annotation_kind", pa.string()),
+    ("annotation_slice_id", pa.int64()),  # the parent range; NULL at the top
+    ("name", pa.string()),
+    ("ts", pa.int64()),  # absolute ns
+    ("dur", pa.int64()),  # ns
+    ("annotation_lineage", pa.list_(pa.int64())),  # ancestors and itself, outermost first
+])
 
 
 def annotation_context(slices: pa.Table, row_of, is_gpu: np.ndarray,
@@ -61,12 +79,10 @@ def annotation_context(slices: pa.Table, row_of, is_gpu: np.ndarray,
     kind = _kinds(slices, is_gpu)
     is_range = pc.is_valid(kind).to_numpy(zero_copy_only=False)
     if not is_range.any():
-        return {"annotation_kind": kind,
-                "annotation_slice_id": pa.nulls(n, pa.int64()),
-                "annotation_lineage": pa.nulls(n, pa.list_(pa.int64()))}
+        return {"annotation_kind": kind, "annotation_slice_id": pa.nulls(n, pa.int64())}
     parent = pc.fill_null(slices["parent_id"], -1).to_numpy(zero_copy_only=False)
     parent_row = np.where(parent >= 0, row_of(parent.astype(np.int64, copy=False)), -1)
-    enclosing, range_depth = _enclosing_ranges(parent_row, is_range)
+    enclosing = _enclosing_ranges(parent_row, is_range)
 
     on_launch = is_gpu & (launch_row >= 0)
     launch = launch_row[on_launch]
@@ -79,8 +95,24 @@ def annotation_context(slices: pa.Table, row_of, is_gpu: np.ndarray,
         "annotation_kind": kind,
         "annotation_slice_id": pa.array(np.where(found, slice_ids[np.maximum(around, 0)], 0),
                                         pa.int64(), mask=~found),
-        "annotation_lineage": _lineages(is_range, enclosing, range_depth, slice_ids),
     }
+
+
+def annotation_ranges(slices: pa.Table) -> pa.Table:
+    """The ``annotation_ranges`` lake table of one trace's contextualized slices."""
+    ranges = slices.filter(pc.is_valid(slices["annotation_kind"]))
+    ids = ranges["slice_id"].to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    parents = pc.fill_null(ranges["annotation_slice_id"], -1).to_numpy(zero_copy_only=False)
+    parent_row = np.full(ids.size, -1, dtype=np.int64)
+    if ids.size:  # each range's parent, a range of the same trace, by slice id
+        order = np.argsort(ids, kind="stable")
+        at = np.minimum(np.searchsorted(ids[order], parents), ids.size - 1)
+        hit = (parents >= 0) & (ids[order][at] == parents)
+        parent_row[hit] = order[at][hit]
+    columns = {name: ranges[name] for name in ANNOTATION_RANGES.names
+               if name != "annotation_lineage"}
+    columns["annotation_lineage"] = _lineages(parent_row, ids)
+    return pa.table(columns).cast(ANNOTATION_RANGES)
 
 
 def _kinds(slices: pa.Table, is_gpu: np.ndarray) -> pa.Array:
@@ -104,9 +136,8 @@ def _kinds(slices: pa.Table, is_gpu: np.ndarray) -> pa.Array:
     return pc.if_else(is_range, pc.if_else(is_nvtx, "nvtx", "user_annotation"), null)
 
 
-def _enclosing_ranges(parent_row: np.ndarray,
-                      is_range: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per row: the innermost range strictly above it (-1: none) and, per range, its depth.
+def _enclosing_ranges(parent_row: np.ndarray, is_range: np.ndarray) -> np.ndarray:
+    """Per row: the innermost range strictly above it (-1: none).
 
     Rows are settled top-down, all rows of one chain length at a time: a
     row's answer is its parent when that is a range, else its parent's. The
@@ -115,7 +146,6 @@ def _enclosing_ranges(parent_row: np.ndarray,
     """
     n = parent_row.size
     enclosing = np.full(n, -1, dtype=np.int64)
-    range_depth = np.zeros(n, dtype=np.int64)
     frontier = np.flatnonzero(parent_row < 0)
     children = _children(parent_row)
     while frontier.size:
@@ -125,10 +155,8 @@ def _enclosing_ranges(parent_row: np.ndarray,
         above = parent_row[rows]
         parent_is_range = is_range[above]
         enclosing[rows] = np.where(parent_is_range, above, enclosing[above])
-        inner = enclosing[rows]
-        range_depth[rows] = np.where(inner >= 0, range_depth[np.maximum(inner, 0)] + 1, 0)
         frontier = rows
-    return enclosing, range_depth
+    return enclosing
 
 
 def _children(parent_row: np.ndarray):
@@ -149,18 +177,23 @@ def _children(parent_row: np.ndarray):
     return children
 
 
-def _lineages(is_range: np.ndarray, enclosing: np.ndarray, range_depth: np.ndarray,
-              slice_ids: np.ndarray) -> pa.Array:
-    """``annotation_lineage``: a range's ancestor ranges and itself, outermost first."""
-    ranges = np.flatnonzero(is_range)
-    lengths = np.where(is_range, range_depth + 1, 0)
-    offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int32)
+def _lineages(parent_row: np.ndarray, slice_ids: np.ndarray) -> pa.Array:
+    """Each range's ancestors and itself (slice ids), outermost first; ``parent_row``
+    is each range's parent among the ranges (-1: a top range)."""
+    n = parent_row.size
+    depth = np.zeros(n, dtype=np.int64)
+    current = parent_row.copy()
+    alive = current >= 0
+    while alive.any():  # one step up per round, every range at once
+        depth[alive] += 1
+        current[alive] = parent_row[current[alive]]
+        alive = current >= 0
+    offsets = np.concatenate(([0], np.cumsum(depth + 1))).astype(np.int32)
     values = np.empty(int(offsets[-1]), dtype=np.int64)
-    current, position = ranges, offsets[ranges] + lengths[ranges] - 1
-    while current.size:
-        values[position] = slice_ids[current]
-        current, position = enclosing[current], position - 1
-        keep = current >= 0
-        current, position = current[keep], position[keep]
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, pa.int64()),
-                                    mask=pa.array(~is_range))
+    rows, position = np.arange(n), offsets[1:] - 1
+    while rows.size:
+        values[position] = slice_ids[rows]
+        rows, position = parent_row[rows], position - 1
+        keep = rows >= 0
+        rows, position = rows[keep], position[keep]
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, pa.int64()))

@@ -42,6 +42,7 @@ import pyarrow.parquet as pq
 
 from tracehouse.warehouse import Warehouse
 
+from .annotation_context import annotation_ranges
 from .schema import LAKE_FORMAT, LAKE_TABLES, TRACE_TABLES
 from .slice_context import with_context
 
@@ -122,10 +123,11 @@ def write_trace_tmp(
     """Write every table of one trace to temporaries; return (tmp, final) in commit order.
 
     ``tables`` are the parser's (``slices`` with :data:`~.schema.PARSED_SLICES`);
-    the lake's ``slices`` gains the slice context here (ingest/slice_context.py).
+    the lake's ``slices`` gains the slice context here (ingest/slice_context.py)
+    and ``annotation_ranges`` is derived from them (ingest/annotation_context.py).
     """
-    tables = {**tables, "slices": with_context(tables["slices"], tables["flows"],
-                                               tables["threads"])}
+    slices = with_context(tables["slices"], tables["flows"], tables["threads"])
+    tables = {**tables, "slices": slices, "annotation_ranges": annotation_ranges(slices)}
     pending = []
     try:
         for table in TRACE_TABLES:

@@ -29,8 +29,9 @@ class TraceFile:
 class ParsedTrace:
     """One trace file turned into lake rows (one Arrow table per lake table).
 
-    ``tables`` has exactly the keys of :data:`ingest.schema.TRACE_TABLES`,
-    each table conforming to its schema.
+    ``tables`` has the keys of :data:`ingest.schema.TRACE_TABLES` but
+    ``annotation_ranges`` (the lake writer derives it), each table conforming
+    to its schema (``slices`` to PARSED_SLICES, before its context).
     """
 
     trace_id: str

@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from tracehouse.warehouse import LAKE_FORMAT  # noqa: F401 - re-exported for the writers
 
+from .annotation_context import ANNOTATION_RANGES
 from .slice_context import CONTEXT_FIELDS
 
 TRACES = pa.schema(
@@ -276,6 +277,8 @@ TRACE_TABLES: dict[str, pa.Schema] = {
     "threads": THREADS,
     "processes": PROCESSES,
     "process_groups": PROCESS_GROUPS,
+    # Derived by the lake writer from the slices (ingest/annotation_context.py).
+    "annotation_ranges": ANNOTATION_RANGES,
     "traces": TRACES,
 }
 

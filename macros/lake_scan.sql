@@ -93,7 +93,6 @@
         in_msg_nelems,
         out_msg_nelems,
         process_group_ranks,
-        annotation_lineage,
 
         ---------- booleans
         is_partial_overlap,
@@ -164,6 +163,26 @@
 
         ---------- timestamps
         ingested_at
+    {%- elif table == 'annotation_ranges' -%}
+        ---------- ids
+        run_id,
+        rank,
+        trace_id,
+        slice_id,
+        track_id,
+        annotation_slice_id,
+
+        ---------- strings
+        annotation_kind,
+        name,
+
+        ---------- numerics
+        annotation_lineage,
+
+        ---------- times (ns, absolute clock)
+        ts as ts_ns,
+        dur as dur_ns,
+        ts + dur as end_ns
     {%- elif table == 'process_groups' -%}
         ---------- ids
         run_id,

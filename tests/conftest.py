@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tracehouse.ingest.annotation_context import annotation_ranges
 from tracehouse.ingest.schema import LAKE_FORMAT, LAKE_TABLES, PARSED_SLICES, TRACE_TABLES
 from tracehouse.ingest.slice_context import with_context
 from tracehouse.warehouse import ENV_VAR, Warehouse
@@ -80,19 +81,23 @@ def write_trace(warehouse: Path, rows: Rows, *, commit: bool = True) -> None:
         if table == "slices":
             _write_slices(warehouse, trace["run_id"], trace["trace_id"], rows)
             continue
+        if table == "annotation_ranges":  # derived from the slices, as ingest does
+            continue
         write_rows(warehouse, table, trace["run_id"], trace["trace_id"], rows.get(table, []))
 
 
 def _write_slices(warehouse: Path, run_id: str, trace_id: str, rows: Rows) -> None:
-    """The trace's slices with the context ingest adds as it writes them (slice_context)."""
+    """The trace's slices with the context ingest adds as it writes them (slice_context),
+    and the annotation ranges derived from them (annotation_context)."""
     def table(name: str, schema: pa.Schema) -> pa.Table:
         return pa.Table.from_pylist(rows.get(name, []), schema=schema)
 
     slices = with_context(table("slices", PARSED_SLICES), table("flows", LAKE_TABLES["flows"]),
                           table("threads", LAKE_TABLES["threads"]))
-    folder = Warehouse(warehouse).partition_dir("slices", run_id)
-    folder.mkdir(parents=True, exist_ok=True)
-    pq.write_table(slices, folder / f"{trace_id}.parquet")
+    for name, derived in (("slices", slices), ("annotation_ranges", annotation_ranges(slices))):
+        folder = Warehouse(warehouse).partition_dir(name, run_id)
+        folder.mkdir(parents=True, exist_ok=True)
+        pq.write_table(derived, folder / f"{trace_id}.parquet")
 
 
 def synthetic_trace(run_id: str, trace_id: str, rank: int, world_size: int = 2) -> Rows:

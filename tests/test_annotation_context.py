@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from tracehouse.ingest.annotation_context import ANNOTATION_RANGES, annotation_ranges
 from tracehouse.ingest.nesting import nest_slices
 from tracehouse.ingest.schema import LAKE_TABLES, PARSED_SLICES
 from tracehouse.ingest.slice_context import with_context
@@ -47,8 +48,12 @@ def _trace(rows: list[tuple], ids: dict[int, int]) -> dict[int, dict]:
         pa.Table.from_pylist([{"track_id": t, "is_gpu": t == GPU} for t in (CPU, GPU, OTHER_CPU)],
                              schema=LAKE_TABLES["threads"]),
     )
+    ranges = annotation_ranges(table)
+    assert ranges.schema == ANNOTATION_RANGES
+    lineage = dict(zip(ranges["slice_id"].to_pylist(), ranges["annotation_lineage"].to_pylist()))
     back = {new: old for old, new in ids.items()}
-    return {back[row["slice_id"]]: row for row in table.to_pylist()}
+    return {back[row["slice_id"]]: {**row, "annotation_lineage": lineage.get(row["slice_id"])}
+            for row in table.to_pylist()}
 
 
 KINETO = [
