@@ -34,8 +34,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from tracehouse.publish import build_lock
-from tracehouse.warehouse import Warehouse
+from tracehouse.core.publish import build_lock
+from tracehouse.core.warehouse import Warehouse
 
 from . import lake
 from .comm_log import load_comm_log_file, read_comm_log_manifest
@@ -323,7 +323,7 @@ def warehouse_lock(warehouse: Warehouse, stream: TextIO,
 class _BuildTurn:
     """The build lock, taken shared before this ingest's first lake write and
     kept to its end (``held``): a running build finishes first, and no build
-    starts until the ingest is done (tracehouse.publish.build_lock). An
+    starts until the ingest is done (tracehouse.core.publish.build_lock). An
     ingest whose traces are all unchanged waits for no build, unless it
     loads topology files (always reloaded) or changed side files."""
 

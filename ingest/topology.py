@@ -31,7 +31,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from tracehouse.warehouse import Warehouse
+from tracehouse.core.warehouse import Warehouse
 
 from . import lake
 from .model import TraceError, display_path

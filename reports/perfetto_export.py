@@ -82,8 +82,8 @@ from typing import IO, Any
 
 import duckdb
 
+from tracehouse.core.warehouse import Warehouse
 from tracehouse.reports.kernel_names import short_kernel_name
-from tracehouse.warehouse import Warehouse
 
 #: Output formats of :func:`export_perfetto`.
 FORMATS = ("proto", "json")

@@ -34,7 +34,7 @@ def _runs(root: Path) -> list[tuple[str, str]]:
 @pytest.fixture
 def dbt_calls(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
     """Every dbt invocation, still run for real."""
-    import tracehouse.dbt as dbt
+    import tracehouse.build.dbt as dbt
 
     calls: list[list[str]] = []
     real = dbt.run_dbt

@@ -26,7 +26,8 @@ import pytest
 from test_perfetto_engine import trace_processor  # noqa: F401 - the fixture, reused
 
 from conftest import NASTY_NAME, SHARED_DATA
-from tracehouse.dbt import EXIT_OK, run_dbt
+from tracehouse.build.dbt import EXIT_OK, run_dbt
+from tracehouse.core.warehouse import Warehouse
 from tracehouse.ingest import perfetto_engine
 from tracehouse.ingest.model import TraceFile
 from tracehouse.ingest.runner import ingest_paths
@@ -34,7 +35,6 @@ from tracehouse.reports import perfetto_export
 from tracehouse.reports.kernel_names import short_kernel_name
 from tracehouse.reports.perfetto_export import ExportError, export_perfetto
 from tracehouse.simulate import SimConfig, simulate_run, trace_path
-from tracehouse.warehouse import Warehouse
 
 pytestmark = pytest.mark.slow
 

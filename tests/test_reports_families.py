@@ -21,10 +21,10 @@ import numpy as np
 import pytest
 
 from report_warehouse import HOSTILE_KERNEL, ReportWarehouse, report_warehouse
+from tracehouse.core.warehouse import Warehouse
 from tracehouse.reports import comm_groups, compare, heatmaps, kernels
 from tracehouse.reports.base import ChartContext, NothingToShow, RenderedChart
 from tracehouse.reports.kernels import plain_text, short_kernel_name, unique_labels
-from tracehouse.warehouse import Warehouse
 
 pytestmark = pytest.mark.slow
 

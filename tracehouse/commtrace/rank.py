@@ -487,7 +487,7 @@ def trace_rank(spec: RankSpec) -> list[dict[str, Any]]:
     It patches this process's torch (``torch.cuda``, ``torch.distributed``
     object collectives and ``batch_isend_irecv``, megatron-core's norm under
     sequence parallelism) and leaves them patched: call it in a process of
-    its own, as :func:`tracehouse.commtrace.run_commtrace` does (one forked
+    its own, as :func:`tracehouse.commtrace.run.run_commtrace` does (one forked
     worker per rank).
     """
     with warnings.catch_warnings():

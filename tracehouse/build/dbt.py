@@ -13,7 +13,7 @@ and keep working from any directory.
 
 Commands that write the database (``build``, ``run``, ``seed``, ``test``,
 ``snapshot``) write a copy that is published when dbt is done
-(:mod:`tracehouse.publish`), so readers are never blocked, and two of them
+(:mod:`tracehouse.core.publish`), so readers are never blocked, and two of them
 take turns. A plain ``build`` skips what needs no time: unit tests (the
 test suite runs them), the lake's own invariants (tag ``lake``: ingest
 guarantees them) and the intermediate models' tests (tag ``internal``: the
@@ -21,12 +21,12 @@ chain's own SQL, covered by the unit tests and the marts' tests), all of
 which ``dbt build`` and the test suite still run; and it is
 skipped entirely when neither the project nor the lake changed since the
 last successful one; a changed project rebuilds with ``--full-refresh``
-(:mod:`tracehouse.build_state`).
+(:mod:`tracehouse.build.state`).
 
 ``--target spark`` runs the same project on Apache Spark (``profiles.yml``;
 the ``spark`` extra): the same exclusions for a plain build, under the same
 lock, but no copy and no skip, since Spark writes its own Parquet tables
-(:mod:`tracehouse.spark_marts` reads them back).
+(tests/spark_marts.py reads them back).
 """
 
 from __future__ import annotations
@@ -38,8 +38,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tracehouse import parse_cache
-from tracehouse.build_state import (
+from tracehouse.build import parse_cache
+from tracehouse.build.dbt_import import import_dbt
+from tracehouse.build.state import (
     args_fingerprint,
     build_arguments,
     changed_lake_tables,
@@ -48,15 +49,14 @@ from tracehouse.build_state import (
     why_not_narrowed,
     write_state,
 )
-from tracehouse.dbt_import import import_dbt
-from tracehouse.publish import (
+from tracehouse.core.publish import (
     DATABASE_ENV_VAR,
     build_lock,
     discard_copy,
     prepare_copy,
     publish_copy,
 )
-from tracehouse.warehouse import ENV_VAR, LAKE_FORMAT, Warehouse
+from tracehouse.core.warehouse import ENV_VAR, LAKE_FORMAT, Warehouse
 
 if TYPE_CHECKING:
     import click
@@ -104,7 +104,7 @@ def project_dir() -> Path:
 
     The package is installed editable, so the project sits next to it.
     """
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     if not (root / "dbt_project.yml").is_file():
         raise FileNotFoundError(
             f"dbt project not found: {root / 'dbt_project.yml'} does not exist. "
@@ -315,7 +315,7 @@ def _invoke(invocation: list[str], duckdb_database: Path | None = None,
     its folder with the profile's paths relative to it, so that the parse
     saved from another warehouse stays valid; ``target`` (tracehouse's
     own target folder) starts from the last saved parse of ``project``,
-    which is kept again afterwards (:mod:`tracehouse.parse_cache`).
+    which is kept again afterwards (:mod:`tracehouse.build.parse_cache`).
 
     profiles.yml keeps dbt-duckdb's database open for the whole run
     (``keep_open: true``) so that its ~180 nodes share one DuckDB instance
