@@ -283,7 +283,7 @@ def test_ground_truth_records_skew_per_rank(truth: dict) -> None:
 def test_export_links_collective_members_and_writes_cpu_calls(warehouse: Path,
                                                                tmp_path: Path) -> None:
     """Flow arrows: one chain per matched instance, first arrival to last; CPU calls exported."""
-    from tracehouse.reports.perfetto_export import export_perfetto
+    from tracehouse.reports.perfetto import export_perfetto
 
     for run in (DLRM, "tp2_pp2_dp2"):
         out = tmp_path / f"{run}.json"

@@ -578,7 +578,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 def _cmd_export_perfetto(args: argparse.Namespace) -> int:
     from tracehouse.core.warehouse import Warehouse
-    from tracehouse.reports.perfetto_export import ExportError, export_perfetto
+    from tracehouse.reports.perfetto import ExportError, export_perfetto
 
     if not _lake_is_built(args.warehouse, [args.run]):
         return EXIT_USAGE
