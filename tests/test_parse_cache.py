@@ -18,7 +18,8 @@ import pytest
 
 from conftest import build_lake
 from tracehouse.build import parse_cache
-from tracehouse.build.dbt import EXIT_OK, _absolute_path_options, project_dir, run_dbt
+from tracehouse.build.dbt import EXIT_OK, project_dir, run_dbt
+from tracehouse.build.dbt_arguments import absolute_path_options as _absolute_path_options
 from tracehouse.core.publish import DATABASE_ENV_VAR
 
 pytestmark = pytest.mark.slow  # ingests or builds (README: the fast set is -m "not slow")
