@@ -41,14 +41,14 @@ from . import lake
 from .comm_log import load_comm_log_file, read_comm_log_manifest
 from .discover import Discovery, discover
 from .kineto import parse_kineto, scanner_available
-from .lean import keep_pandas_out
-from .model import TraceError, TraceFile, display_path
-from .nsys_load import load_nsys_file
+from .no_pandas import keep_pandas_out
+from .nsys.load import load_nsys_file
 from .pp_timer import load_pp_timer_file, read_pp_timer_manifest
 from .progress import Progress
 from .shard import STALE_AFTER_S, Shard
 from .spark_tasks import run_tasks_in_spark
 from .topology import load_topology_file, read_topology_manifest
+from .trace_types import TraceError, TraceFile, display_path
 
 ENGINES = ("native", "perfetto", "spark")
 

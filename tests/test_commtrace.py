@@ -59,8 +59,8 @@ pytest.importorskip("torch.testing._internal.distributed.fake_pg")
 from tracehouse.commtrace.run import CommTraceConfig, run_commtrace  # noqa: E402
 from tracehouse.core.topology import build_topology  # noqa: E402
 from tracehouse.ingest.comm_log import parse_comm_log  # noqa: E402
-from tracehouse.ingest.model import TraceError  # noqa: E402
 from tracehouse.ingest.runner import ingest_paths  # noqa: E402
+from tracehouse.ingest.trace_types import TraceError  # noqa: E402
 
 pytestmark = pytest.mark.slow  # ingests or builds (README: the fast set is -m "not slow")
 

@@ -29,8 +29,8 @@ from conftest import NASTY_NAME, SHARED_DATA
 from tracehouse.build.dbt import EXIT_OK, run_dbt
 from tracehouse.core.warehouse import Warehouse
 from tracehouse.ingest import perfetto_engine
-from tracehouse.ingest.model import TraceFile
 from tracehouse.ingest.runner import ingest_paths
+from tracehouse.ingest.trace_types import TraceFile
 from tracehouse.reports.kernel_names import short_kernel_name
 from tracehouse.reports.perfetto import ExportError, export_perfetto, proto_writer, queries, slices
 from tracehouse.simulate import SimConfig, simulate_run, trace_path

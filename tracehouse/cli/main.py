@@ -649,10 +649,10 @@ def console_main() -> int:
     """The ``tracehouse`` console script: :func:`main` on ``sys.argv``.
 
     A process that runs ``tracehouse ingest`` does nothing else, so it keeps
-    pyarrow from importing pandas (see ``ingest.lean.keep_pandas_out``).
+    pyarrow from importing pandas (see ``ingest.no_pandas.keep_pandas_out``).
     """
     if sys.argv[1:2] == ["ingest"]:
-        from tracehouse.ingest.lean import keep_pandas_out
+        from tracehouse.ingest.no_pandas import keep_pandas_out
 
         keep_pandas_out()
     code = main()

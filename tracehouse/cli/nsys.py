@@ -164,8 +164,8 @@ def ingest_file(file: Path, root: Path) -> list[str]:
     from tracehouse.core.warehouse import Warehouse
     from tracehouse.ingest import lake
     from tracehouse.ingest.discover import sanitize_run_name
-    from tracehouse.ingest.model import display_path
     from tracehouse.ingest.runner import ingest_paths
+    from tracehouse.ingest.trace_types import display_path
 
     path = display_path(file.resolve())
     manifest = lake.read_manifest(Warehouse(root)) if (root / "lake").is_dir() else []
@@ -190,8 +190,8 @@ def ingest_file(file: Path, root: Path) -> list[str]:
 
 def _same_content(file: Path, manifest: list[Any]) -> list[Any]:
     """The loaded traces (one run's, by rank) whose file had the bytes of ``file``."""
-    from tracehouse.ingest.model import TraceError
-    from tracehouse.ingest.nsys_load import file_hash
+    from tracehouse.ingest.nsys.load import file_hash
+    from tracehouse.ingest.trace_types import TraceError
 
     try:
         digest = file_hash(file)
