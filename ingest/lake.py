@@ -40,7 +40,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tracehouse.warehouse import Warehouse
+from tracehouse.core.warehouse import Warehouse
 
 from .annotation_context import annotation_ranges
 from .schema import LAKE_FORMAT, LAKE_TABLES, TRACE_TABLES

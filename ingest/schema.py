@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from tracehouse.warehouse import LAKE_FORMAT  # noqa: F401 - re-exported for the writers
+from tracehouse.core.warehouse import LAKE_FORMAT  # noqa: F401 - re-exported for the writers
 
 from .annotation_context import ANNOTATION_RANGES
 from .slice_context import CONTEXT_FIELDS

@@ -24,10 +24,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tracehouse.core.warehouse import ENV_VAR, Warehouse
 from tracehouse.ingest.annotation_context import annotation_ranges
 from tracehouse.ingest.schema import LAKE_FORMAT, LAKE_TABLES, PARSED_SLICES, TRACE_TABLES
 from tracehouse.ingest.slice_context import with_context
-from tracehouse.warehouse import ENV_VAR, Warehouse
 
 #: The repository root (holds dbt_project.yml).
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -408,7 +408,7 @@ def module_lake(tmp_path_factory: pytest.TempPathFactory) -> Lake:
 @pytest.fixture(scope="module")
 def built_warehouse(module_lake: Lake) -> Iterator[Lake]:
     """The module's lake after a passing ``dbt build`` (one dbt run per module)."""
-    from tracehouse.dbt import build_warehouse
+    from tracehouse.build.dbt import build_warehouse
 
     build_warehouse(module_lake.warehouse)
     yield module_lake

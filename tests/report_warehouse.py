@@ -113,7 +113,7 @@ def report_warehouse(tmp_path_factory: pytest.TempPathFactory) -> ReportWarehous
     key = str(tmp_path_factory.getbasetemp())
     if key in _BUILT:
         return _BUILT[key]
-    from tracehouse.dbt import build_warehouse
+    from tracehouse.build.dbt import build_warehouse
     from tracehouse.ingest.runner import ingest_paths
     from tracehouse.simulate import SimConfig, simulate_run
 

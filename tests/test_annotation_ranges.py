@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from conftest import SHARED_DATA, query_warehouse
-from tracehouse.dbt import EXIT_OK, run_dbt
+from tracehouse.build.dbt import EXIT_OK, run_dbt
 from tracehouse.ingest.runner import ingest_paths
 
 TRACE = SHARED_DATA / "kineto" / "single_rank" / "a100_nccl_pg_args.json.gz"

@@ -15,7 +15,7 @@ import pytest
 from conftest import query_warehouse
 from report_warehouse import ReportWarehouse, report_warehouse
 from tracehouse.cli import main
-from tracehouse.compare import compare_runs
+from tracehouse.query.compare_runs import compare_runs
 
 pytestmark = pytest.mark.slow
 

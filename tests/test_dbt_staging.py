@@ -23,9 +23,9 @@ from conftest import (
     write_rows,
     write_trace,
 )
-from tracehouse.dbt import DBT_ARTIFACTS_DIR, EXIT_FAILED, EXIT_OK, EXIT_USAGE, run_dbt
+from tracehouse.build.dbt import DBT_ARTIFACTS_DIR, EXIT_FAILED, EXIT_OK, EXIT_USAGE, run_dbt
+from tracehouse.core.warehouse import ENV_VAR, Warehouse
 from tracehouse.ingest.schema import LAKE_TABLES, TRACE_TABLES
-from tracehouse.warehouse import ENV_VAR, Warehouse
 
 pytestmark = pytest.mark.slow
 

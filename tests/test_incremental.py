@@ -34,12 +34,12 @@ import duckdb
 import pytest
 
 from conftest import query_warehouse as _query
-from tracehouse import dbt as dbt_module
-from tracehouse.dbt import EXIT_OK, project_dir, run_dbt
+from tracehouse.build import dbt as dbt_module
+from tracehouse.build.dbt import EXIT_OK, project_dir, run_dbt
+from tracehouse.core.warehouse import Warehouse
 from tracehouse.ingest import lake
 from tracehouse.ingest.runner import ingest_paths
 from tracehouse.simulate import SimConfig, simulate_run, trace_path
-from tracehouse.warehouse import Warehouse
 
 pytestmark = pytest.mark.slow
 
@@ -517,7 +517,7 @@ def test_plain_build_narrows_to_what_reads_the_changed_lake_tables(
 ) -> None:
     """After a plain build, the next plain build of the same warehouse builds only the
     models (and tests) downstream of the lake tables whose files changed
-    (tracehouse.build_state.changed_lake_tables): here only the topology file
+    (tracehouse.build.state.changed_lake_tables): here only the topology file
     changes, so seeds, staging views and every model that reads no topology are
     left as they are, yet the run's kernels take the new group numbering and
     the chain equals a full refresh.

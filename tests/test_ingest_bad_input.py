@@ -440,8 +440,8 @@ def test_gzip_trailer_claiming_a_huge_size_is_not_trusted(tmp_path: Path) -> Non
     """The trailer sizes the output buffer only when deflate could reach that size:
     a damaged trailer claiming ~4 GiB costs no 4 GiB allocation, and the file is
     reported as damaged."""
-    from tracehouse.ingest.model import TraceError
     from tracehouse.ingest.runner import read_trace_bytes
+    from tracehouse.ingest.trace_types import TraceError
 
     data = gzip.compress(_encode(_doc(0)))
     path = tmp_path / "rank-0.json.gz"

@@ -12,11 +12,11 @@ import pytest
 
 from conftest import REPO_ROOT
 from tracehouse.cli import main
+from tracehouse.core.warehouse import Warehouse
 from tracehouse.ingest import lake
 from tracehouse.ingest.discover import discover
 from tracehouse.ingest.runner import ingest_paths
 from tracehouse.ingest.shard import STALE_AFTER_S, Shard, shard_of
-from tracehouse.warehouse import Warehouse
 
 pytestmark = pytest.mark.slow  # ingests or builds (README: the fast set is -m "not slow")
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from conftest import Lake, build_lake, synthetic_trace, write_trace
+from tracehouse.build.dbt import build_warehouse
+from tracehouse.build.freshness import lake_traces, unbuilt_traces
 from tracehouse.cli import main
-from tracehouse.dbt import build_warehouse
-from tracehouse.freshness import lake_traces, unbuilt_traces
-from tracehouse.warehouse import Warehouse
+from tracehouse.core.warehouse import Warehouse
 
 pytestmark = pytest.mark.slow
 

@@ -21,16 +21,16 @@ import duckdb
 import pytest
 
 from conftest import SHARED_DATA
-from tracehouse.dbt import EXIT_OK, run_dbt
+from tracehouse.build.dbt import EXIT_OK, run_dbt
+from tracehouse.core.warehouse import Warehouse
 from tracehouse.ingest.runner import ingest_paths
-from tracehouse.warehouse import Warehouse
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     pytest.importorskip("megatron.core", reason="megatron-core is not installed "
                         "(pip install -e '.[megatron]')")
 
-from tracehouse.commtrace import CommTraceConfig, run_commtrace  # noqa: E402
+from tracehouse.commtrace.run import CommTraceConfig, run_commtrace  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -176,7 +176,7 @@ def test_comm_models_transpile_to_distributed_engines(warehouse: Path, dialect: 
     """The comm models' compiled SQL translates with sqlglot (no unsupported construct)."""
     import sqlglot
 
-    from tracehouse.dbt import DBT_ARTIFACTS_DIR
+    from tracehouse.build.dbt import DBT_ARTIFACTS_DIR
 
     compiled = warehouse / DBT_ARTIFACTS_DIR / "target" / "compiled"
     models = ["int_comm_calls_grouped", "int_comm_transfers_expanded", "int_comm_calls_matched",

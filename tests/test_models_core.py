@@ -16,10 +16,10 @@ import duckdb
 import pytest
 import sqlglot
 
-from tracehouse.dbt import DBT_ARTIFACTS_DIR, EXIT_OK, run_dbt
+from tracehouse.build.dbt import DBT_ARTIFACTS_DIR, EXIT_OK, run_dbt
+from tracehouse.core.warehouse import Warehouse
 from tracehouse.ingest.runner import ingest_paths
 from tracehouse.simulate import SimConfig, simulate_run
-from tracehouse.warehouse import Warehouse
 
 pytestmark = pytest.mark.slow
 

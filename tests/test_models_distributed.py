@@ -23,12 +23,12 @@ import pytest
 import sqlglot
 
 from conftest import SHARED_DATA, query_warehouse
-from tracehouse.dbt import DBT_ARTIFACTS_DIR, EXIT_OK, run_dbt
+from tracehouse.build.dbt import DBT_ARTIFACTS_DIR, EXIT_OK, run_dbt
+from tracehouse.core.warehouse import Warehouse
 from tracehouse.ingest.runner import ingest_paths
 from tracehouse.reports import stragglers
 from tracehouse.reports.base import ChartContext
 from tracehouse.simulate import SimConfig, simulate_run
-from tracehouse.warehouse import Warehouse
 
 pytestmark = pytest.mark.slow
 
@@ -283,7 +283,7 @@ def test_ground_truth_records_skew_per_rank(truth: dict) -> None:
 def test_export_links_collective_members_and_writes_cpu_calls(warehouse: Path,
                                                                tmp_path: Path) -> None:
     """Flow arrows: one chain per matched instance, first arrival to last; CPU calls exported."""
-    from tracehouse.reports.perfetto_export import export_perfetto
+    from tracehouse.reports.perfetto import export_perfetto
 
     for run in (DLRM, "tp2_pp2_dp2"):
         out = tmp_path / f"{run}.json"

@@ -22,9 +22,9 @@ import duckdb
 import pytest
 
 from conftest import SHARED_DATA
-from tracehouse.dbt import EXIT_OK, run_dbt
+from tracehouse.build.dbt import EXIT_OK, run_dbt
+from tracehouse.core.warehouse import Warehouse
 from tracehouse.ingest.runner import ingest_paths
-from tracehouse.warehouse import Warehouse
 
 pytestmark = pytest.mark.slow
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SHARED_DATA, query_warehouse
-from tracehouse.dbt import EXIT_OK, run_dbt
+from tracehouse.build.dbt import EXIT_OK, run_dbt
 from tracehouse.ingest.runner import ingest_paths
 from tracehouse.simulate import SimConfig, simulate_run
 
@@ -234,9 +234,9 @@ def test_cpu_only_runs_build_empty_idle_marts(tmp_path: Path) -> None:
 def test_report_draws_idle_by_cause(warehouse: Path, tmp_path: Path) -> None:
     import duckdb
 
+    from tracehouse.core.warehouse import Warehouse
     from tracehouse.reports.base import ChartContext
     from tracehouse.reports.idle import FAMILY
-    from tracehouse.warehouse import Warehouse
 
     con = duckdb.connect(str(Warehouse(warehouse).database), read_only=True)
     try:

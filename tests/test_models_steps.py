@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from conftest import REPO_ROOT, SHARED_DATA, query_warehouse
-from tracehouse.dbt import EXIT_OK, run_dbt
+from tracehouse.build.dbt import EXIT_OK, run_dbt
 from tracehouse.ingest.runner import ingest_paths
 
 pytestmark = pytest.mark.slow

@@ -15,7 +15,7 @@ import duckdb
 import pytest
 
 from report_warehouse import ReportWarehouse, report_warehouse
-from tracehouse.warehouse import Warehouse
+from tracehouse.core.warehouse import Warehouse
 
 pytestmark = pytest.mark.slow
 

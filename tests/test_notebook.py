@@ -18,7 +18,7 @@ import duckdb
 import pytest
 
 from conftest import Lake
-from tracehouse.dbt import EXIT_OK, run_dbt
+from tracehouse.build.dbt import EXIT_OK, run_dbt
 from tracehouse.notebook import NotebookError, chart_families, open_warehouse
 from tracehouse.reports import registry
 

@@ -34,7 +34,7 @@ def _runs(root: Path) -> list[tuple[str, str]]:
 @pytest.fixture
 def dbt_calls(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
     """Every dbt invocation, still run for real."""
-    import tracehouse.dbt as dbt
+    import tracehouse.build.dbt as dbt
 
     calls: list[list[str]] = []
     real = dbt.run_dbt
@@ -64,7 +64,7 @@ def test_a_file_in_the_warehouse_is_reused_and_not_rebuilt(
     # Issue 29 item 13: the build (seconds, dbt quiet) is announced on stderr.
     assert f"building the marts for the Nsight views in {root}" in captured.err
     assert _runs(root) == [("job", str(export.resolve()))]  # no run `nsys-steps`
-    # Only what `overlap` reads is built (nsys_cli.VIEW_MARTS): not the NVTX tree,
+    # Only what `overlap` reads is built (cli/nsys.py VIEW_MARTS): not the NVTX tree,
     # the costliest models on a large export.
     import duckdb
 

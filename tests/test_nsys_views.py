@@ -21,9 +21,9 @@ import pytest
 
 from conftest import SHARED_DATA
 from nsys_export import write_megatron_phases_export, write_two_step_export
+from tracehouse.build.dbt import build_warehouse
 from tracehouse.cli import main
-from tracehouse.dbt import build_warehouse
-from tracehouse.nsys_cli import ingest_file, query_view
+from tracehouse.cli.nsys import ingest_file, query_view
 
 NSYS = SHARED_DATA / "nsys"
 FILES = ("mfu_2gpu_before", "h100_2gpu_1s")

@@ -1,4 +1,4 @@
-"""dbt's parse of the project is shared between warehouses (tracehouse/parse_cache.py).
+"""dbt's parse of the project is shared between warehouses (tracehouse/build/parse_cache.py).
 
 * A new warehouse starts from the parse another warehouse saved: dbt's log
   says partial parsing was used, not that it started a full parse.
@@ -17,9 +17,10 @@ import click
 import pytest
 
 from conftest import build_lake
-from tracehouse import parse_cache
-from tracehouse.dbt import EXIT_OK, _absolute_path_options, project_dir, run_dbt
-from tracehouse.publish import DATABASE_ENV_VAR
+from tracehouse.build import parse_cache
+from tracehouse.build.dbt import EXIT_OK, project_dir, run_dbt
+from tracehouse.build.dbt_arguments import absolute_path_options as _absolute_path_options
+from tracehouse.core.publish import DATABASE_ENV_VAR
 
 pytestmark = pytest.mark.slow  # ingests or builds (README: the fast set is -m "not slow")
 

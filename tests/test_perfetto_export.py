@@ -26,15 +26,14 @@ import pytest
 from test_perfetto_engine import trace_processor  # noqa: F401 - the fixture, reused
 
 from conftest import NASTY_NAME, SHARED_DATA
-from tracehouse.dbt import EXIT_OK, run_dbt
+from tracehouse.build.dbt import EXIT_OK, run_dbt
+from tracehouse.core.warehouse import Warehouse
 from tracehouse.ingest import perfetto_engine
-from tracehouse.ingest.model import TraceFile
 from tracehouse.ingest.runner import ingest_paths
-from tracehouse.reports import perfetto_export
+from tracehouse.ingest.trace_types import TraceFile
 from tracehouse.reports.kernel_names import short_kernel_name
-from tracehouse.reports.perfetto_export import ExportError, export_perfetto
+from tracehouse.reports.perfetto import ExportError, export_perfetto, proto_writer, queries, slices
 from tracehouse.simulate import SimConfig, simulate_run, trace_path
-from tracehouse.warehouse import Warehouse
 
 pytestmark = pytest.mark.slow
 
@@ -243,14 +242,14 @@ def test_text_that_protobuf_would_reject_is_replaced() -> None:
     """Ingest refuses invalid UTF-8, but Python text can still hold lone surrogates and NUL."""
     from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
-    text = perfetto_export.clean_text("a\udcffb\x00c<d>")
+    text = slices.clean_text("a\udcffb\x00c<d>")
     assert text == "a\ufffdb\ufffdc<d>"
     pb.EventName(iid=1, name=text).SerializeToString()  # would raise on a surrogate
     # Short names are the charts' (one helper, tracehouse.reports.kernel_names).
-    assert perfetto_export._kernel_names(
+    assert queries.kernel_names(
         "void at::native::vectorized_elementwise_kernel<4, at::native::Foo>(int, float*)"
     )[1] == "vectorized_elementwise_kernel<Foo…>"
-    assert perfetto_export._kernel_names("ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)")[1] == (
+    assert queries.kernel_names("ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)")[1] == (
         "ncclDevKernel_AllReduce_Sum_f32_RING_LL")
 
 
@@ -323,7 +322,7 @@ def test_hostile_kernel_name_round_trips(warehouse: Path, sim_proto: tuple[Path,
         [hostile] = [item for item in timeline.slices if "<script>" in item.args.get("kernel", "")]
         assert hostile.args["kernel"] == stored
         # The charts' short name: parameters and the rest cut, no newline, no <script>.
-        short = short_kernel_name(stored, perfetto_export.SHORT_NAME_CHARS)
+        short = short_kernel_name(stored, queries.SHORT_NAME_CHARS)
         assert short == "at::native::<lambda>"
         assert hostile.name == f"{phase} mb{microbatch} · compute · {short}"
 
@@ -376,9 +375,9 @@ def test_json_has_the_same_tracks_and_slices(warehouse: Path, sim_proto: tuple[P
 def test_interning_resets_and_small_batches_decode_the_same(
         warehouse: Path, sim_proto: tuple[Path, Any], tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(perfetto_export, "INTERN_LIMIT", 40)
-    monkeypatch.setattr(perfetto_export, "BATCH_PACKETS", 7)
-    monkeypatch.setattr(perfetto_export, "FETCH_ROWS", 13)
+    monkeypatch.setattr(proto_writer, "INTERN_LIMIT", 40)
+    monkeypatch.setattr(proto_writer, "BATCH_PACKETS", 7)
+    monkeypatch.setattr(queries, "FETCH_ROWS", 13)
     out = tmp_path / "small.pftrace"
     export_perfetto(warehouse, SIM, out)
     from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb

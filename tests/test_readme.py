@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT
-from tracehouse.cli import build_parser, main
+from tracehouse.cli.main import build_parser, main
 
 
 def test_ci_runs_the_readme_test_command() -> None:

@@ -24,9 +24,9 @@ import duckdb
 import pytest
 
 from report_warehouse import HOSTILE_KERNEL, QUOTED_KERNEL, ReportWarehouse, report_warehouse
+from tracehouse.core.warehouse import Warehouse
 from tracehouse.reports import heatmaps, html, report
 from tracehouse.reports.report import ReportError, render_report
-from tracehouse.warehouse import Warehouse
 
 pytestmark = pytest.mark.slow
 

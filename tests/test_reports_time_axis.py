@@ -62,10 +62,10 @@ def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     kineto = SHARED_DATA / "kineto"
     if not (kineto / DLRM_RUN).is_dir() or not (kineto / "megatron_cpu" / CPU_RUN).is_dir():
         pytest.skip(f"shared traces not found under {kineto}")
-    from tracehouse.dbt import build_warehouse
+    from tracehouse.build.dbt import build_warehouse
+    from tracehouse.core.warehouse import Warehouse
     from tracehouse.ingest.runner import ingest_paths
     from tracehouse.simulate import SimConfig, simulate_run
-    from tracehouse.warehouse import Warehouse
 
     root = tmp_path_factory.mktemp("time_axis")
     config = SimConfig(tp=2, pp=2, dp=2, vpp=2, schedule="interleaved", microbatches=4,

@@ -16,9 +16,9 @@ import duckdb
 import pytest
 
 from conftest import NASTY_NAME, Lake
-from tracehouse.dbt import EXIT_OK, run_dbt
+from tracehouse.build.dbt import EXIT_OK, run_dbt
+from tracehouse.core.warehouse import Warehouse
 from tracehouse.reports.table_export import ExportError, export_table
-from tracehouse.warehouse import Warehouse
 
 pytestmark = pytest.mark.slow
 

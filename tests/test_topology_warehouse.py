@@ -21,12 +21,12 @@ import duckdb
 import pytest
 
 from conftest import SHARED_DATA
-from tracehouse.dbt import EXIT_OK, run_dbt
+from tracehouse.build.dbt import EXIT_OK, run_dbt
+from tracehouse.core.topology import build_topology
+from tracehouse.core.warehouse import Warehouse
 from tracehouse.ingest.lake import error_file
 from tracehouse.ingest.runner import ingest_paths
 from tracehouse.megatron_patch.topology_dump import format_traceviz_txt
-from tracehouse.topology import build_topology
-from tracehouse.warehouse import Warehouse
 
 pytestmark = pytest.mark.slow
 

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..topology import build_topology
+from ..core.topology import build_topology
 from .config import SimConfig
 from .pp_timer_logs import write_pp_timer_logs
 from .timing import WAIT_KINDS, StageTimes, Timeline

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from tracehouse.core.warehouse import Warehouse
 from tracehouse.simulate import SimConfig, simulate_run
-from tracehouse.warehouse import Warehouse
 
 #: The demo's run: big enough per kernel for the GPU (not the CPU) to set the pace.
 DEMO_CONFIG = SimConfig(
@@ -63,10 +63,10 @@ def run_demo(out: Path | None = None, warehouse: Path | str | None = None,
              jobs: int | None = None) -> DemoResult:
     """Simulate ``config`` into ``out``, ingest it, ``dbt build``, print headline numbers.
 
-    Raises whatever ingest or dbt raise (:class:`tracehouse.dbt.DbtBuildError`
+    Raises whatever ingest or dbt raise (:class:`tracehouse.build.dbt.DbtBuildError`
     when the build fails); the CLI turns that into exit code 1.
     """
-    from tracehouse.dbt import build_warehouse
+    from tracehouse.build.dbt import build_warehouse
     from tracehouse.ingest.runner import ingest_paths
     from tracehouse.reports.report import render_report
 

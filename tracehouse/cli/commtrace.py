@@ -1,4 +1,4 @@
-"""``tracehouse commtrace`` argument parsing: a thin layer over :mod:`tracehouse.commtrace`."""
+"""``tracehouse commtrace`` argument parsing: a thin layer over :mod:`tracehouse.commtrace.run`."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 def add_parser(sub: Any) -> None:
     """Register ``tracehouse commtrace`` on the main parser's subcommands."""
-    from tracehouse.commtrace import MODEL_PRESETS
+    from tracehouse.commtrace.run import MODEL_PRESETS
 
     parser = sub.add_parser(
         "commtrace",
@@ -110,7 +110,7 @@ def _rank_list(text: str) -> list[int]:
 
 def run(args: argparse.Namespace) -> int:
     """Handler of ``tracehouse commtrace``."""
-    from tracehouse.commtrace import CommTraceConfig, run_commtrace
+    from tracehouse.commtrace.run import CommTraceConfig, run_commtrace
 
     if args.model is None and None in (args.layers, args.hidden, args.heads, args.seq):
         args.model = "small"

@@ -10,7 +10,7 @@ iterations; shares as ratios of sums over all iterations, never a mean of
 the iterations' ratios; the run's straggler), the same the report shows.
 Numbers come from the marts only; this module adds nothing but the
 pairing, the differences and the formatting
-(:func:`tracehouse.sql.run_sql`: table, CSV or JSON).
+(:func:`tracehouse.query.sql.run_sql`: table, CSV or JSON).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import TextIO
 
 import duckdb
 
-from tracehouse.sql import connect, run_sql
-from tracehouse.warehouse import Warehouse
+from tracehouse.core.warehouse import Warehouse
+from tracehouse.query.sql import connect, run_sql
 
 EXIT_USAGE = 2
 

@@ -51,10 +51,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import schema
-from .model import ParsedTrace, TraceError, TraceFile, display_path
-from .nesting import nest_slices
-from .nsys_read import NsysDatabase
+from .. import schema
+from ..nesting import nest_slices
+from ..trace_types import ParsedTrace, TraceError, TraceFile, display_path
+from .read import NsysDatabase
 
 FILE_FORMAT = "nsys_sqlite"
 LAYOUT = "nsys"

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from tracehouse.warehouse import Warehouse
+from tracehouse.core.warehouse import Warehouse
 
 #: The built table of loaded traces (models/intermediate/slices/int_traces.sql).
 BUILT_TRACES = "intermediate.int_traces"

@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
 
-from tracehouse.warehouse import DATABASE_FILE, Warehouse
+from tracehouse.core.warehouse import DATABASE_FILE, Warehouse
 
 #: Folder inside the warehouse where a build writes its copy of the database.
 BUILD_DIR = ".build"

@@ -57,7 +57,7 @@ class NsysUsageError(NsysViewError):
 
 def add_parser(sub: Any) -> None:
     """Register ``tracehouse nsys`` on the main parser's subcommands."""
-    from tracehouse.cli import _warehouse_dir
+    from tracehouse.cli.main import _warehouse_dir
 
     parser = sub.add_parser(
         "nsys",
@@ -162,11 +162,11 @@ def ingest_file(file: Path, root: Path) -> list[str]:
     its content (a copy at another path). Otherwise it is loaded into run
     ``nsys-<stem>``. Incremental: a file loaded and unchanged is not read again.
     """
+    from tracehouse.core.warehouse import Warehouse
     from tracehouse.ingest import lake
     from tracehouse.ingest.discover import sanitize_run_name
-    from tracehouse.ingest.model import display_path
     from tracehouse.ingest.runner import ingest_paths
-    from tracehouse.warehouse import Warehouse
+    from tracehouse.ingest.trace_types import display_path
 
     path = display_path(file.resolve())
     manifest = lake.read_manifest(Warehouse(root)) if (root / "lake").is_dir() else []
@@ -191,8 +191,8 @@ def ingest_file(file: Path, root: Path) -> list[str]:
 
 def _same_content(file: Path, manifest: list[Any]) -> list[Any]:
     """The loaded traces (one run's, by rank) whose file had the bytes of ``file``."""
-    from tracehouse.ingest.model import TraceError
-    from tracehouse.ingest.nsys_load import file_hash
+    from tracehouse.ingest.nsys.load import file_hash
+    from tracehouse.ingest.trace_types import TraceError
 
     try:
         digest = file_hash(file)
@@ -208,7 +208,7 @@ def build_marts(root: Path, trim: tuple[float, float] | None = None,
     """Build ``marts`` (dbt selectors; default: every view's) and what they are built
     from (models only, no tests: a view, not a CI run), for the capture window ``trim``
     in seconds when given."""
-    from tracehouse.dbt import run_dbt
+    from tracehouse.build.dbt import run_dbt
 
     variables: dict[str, int] = {}
     if trim is not None:
@@ -218,7 +218,7 @@ def build_marts(root: Path, trim: tuple[float, float] | None = None,
             "--exclude-resource-type", "test", "--exclude-resource-type", "unit_test"]
     if variables:
         args += ["--vars", json.dumps(variables)]
-    from tracehouse.dbt import is_up_to_date
+    from tracehouse.build.dbt import is_up_to_date
 
     if is_up_to_date(root, args):
         return  # neither the project nor the lake changed since these marts were built
@@ -429,7 +429,7 @@ _QUERIES = {"info": _info, "summary": _summary, "overlap": _overlap, "nccl": _nc
 
 def format_table(view: str, result: list[dict[str, Any]]) -> str:
     """The view as aligned text (trace strings shown as they are, one line each)."""
-    from tracehouse.sql import write_table
+    from tracehouse.query.sql import write_table
 
     if view == "summary":
         parts = []

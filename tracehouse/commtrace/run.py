@@ -6,7 +6,7 @@ how many bytes, from which Megatron call site -- for every rank, at sizes
 nobody has GPUs for. Genstack (seed 04) answers this with one real gloo
 process per rank, which stalls past about 64 ranks and misses the
 ``*_into_tensor``/``*_tensor`` and coalesced collectives. Here each rank runs
-alone (``tracehouse.commtrace_rank``: megatron-core on the meta device under
+alone (``tracehouse.commtrace.megatron_step``: megatron-core on the meta device under
 torch's fake process group), so ranks go through a process pool as wide as
 the machine, a 128-rank world costs 128 independent short runs, and memory
 stays at one rank per worker.
@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tracehouse.commtrace_rank import RankSpec
+from tracehouse.commtrace.megatron_step import RankSpec
 
 __all__ = [
     "MODEL_PRESETS",
@@ -131,7 +131,7 @@ class CommTraceConfig:
                              "expert routing depends on data, which meta tensors do not hold")
         if self.sequence_parallel and self.tp == 1:
             raise ValueError("--sequence-parallel needs --tp > 1")
-        from tracehouse.topology import build_topology
+        from tracehouse.core.topology import build_topology
 
         # The rank order and sizes as megatron-core's RankGenerator accepts them.
         build_topology(world=self.world, tp=self.tp, pp=self.pp, cp=self.cp, ep=self.ep,
@@ -220,7 +220,7 @@ def _run_one(job: tuple[RankSpec, str]) -> RankOutcome:
     spec, out = job
     started = time.perf_counter()
     try:
-        from tracehouse.commtrace_rank import trace_rank
+        from tracehouse.commtrace.megatron_step import trace_rank
 
         events = trace_rank(spec)
         _write_json(Path(out) / log_name(spec.rank), events)
@@ -261,8 +261,8 @@ def run_commtrace(config: CommTraceConfig, out: Path, ranks: Sequence[int] | Non
     except ImportError as exc:
         raise ImportError("tracehouse commtrace needs megatron-core and torch: "
                           "pip install -e '.[megatron]'") from exc
-    from tracehouse.topology import build_topology
-    from tracehouse.topology_files import topology_json
+    from tracehouse.core.topology import build_topology
+    from tracehouse.core.topology_files import topology_json
 
     world = config.world
     chosen = sorted(set(ranks)) if ranks is not None else list(range(world))

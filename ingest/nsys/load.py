@@ -2,7 +2,7 @@
 
 Kept apart from :mod:`ingest.runner` so the runner only learns that an
 export yields one trace per GPU; everything Nsight-specific is here and in
-:mod:`ingest.nsys`.
+:mod:`ingest.nsys.parse`.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import hashlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from .model import ParsedTrace, TraceError, TraceFile
-from .nsys import parse_nsys
-from .nsys_read import exported_sqlite
+from ..trace_types import ParsedTrace, TraceError, TraceFile
+from .parse import parse_nsys
+from .read import exported_sqlite
 
 _CHUNK = 1 << 20
 

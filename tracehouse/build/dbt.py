@@ -13,7 +13,7 @@ and keep working from any directory.
 
 Commands that write the database (``build``, ``run``, ``seed``, ``test``,
 ``snapshot``) write a copy that is published when dbt is done
-(:mod:`tracehouse.publish`), so readers are never blocked, and two of them
+(:mod:`tracehouse.core.publish`), so readers are never blocked, and two of them
 take turns. A plain ``build`` skips what needs no time: unit tests (the
 test suite runs them), the lake's own invariants (tag ``lake``: ingest
 guarantees them) and the intermediate models' tests (tag ``internal``: the
@@ -21,12 +21,12 @@ chain's own SQL, covered by the unit tests and the marts' tests), all of
 which ``dbt build`` and the test suite still run; and it is
 skipped entirely when neither the project nor the lake changed since the
 last successful one; a changed project rebuilds with ``--full-refresh``
-(:mod:`tracehouse.build_state`).
+(:mod:`tracehouse.build.state`).
 
 ``--target spark`` runs the same project on Apache Spark (``profiles.yml``;
 the ``spark`` extra): the same exclusions for a plain build, under the same
 lock, but no copy and no skip, since Spark writes its own Parquet tables
-(:mod:`tracehouse.spark_marts` reads them back).
+(tests/spark_marts.py reads them back).
 """
 
 from __future__ import annotations
@@ -38,8 +38,19 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tracehouse import parse_cache
-from tracehouse.build_state import (
+from tracehouse.build import parse_cache
+from tracehouse.build.dbt_arguments import (
+    absolute_path_options,
+    has_flag,
+    resolve_command,
+    stdout_is_a_terminal,
+    target_name,
+    wants_colours_decided,
+    without_target,
+)
+from tracehouse.build.dbt_import import import_dbt
+from tracehouse.build.preconditions import lake_problem, resource_settings_problem, spark_installed
+from tracehouse.build.state import (
     args_fingerprint,
     build_arguments,
     changed_lake_tables,
@@ -48,18 +59,16 @@ from tracehouse.build_state import (
     why_not_narrowed,
     write_state,
 )
-from tracehouse.dbt_import import import_dbt
-from tracehouse.publish import (
+from tracehouse.core.publish import (
     DATABASE_ENV_VAR,
     build_lock,
     discard_copy,
     prepare_copy,
     publish_copy,
 )
-from tracehouse.warehouse import ENV_VAR, LAKE_FORMAT, Warehouse
+from tracehouse.core.warehouse import ENV_VAR, Warehouse
 
 if TYPE_CHECKING:
-    import click
     from dbt.cli.main import dbtRunnerResult
 
 #: Exit codes shared by every tracehouse command.
@@ -104,7 +113,7 @@ def project_dir() -> Path:
 
     The package is installed editable, so the project sits next to it.
     """
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     if not (root / "dbt_project.yml").is_file():
         raise FileNotFoundError(
             f"dbt project not found: {root / 'dbt_project.yml'} does not exist. "
@@ -112,19 +121,6 @@ def project_dir() -> Path:
             "(pip install -e .) so that the dbt project ships with it."
         )
     return root
-
-
-def has_loaded_traces(warehouse: Path) -> bool:
-    """Tell whether the lake of ``warehouse`` holds at least one committed trace.
-
-    A trace is committed once its ``lake/traces/run=<run>/<trace>.parquet``
-    file exists (ingest renames it into place last); ``_empty.parquet`` only
-    carries the schema.
-    """
-    traces = Warehouse(warehouse).table_dir("traces")
-    if not traces.is_dir():
-        return False
-    return any(path.name != "_empty.parquet" for path in traces.rglob("*.parquet"))
 
 
 def run_dbt(args: Sequence[str] = (), warehouse: Path | None = None) -> int:
@@ -154,7 +150,7 @@ def run_dbt(args: Sequence[str] = (), warehouse: Path | None = None) -> int:
     if not argv or argv[0].startswith("-"):
         argv = ["build", *argv]
 
-    command = _resolve_command(argv)
+    command = resolve_command(argv)
     if command is None:
         print(
             f"error: unknown dbt command {' '.join(argv[:2])!r}; "
@@ -165,7 +161,7 @@ def run_dbt(args: Sequence[str] = (), warehouse: Path | None = None) -> int:
     path_len, click_command = command
     # dbt runs from the database's folder (parse_cache.beside_database), so
     # the paths the user gave are made absolute first.
-    argv = _absolute_path_options(argv, click_command)
+    argv = absolute_path_options(argv, click_command)
 
     problem = resource_settings_problem()
     if problem is not None:
@@ -177,31 +173,9 @@ def run_dbt(args: Sequence[str] = (), warehouse: Path | None = None) -> int:
         argv[0] in _COMMANDS_READING_LAKE
         and not {"--help", "-h"} & set(argv)
         and not lake_overridden
-        and not has_loaded_traces(root)
+        and (problem := lake_problem(root)) is not None
     ):
-        print(
-            f"error: warehouse {root} has no loaded traces "
-            f"({Warehouse(root).table_dir('traces')} holds none), so there is "
-            f"nothing to build. Load traces first: tracehouse ingest PATH "
-            f"--warehouse {root}",
-            file=sys.stderr,
-        )
-        return EXIT_FAILED
-    if (
-        argv[0] in _COMMANDS_READING_LAKE
-        and not {"--help", "-h"} & set(argv)
-        and not lake_overridden
-        and (Warehouse(root).lake_format() or 0) < LAKE_FORMAT
-    ):
-        print(
-            f"error: the lake of warehouse {root} was written by an older tracehouse "
-            f"ingest (lake format {Warehouse(root).lake_format() or 1}; this version "
-            f"reads {LAKE_FORMAT}: each slice carries its own context since 2, its annotation "
-            f"range since 3). Load its "
-            f"traces again: tracehouse ingest PATH... --warehouse {root} parses every "
-            "trace of an older format again, keeping its id",
-            file=sys.stderr,
-        )
+        print(f"error: {problem}", file=sys.stderr)
         return EXIT_FAILED
 
     try:
@@ -219,22 +193,22 @@ def run_dbt(args: Sequence[str] = (), warehouse: Path | None = None) -> int:
     accepted = {param.name for param in click_command.params}
     added: list[str] = []
     for name, (flag, value) in defaults.items():
-        if name in accepted and not _has_flag(argv, flag):
+        if name in accepted and not has_flag(argv, flag):
             added += [flag, value]
-    if ("use_colors" in accepted and not _stdout_is_a_terminal()
-            and not _wants_colours_decided(argv)):
+    if ("use_colors" in accepted and not stdout_is_a_terminal()
+            and not wants_colours_decided(argv)):
         # dbt colours its lines whatever stdout is; a pipe or a file gets plain text.
         # Its own log file keeps its colours (they follow --use-colors unless told),
         # which benchmarks/dbt_statements.py reads entries by.
         added.append("--no-use-colors")
-        if "use_colors_file" in accepted and not _wants_colours_decided(argv, "_FILE"):
+        if "use_colors_file" in accepted and not wants_colours_decided(argv, "_FILE"):
             added.append("--use-colors-file")
-    target = _target(argv)
+    target = target_name(argv)
     # Options that change only dbt's output (`--quiet`) leave a build plain.
-    is_plain_build = build_arguments(_without_target(argv)) == ["build"]
+    is_plain_build = build_arguments(without_target(argv)) == ["build"]
     selection = list(PLAIN_BUILD_EXCLUDES) if is_plain_build else []
 
-    if target == "spark" and not _spark_installed():
+    if target == "spark" and not spark_installed():
         print("error: --target spark needs dbt-spark and pyspark, which are not installed: "
               "pip install -e '.[spark]' (Spark also needs Java 17)", file=sys.stderr)
         return EXIT_USAGE
@@ -284,7 +258,7 @@ def run_dbt(args: Sequence[str] = (), warehouse: Path | None = None) -> int:
                 print(f"{why}: building every model")
         if (argv[0] in _COMMANDS_BUILDING_MODELS and database_exists
                 and (last is None or last.project != state.project)
-                and not _has_flag(argv, "--full-refresh")):
+                and not has_flag(argv, "--full-refresh")):
             # Incremental rows computed by other code (or by a build this
             # warehouse kept no record of) must not mix with new ones.
             why = ("the dbt project (or its --vars) changed since the last build"
@@ -316,7 +290,7 @@ def _invoke(invocation: list[str], duckdb_database: Path | None = None,
     its folder with the profile's paths relative to it, so that the parse
     saved from another warehouse stays valid; ``target`` (tracehouse's
     own target folder) starts from the last saved parse of ``project``,
-    which is kept again afterwards (:mod:`tracehouse.parse_cache`).
+    which is kept again afterwards (:mod:`tracehouse.build.parse_cache`).
 
     profiles.yml keeps dbt-duckdb's database open for the whole run
     (``keep_open: true``) so that its ~180 nodes share one DuckDB instance
@@ -389,30 +363,6 @@ def _exit_code(result: dbtRunnerResult, argv: Sequence[str], root: Path) -> int:
     return EXIT_FAILED
 
 
-def resource_settings_problem() -> str | None:
-    """What is wrong with the resource variables profiles.yml reads, or None.
-
-    Checked before dbt starts, so a typo reads as one line naming the
-    variable instead of a DuckDB parser error deep in dbt's log.
-    """
-    import duckdb
-
-    limit = os.environ.get("TRACEHOUSE_MEMORY_LIMIT")
-    if limit is not None:
-        con = duckdb.connect()
-        try:
-            con.execute(f"set memory_limit = '{limit.replace(chr(39), chr(39) * 2)}'")
-        except duckdb.Error as exc:
-            return (f"TRACEHOUSE_MEMORY_LIMIT={limit!r} is not a DuckDB memory limit "
-                    f"({str(exc).splitlines()[0]}); write it like 8GB or 60%")
-        finally:
-            con.close()
-    threads = os.environ.get("TRACEHOUSE_DBT_THREADS")
-    if threads is not None and not (threads.strip().isdigit() and int(threads) > 0):
-        return f"TRACEHOUSE_DBT_THREADS={threads!r} is not a positive whole number"
-    return None
-
-
 def is_up_to_date(warehouse: Path, args: Sequence[str]) -> bool:
     """True when ``run_dbt(args)`` would build nothing new: the last successful build of
     ``warehouse`` ran these arguments (or a plain build, which builds every model) on
@@ -443,99 +393,6 @@ def build_warehouse(warehouse: Path, args: Sequence[str] = ()) -> None:
             f"dbt build failed on warehouse {Path(warehouse).resolve()} (exit code {code}); "
             "see the dbt output above"
         )
-
-
-def _absolute_path_options(argv: Sequence[str], click_command: click.Command) -> list[str]:
-    """``argv`` with the values of the command's path options (``--state``,
-    ``--target-path``, ...) made absolute against the current folder."""
-    import click
-
-    path_options = {opt for param in click_command.params
-                    if isinstance(param.type, click.Path) for opt in param.opts}
-    absolute: list[str] = []
-    expects_path = False
-    for arg in argv:
-        if expects_path:
-            absolute.append(os.path.abspath(arg))
-            expects_path = False
-        elif arg in path_options:
-            absolute.append(arg)
-            expects_path = True
-        elif "=" in arg and arg.split("=", 1)[0] in path_options:
-            option, value = arg.split("=", 1)
-            absolute.append(f"{option}={os.path.abspath(value)}")
-        else:
-            absolute.append(arg)
-    return absolute
-
-
-def _resolve_command(argv: Sequence[str]) -> tuple[int, click.Command] | None:
-    """Find the dbt click command named by ``argv`` and how many words name it.
-
-    Groups such as ``docs generate`` take two words; flags go after them.
-    """
-    import click
-    from dbt.cli.main import cli
-
-    command = cli.commands.get(argv[0])
-    if command is None:
-        return None
-    if isinstance(command, click.Group):
-        if len(argv) < 2 or argv[1] not in command.commands:
-            return None
-        return 2, command.commands[argv[1]]
-    return 1, command
-
-
-def _spark_installed() -> bool:
-    import importlib.util
-
-    return all(importlib.util.find_spec(name) is not None
-               for name in ("pyspark", "dbt.adapters.spark"))
-
-
-def _target(argv: Sequence[str]) -> str | None:
-    """The dbt target named by ``--target NAME``/``-t NAME``/``--target=NAME``, else None."""
-    for index, arg in enumerate(argv):
-        if arg in ("--target", "-t") and index + 1 < len(argv):
-            return argv[index + 1]
-        if arg.startswith("--target="):
-            return arg.split("=", 1)[1]
-    return None
-
-
-def _without_target(argv: Sequence[str]) -> list[str]:
-    """``argv`` less its target option (so ``build --target spark`` is a plain build)."""
-    kept: list[str] = []
-    skip = False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg in ("--target", "-t"):
-            skip = True
-        elif not arg.startswith("--target="):
-            kept.append(arg)
-    return kept
-
-
-def _wants_colours_decided(argv: Sequence[str], of: str = "") -> bool:
-    """The user chose dbt's colours (``of="_FILE"``: its log file's): ``--use-colors``/
-    ``--no-use-colors`` (``--use-colors-file``/...), or the variables dbt reads them from."""
-    flag = "use-colors" + of.lower().replace("_", "-")
-    return (any(_has_flag(argv, option) for option in (f"--{flag}", f"--no-{flag}"))
-            or any(name in os.environ
-                   for name in (f"DBT_USE_COLORS{of}", f"DBT_ENGINE_USE_COLORS{of}")))
-
-
-def _stdout_is_a_terminal() -> bool:
-    try:
-        return sys.stdout.isatty()
-    except (AttributeError, ValueError):  # replaced or closed
-        return False
-
-
-def _has_flag(argv: Sequence[str], flag: str) -> bool:
-    return any(arg == flag or arg.startswith(flag + "=") for arg in argv)
 
 
 @contextmanager

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from tracehouse.warehouse import ENV_VAR
+from tracehouse.core.warehouse import ENV_VAR
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -338,19 +338,19 @@ def build_parser() -> argparse.ArgumentParser:
                       help="folder for the simulated run (default ./demo_runs/"
                            "megatron_tp2_pp4_dp2_vpp2)")
     demo.set_defaults(handler=_cmd_demo)
-    from tracehouse.nsys_cli import add_parser as add_nsys_parser
+    from tracehouse.cli.nsys import add_parser as add_nsys_parser
 
     add_nsys_parser(sub)
-    from tracehouse.commtrace_cli import add_parser as add_commtrace_parser
+    from tracehouse.cli.commtrace import add_parser as add_commtrace_parser
 
     add_commtrace_parser(sub)
     return parser
 
 
 def _cmd_ingest(args: argparse.Namespace) -> int:
+    from tracehouse.core.warehouse import Warehouse
     from tracehouse.ingest.discover import DiscoveryError
     from tracehouse.ingest.runner import EngineUnavailable, default_jobs, ingest_paths
-    from tracehouse.warehouse import Warehouse
 
     jobs = args.jobs if args.jobs is not None else default_jobs()
     if jobs < 1:
@@ -424,8 +424,8 @@ def _own_build_options(dbt_args: list[str]) -> tuple[str | None, list[str]]:
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
-    from tracehouse.dbt import run_dbt
-    from tracehouse.warehouse import resolve_warehouse
+    from tracehouse.build.dbt import run_dbt
+    from tracehouse.core.warehouse import resolve_warehouse
 
     dbt_args = list(args.dbt_args)
     if dbt_args[:1] == ["--"]:
@@ -435,10 +435,10 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 def _lake_is_built(warehouse: str | None, runs: Sequence[str | None] = ()) -> bool:
     """Say on stderr when the lake holds traces the last build has not seen
-    (:mod:`tracehouse.freshness`); False, after an error line, when one of ``runs``
+    (:mod:`tracehouse.build.freshness`); False, after an error line, when one of ``runs``
     (named on the command line) is only in the lake: not unknown, just not built."""
-    from tracehouse.freshness import unbuilt_traces
-    from tracehouse.warehouse import Warehouse
+    from tracehouse.build.freshness import unbuilt_traces
+    from tracehouse.core.warehouse import Warehouse
 
     unbuilt = unbuilt_traces(Warehouse.at(warehouse))
     if unbuilt is None:
@@ -452,8 +452,8 @@ def _lake_is_built(warehouse: str | None, runs: Sequence[str | None] = ()) -> bo
 
 
 def _cmd_sql(args: argparse.Namespace) -> int:
-    from tracehouse.sql import run_sql
-    from tracehouse.warehouse import resolve_warehouse
+    from tracehouse.core.warehouse import resolve_warehouse
+    from tracehouse.query.sql import run_sql
 
     _lake_is_built(args.warehouse)
     query = args.query
@@ -469,8 +469,8 @@ def _cmd_sql(args: argparse.Namespace) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from tracehouse.compare import compare_runs
-    from tracehouse.warehouse import resolve_warehouse
+    from tracehouse.core.warehouse import resolve_warehouse
+    from tracehouse.query.compare_runs import compare_runs
 
     if not _lake_is_built(args.warehouse, [args.run_a, args.run_b]):
         return EXIT_USAGE
@@ -510,8 +510,8 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def _cmd_topology(args: argparse.Namespace) -> int:
-    from tracehouse.topology import build_topology
-    from tracehouse.topology_files import format_traceviz_txt, topology_json
+    from tracehouse.core.topology import build_topology
+    from tracehouse.core.topology_files import format_traceviz_txt, topology_json
 
     try:
         topo = build_topology(world=args.world, tp=args.tp, pp=args.pp, cp=args.cp, ep=args.ep,
@@ -555,8 +555,8 @@ def _rank_list(text: str) -> list[int]:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
+    from tracehouse.core.warehouse import Warehouse
     from tracehouse.reports.report import ReportError, render_report
-    from tracehouse.warehouse import Warehouse
 
     if not _lake_is_built(args.warehouse, [args.run, args.compare]):
         return EXIT_USAGE
@@ -577,8 +577,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_export_perfetto(args: argparse.Namespace) -> int:
-    from tracehouse.reports.perfetto_export import ExportError, export_perfetto
-    from tracehouse.warehouse import Warehouse
+    from tracehouse.core.warehouse import Warehouse
+    from tracehouse.reports.perfetto import ExportError, export_perfetto
 
     if not _lake_is_built(args.warehouse, [args.run]):
         return EXIT_USAGE
@@ -596,8 +596,8 @@ def _cmd_export_perfetto(args: argparse.Namespace) -> int:
 
 
 def _cmd_export_table(args: argparse.Namespace) -> int:
+    from tracehouse.core.warehouse import Warehouse
     from tracehouse.reports.table_export import ExportError, export_table
-    from tracehouse.warehouse import Warehouse
 
     if not _lake_is_built(args.warehouse, [args.run]):
         return EXIT_USAGE
@@ -613,8 +613,8 @@ def _cmd_export_table(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from tracehouse.dbt import DbtBuildError
-    from tracehouse.demo import run_demo
+    from tracehouse.build.dbt import DbtBuildError
+    from tracehouse.cli.demo import run_demo
 
     try:
         run_demo(out=args.out, warehouse=args.warehouse)
@@ -649,10 +649,10 @@ def console_main() -> int:
     """The ``tracehouse`` console script: :func:`main` on ``sys.argv``.
 
     A process that runs ``tracehouse ingest`` does nothing else, so it keeps
-    pyarrow from importing pandas (see ``ingest.lean.keep_pandas_out``).
+    pyarrow from importing pandas (see ``ingest.no_pandas.keep_pandas_out``).
     """
     if sys.argv[1:2] == ["ingest"]:
-        from tracehouse.ingest.lean import keep_pandas_out
+        from tracehouse.ingest.no_pandas import keep_pandas_out
 
         keep_pandas_out()
     code = main()

@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from tracehouse.warehouse import Warehouse
+from tracehouse.core.warehouse import Warehouse
 
 #: Environment variable naming the spark target's folder (profiles.yml reads it too).
 SPARK_DIR_ENV_VAR = "TRACEHOUSE_SPARK_DIR"

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from .model import TraceError
+from ..trace_types import TraceError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 NSYS_REP_SUFFIX = ".nsys-rep"

@@ -39,8 +39,8 @@ from typing import Any, TextIO
 import duckdb
 from sqlglot import exp
 
+from tracehouse.core.warehouse import Warehouse
 from tracehouse.ingest.schema import LAKE_TABLES, TRACE_TABLES
-from tracehouse.warehouse import Warehouse
 
 #: Output formats of :func:`run_sql`.
 FORMATS = ("table", "csv", "json")
