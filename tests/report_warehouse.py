@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from conftest import SHARED_DATA
+from conftest import SHARED_DATA, query_warehouse
 
 HOSTILE_KERNEL = "<script>alert(1)</script>"
 QUOTED_KERNEL = "void f<\"a\" & 'b'>(int)"
@@ -45,6 +47,11 @@ class ReportWarehouse:
 
     root: Path
     runs: list[str] = field(default_factory=list)
+
+    def rows(self, sql: str,
+             params: Sequence[Any] | Mapping[str, Any] | None = None) -> list[tuple]:
+        """Rows of ``sql`` on the warehouse, opened read-only (conftest.query_warehouse)."""
+        return query_warehouse(self.root, sql, params)
 
     def need(self, run: str) -> str:
         """``run``, or skip the test when its traces were not available."""
