@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -29,6 +29,9 @@ import pytest
 from tracehouse.ingest.schema import LAKE_FORMAT, LAKE_TABLES, PARSED_SLICES, TRACE_TABLES
 from tracehouse.ingest.slice_context import with_context
 from tracehouse.warehouse import ENV_VAR, Warehouse
+
+if TYPE_CHECKING:  # report_warehouse imports this module
+    from report_warehouse import ReportWarehouse
 
 #: The repository root (holds dbt_project.yml).
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -520,3 +523,14 @@ def reference_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Re
     build_warehouse(root)
     with shared_read_only(root):
         yield ReferenceWarehouse(root=root, sources=sources, truths=truths)
+
+
+@pytest.fixture(scope="session")
+def report_wh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReportWarehouse]:
+    """The report tests' warehouse (tests/report_warehouse.py: simulated, hostile,
+    CPU-only and real runs), built once per session; read-only."""
+    from report_warehouse import build_report_warehouse
+
+    built = build_report_warehouse(tmp_path_factory.mktemp("report_warehouse"))
+    with shared_read_only(built.root):
+        yield built

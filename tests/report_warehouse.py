@@ -1,11 +1,11 @@
 """One real warehouse for the report tests, built once per pytest session.
 
-Why a helper module and not a fixture in conftest.py: the report tests of two
-files (families and the HTML page) read the same runs, and one ``dbt build``
-over all of them is most of their cost. :func:`report_warehouse` memoises the
-built warehouse per session (keyed on pytest's base temporary folder), so
-whichever file runs first builds it and the other reuses it; nothing in it is
-ever modified by a test (reports go to each test's own folder).
+The report tests of six files (the page, the chart families, the summary
+marts, compare, the browser check and the README's examples) read the same
+runs, and one ``dbt build`` over all of them is most of their cost.
+:func:`build_report_warehouse` builds it; conftest's session fixture
+``report_wh`` calls it on first use and holds it read-only (reports go to
+each test's own folder).
 
 Runs, all through the real ingest and dbt build:
 
@@ -60,9 +60,6 @@ class ReportWarehouse:
         return run
 
 
-_BUILT: dict[str, ReportWarehouse] = {}
-
-
 def hostile_trace(rank: int, world: int) -> dict:
     """A Kineto trace: a step launching a GEMM, two hostile kernels and an all-reduce."""
     events: list[dict] = [
@@ -115,16 +112,12 @@ def cpu_ops_trace(rank: int, world: int) -> dict:
     }
 
 
-def report_warehouse(tmp_path_factory: pytest.TempPathFactory) -> ReportWarehouse:
-    """The session's report warehouse, building it on first use (one dbt build)."""
-    key = str(tmp_path_factory.getbasetemp())
-    if key in _BUILT:
-        return _BUILT[key]
+def build_report_warehouse(base: Path) -> ReportWarehouse:
+    """Ingest the runs under ``base`` and build ``base/warehouse`` (one dbt build)."""
     from tracehouse.dbt import build_warehouse
     from tracehouse.ingest.runner import ingest_paths
     from tracehouse.simulate import SimConfig, simulate_run
 
-    base = tmp_path_factory.mktemp("report_warehouse")
     root = base / "warehouse"
     built = ReportWarehouse(root=root)
 
@@ -163,5 +156,4 @@ def report_warehouse(tmp_path_factory: pytest.TempPathFactory) -> ReportWarehous
         load(NSYS_H100, "nsys_h100")
     # The models' unit tests are the model tests' business; the data tests still run.
     build_warehouse(root, ["--quiet", "--exclude-resource-type", "unit_test"])
-    _BUILT[key] = built
     return built

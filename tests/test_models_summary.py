@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import pytest
 
-from report_warehouse import ReportWarehouse, report_warehouse
+from report_warehouse import ReportWarehouse
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="session")
-def wh(tmp_path_factory: pytest.TempPathFactory) -> ReportWarehouse:
-    return report_warehouse(tmp_path_factory)
+def wh(report_wh: ReportWarehouse) -> ReportWarehouse:
+    """The session's report warehouse (conftest), read-only."""
+    return report_wh
 
 
 def test_every_run_has_one_summary_with_its_timing_source(wh: ReportWarehouse) -> None:

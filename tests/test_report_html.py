@@ -23,7 +23,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from report_warehouse import HOSTILE_KERNEL, QUOTED_KERNEL, ReportWarehouse, report_warehouse
+from report_warehouse import HOSTILE_KERNEL, QUOTED_KERNEL, ReportWarehouse
 from tracehouse.reports import heatmaps, html, report
 from tracehouse.reports.report import ReportError, render_report
 from tracehouse.warehouse import Warehouse
@@ -32,8 +32,9 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="session")
-def wh(tmp_path_factory: pytest.TempPathFactory) -> ReportWarehouse:
-    return report_warehouse(tmp_path_factory)
+def wh(report_wh: ReportWarehouse) -> ReportWarehouse:
+    """The session's report warehouse (conftest), read-only."""
+    return report_wh
 
 
 class Page(HTMLParser):
