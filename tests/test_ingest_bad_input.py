@@ -25,10 +25,11 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from conftest import SHARED_DATA
 from tracehouse.ingest.runner import IngestResult, ingest_paths, trace_id_for
 from tracehouse.ingest.schema import LAKE_TABLES, TRACE_TABLES
 
-KINETO = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "kineto"
+KINETO = SHARED_DATA / "kineto"
 DLRM = KINETO / "dlrm_8rank"
 MEGATRON_ITER = KINETO / "megatron_cpu" / "tp2_pp2_dp1_vpp2" / "iteration_3"
 

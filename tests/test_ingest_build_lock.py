@@ -19,13 +19,14 @@ from pathlib import Path
 
 import pytest
 
+from conftest import SHARED_DATA
 from tracehouse.core.publish import BUILD_LOCK, build_lock
 from tracehouse.core.warehouse import Warehouse
 from tracehouse.ingest.runner import ingest_paths
 
 pytestmark = pytest.mark.slow  # ingests or builds (README: the fast set is -m "not slow")
 
-DLRM = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "kineto" / "dlrm_8rank"
+DLRM = SHARED_DATA / "kineto" / "dlrm_8rank"
 
 needs_dlrm = pytest.mark.skipif(not DLRM.is_dir(), reason=f"shared DLRM traces not found: {DLRM}")
 

@@ -25,7 +25,7 @@ import duckdb
 import pytest
 from test_perfetto_engine import trace_processor  # noqa: F401 - the fixture, reused
 
-from conftest import NASTY_NAME, SHARED_DATA
+from conftest import NASTY_NAME, SHARED_DATA, query_warehouse
 from tracehouse.build.dbt import EXIT_OK, run_dbt
 from tracehouse.core.warehouse import Warehouse
 from tracehouse.ingest import perfetto_engine
@@ -80,19 +80,12 @@ def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     yield wh
 
 
-def _rows(warehouse: Path, sql: str, params: list[Any] | None = None) -> list[tuple]:
-    con = duckdb.connect(str(Warehouse(warehouse).database), read_only=True)
-    try:
-        return con.execute(sql, params or []).fetchall()
-    finally:
-        con.close()
-
-
 def _expected_names(warehouse: Path, run_id: str) -> dict[int, str]:
     """Process names as the issue spells them: ``rank 5 · pp1 tp1 dp0``."""
     names = {}
-    for rank, pp, tp, dp in _rows(warehouse, "select rank, pp_rank, tp_rank, dp_rank from "
-                                  "dim_ranks where run_id = ?", [run_id]):
+    for rank, pp, tp, dp in query_warehouse(
+        warehouse, "select rank, pp_rank, tp_rank, dp_rank from "
+        "dim_ranks where run_id = ?", [run_id]):
         coords = " ".join(f"{kind}{value}" for kind, value in
                           (("pp", pp), ("tp", tp), ("dp", dp)) if value is not None)
         names[rank] = f"rank {rank}" + (f" · {coords}" if coords else "")
@@ -100,19 +93,20 @@ def _expected_names(warehouse: Path, run_id: str) -> dict[int, str]:
 
 
 def _kernel_counts(warehouse: Path, run_id: str) -> dict[int, int]:
-    return dict(_rows(warehouse, "select rank, count(*) from fct_kernels where run_id = ? "
-                      "group by rank", [run_id]))
+    return dict(query_warehouse(
+        warehouse, "select rank, count(*) from fct_kernels where run_id = ? "
+        "group by rank", [run_id]))
 
 
 def _cpu_counts(warehouse: Path, run_id: str) -> dict[int, int]:
-    return dict(_rows(warehouse, "select rank, count(*) from fct_cpu_steps "
-                      "where run_id = ? group by rank", [run_id]))
+    return dict(query_warehouse(warehouse, "select rank, count(*) from fct_cpu_steps "
+                                "where run_id = ? group by rank", [run_id]))
 
 
 def _collective_counts(warehouse: Path, run_id: str) -> dict[int, int]:
     """CPU collective calls (c10d, gloo waits) per rank: written on their own tracks."""
-    return dict(_rows(warehouse, "select rank, count(*) from fct_cpu_collectives "
-                      "where run_id = ? group by rank", [run_id]))
+    return dict(query_warehouse(warehouse, "select rank, count(*) from fct_cpu_collectives "
+                                "where run_id = ? group by rank", [run_id]))
 
 
 # --------------------------------------------------------------------------- reading back
@@ -288,9 +282,10 @@ def test_kernel_slices_carry_phase_microbatch_group_and_exact_times(
     out, _ = sim_proto
     written = _by_key(read_proto(out))
     # Times on the reference clock: the rank's dim_rank_clock_offsets offset added.
-    rows = _rows(warehouse, "select trace_id, slice_id, name, kind, phase, microbatch, "
-                 "comm_group_kind, ts_ns + offset_ns, end_ns + offset_ns from fct_kernels "
-                 "inner join dim_rank_clock_offsets using (run_id, rank) where run_id = ?", [SIM])
+    rows = query_warehouse(
+        warehouse, "select trace_id, slice_id, name, kind, phase, microbatch, "
+        "comm_group_kind, ts_ns + offset_ns, end_ns + offset_ns from fct_kernels "
+        "inner join dim_rank_clock_offsets using (run_id, rank) where run_id = ?", [SIM])
     with_microbatch = 0
     for trace_id, slice_id, name, kind, phase, microbatch, group, ts, end in rows:
         item = written[(trace_id, slice_id)]
@@ -310,7 +305,7 @@ def test_kernel_slices_carry_phase_microbatch_group_and_exact_times(
 
 def test_hostile_kernel_name_round_trips(warehouse: Path, sim_proto: tuple[Path, Any],
                                          tmp_path: Path) -> None:
-    [(stored, phase, microbatch)] = _rows(
+    [(stored, phase, microbatch)] = query_warehouse(
         warehouse, "select name, phase, microbatch from fct_kernels where run_id = ? and "
         "name like '%<script>%'", [SIM])
     assert stored == NASTY_NAME + " tail"
@@ -331,7 +326,7 @@ def test_selection_by_pp_group_replica_and_ranks(warehouse: Path, tmp_path: Path
     names = _expected_names(warehouse, SIM)
     kernels = _kernel_counts(warehouse, SIM)
     for selector, column in (("pp_group", "pp_group_index"), ("replica", "model_replica")):
-        [(value, wanted)] = _rows(
+        [(value, wanted)] = query_warehouse(
             warehouse, f"select {column}, list(rank order by rank) from dim_ranks "  # noqa: S608
             f"where run_id = ? group by 1 order by 1 desc limit 1", [SIM])
         out = tmp_path / f"{selector}.pftrace"
@@ -340,7 +335,7 @@ def test_selection_by_pp_group_replica_and_ranks(warehouse: Path, tmp_path: Path
         assert list(result.ranks) == wanted
         assert sorted(timeline.processes.values()) == sorted(names[r] for r in wanted)
         written = timeline.per_process("compute")
-        assert sum(written.values()) == int(_rows(
+        assert sum(written.values()) == int(query_warehouse(
             warehouse, "select count(*) from fct_kernels where run_id = ? and kind = 'compute'"
             " and list_contains(?, rank)", [SIM, wanted])[0][0])
     out = tmp_path / "ranks.pftrace"
@@ -490,8 +485,9 @@ def test_dlrm_8rank_real_traces(warehouse: Path, tmp_path: Path) -> None:
     assert timeline.per_process() == {names[r]: n for r, n in kernels.items()}
     assert result.kernel_slices == sum(kernels.values()) > 1000
     # One track per (GPU, stream) of each rank (plus overlap tracks, if any).
-    streams = _rows(warehouse, "select count(distinct (rank, device, stream)) from fct_kernels "
-                    "where run_id = ?", [DLRM])[0][0]
+    streams = query_warehouse(
+        warehouse, "select count(distinct (rank, device, stream)) from fct_kernels "
+        "where run_id = ?", [DLRM])[0][0]
     assert len(timeline.threads) == streams + result.overlap_tracks
 
 
@@ -514,8 +510,9 @@ def _load(env: dict[str, str], monkeypatch: pytest.MonkeyPatch, path: Path,
 
 def _flow_edges(warehouse: Path, run_id: str) -> int:
     """Arrows a trace processor draws: members - 1 per matched instance of two or more."""
-    return int(_rows(warehouse, "select coalesce(sum(ranks_matched - 1), 0) from fct_collectives "
-                     "where run_id = ? and ranks_matched > 1", [run_id])[0][0])
+    return int(query_warehouse(
+        warehouse, "select coalesce(sum(ranks_matched - 1), 0) from fct_collectives "
+        "where run_id = ? and ranks_matched > 1", [run_id])[0][0])
 
 
 TP_QUERIES = {
@@ -560,10 +557,11 @@ def test_trace_processor_reads_the_same_tracks_and_slices(
     assert answers["flows"] == [{"n": _flow_edges(warehouse, SIM)}]
     assert answers["hostile"] == [{"n": 1}]
     if fmt == "proto":  # one colour per kind (and communication group); JSON has cname
-        kinds = _rows(warehouse, "select distinct case when kind = 'communication' then "
-                      "trim('comm ' || coalesce(comm_group_kind, '')) else kind end "
-                      "from fct_kernels where run_id = ? union select distinct 'cpu ' || phase"
-                      " from fct_cpu_steps where run_id = ? union select distinct trim('comm ' ||"
-                      " coalesce(comm_group_kind, '')) from fct_cpu_collectives where run_id = ?",
-                      [SIM, SIM, SIM])
+        kinds = query_warehouse(
+            warehouse, "select distinct case when kind = 'communication' then "
+            "trim('comm ' || coalesce(comm_group_kind, '')) else kind end "
+            "from fct_kernels where run_id = ? union select distinct 'cpu ' || phase"
+            " from fct_cpu_steps where run_id = ? union select distinct trim('comm ' ||"
+            " coalesce(comm_group_kind, '')) from fct_cpu_collectives where run_id = ?",
+            [SIM, SIM, SIM])
         assert {row["colour"] for row in answers["colours"]} == {kind for (kind,) in kinds}

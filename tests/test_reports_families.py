@@ -20,7 +20,7 @@ import matplotlib.image as mpimg
 import numpy as np
 import pytest
 
-from report_warehouse import HOSTILE_KERNEL, ReportWarehouse, report_warehouse
+from report_warehouse import HOSTILE_KERNEL, ReportWarehouse
 from tracehouse.core.warehouse import Warehouse
 from tracehouse.reports import comm_groups, compare, heatmaps, kernels
 from tracehouse.reports.base import ChartContext, NothingToShow, RenderedChart
@@ -30,12 +30,16 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="session")
-def wh(tmp_path_factory: pytest.TempPathFactory) -> ReportWarehouse:
-    return report_warehouse(tmp_path_factory)
+def wh(report_wh: ReportWarehouse) -> ReportWarehouse:
+    """The session's report warehouse (conftest), read-only."""
+    return report_wh
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def con(wh: ReportWarehouse) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A read-only connection for this module's tests, closed at its end: an open one
+    holds DuckDB's instance of the file in this process, so a later module's connection
+    with other settings (`tracehouse compare`'s allowed_directories) would be refused."""
     connection = duckdb.connect(str(Warehouse(wh.root).database), read_only=True)
     yield connection
     connection.close()
