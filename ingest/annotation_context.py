@@ -65,7 +65,11 @@ ANNOTATION_RANGES = pa.schema([
     ("ts", pa.int64()),  # absolute ns
     ("dur", pa.int64()),  # ns
     ("annotation_lineage", pa.list_(pa.int64())),  # ancestors and itself, outermost first
+    ("annotation_path", pa.string()),  # their names in that order, joined by PATH_SEPARATOR
 ])
+
+#: Between two names of ``annotation_path``.
+PATH_SEPARATOR = " > "
 
 
 def annotation_context(slices: pa.Table, row_of, is_gpu: np.ndarray,
@@ -110,8 +114,9 @@ def annotation_ranges(slices: pa.Table) -> pa.Table:
         hit = (parents >= 0) & (ids[order][at] == parents)
         parent_row[hit] = order[at][hit]
     columns = {name: ranges[name] for name in ANNOTATION_RANGES.names
-               if name != "annotation_lineage"}
+               if name not in ("annotation_lineage", "annotation_path")}
     columns["annotation_lineage"] = _lineages(parent_row, ids)
+    columns["annotation_path"] = _paths(parent_row, ranges["name"].to_pylist())
     return pa.table(columns).cast(ANNOTATION_RANGES)
 
 
@@ -177,17 +182,45 @@ def _children(parent_row: np.ndarray):
     return children
 
 
-def _lineages(parent_row: np.ndarray, slice_ids: np.ndarray) -> pa.Array:
-    """Each range's ancestors and itself (slice ids), outermost first; ``parent_row``
-    is each range's parent among the ranges (-1: a top range)."""
-    n = parent_row.size
-    depth = np.zeros(n, dtype=np.int64)
+def _paths(parent_row: np.ndarray, names: list[str | None]) -> pa.Array:
+    """Each range's lineage as names, outermost first, joined by :data:`PATH_SEPARATOR`
+    (a NULL name left out, as SQL's string_agg does; NULL when every name is).
+
+    Here rather than in int_annotation_ranges_nested: the model got it by
+    exploding every lineage and joining each id back to its name (0.3-0.6 s
+    of a 256-rank x 2-iteration build), while a trace's ranges cost one walk,
+    parents before children (by depth, never by row order).
+    """
+    paths: list[str | None] = [None] * parent_row.size
+    for row in np.argsort(_depths(parent_row), kind="stable").tolist():
+        parent, name = parent_row[row], names[row]
+        above = paths[parent] if parent >= 0 else None
+        if above is None:
+            paths[row] = name
+        elif name is None:
+            paths[row] = above
+        else:
+            paths[row] = above + PATH_SEPARATOR + name
+    return pa.array(paths, pa.string())
+
+
+def _depths(parent_row: np.ndarray) -> np.ndarray:
+    """Each range's number of ancestor ranges; ``parent_row``: its parent's row, -1 at the top."""
+    depth = np.zeros(parent_row.size, dtype=np.int64)
     current = parent_row.copy()
     alive = current >= 0
     while alive.any():  # one step up per round, every range at once
         depth[alive] += 1
         current[alive] = parent_row[current[alive]]
         alive = current >= 0
+    return depth
+
+
+def _lineages(parent_row: np.ndarray, slice_ids: np.ndarray) -> pa.Array:
+    """Each range's ancestors and itself (slice ids), outermost first; ``parent_row``
+    is each range's parent among the ranges (-1: a top range)."""
+    n = parent_row.size
+    depth = _depths(parent_row)
     offsets = np.concatenate(([0], np.cumsum(depth + 1))).astype(np.int32)
     values = np.empty(int(offsets[-1]), dtype=np.int64)
     rows, position = np.arange(n), offsets[1:] - 1

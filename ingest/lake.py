@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tracehouse.core.warehouse import Warehouse
@@ -87,13 +88,30 @@ def _same_schema(summary: Path, table_schema: pa.Schema) -> bool:
         return False
 
 
-def write_parquet_tmp(table: pa.Table, final: Path, token: str) -> Path:
-    """Write ``table`` to a hidden temporary beside ``final``; return its path."""
+def write_parquet_tmp(table: pa.Table, final: Path, token: str,
+                      group_by: str | None = None) -> Path:
+    """Write ``table`` to a hidden temporary beside ``final``; return its path.
+
+    ``group_by`` (a boolean column): its true rows first, then the others,
+    never in one row group, so a reader filtering on it skips the other row
+    groups by their statistics without decoding a value of them.
+    """
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.with_name(f".{final.name}.{token}{TMP_SUFFIX}")
-    pq.write_table(table, tmp, compression="zstd", row_group_size=256 * 1024,
-                   **_encoding_options(table.schema))
+    parts = [table] if group_by is None else _split(table, group_by)
+    with pq.ParquetWriter(tmp, table.schema, compression="zstd",
+                          **_encoding_options(table.schema)) as writer:
+        for part in parts:
+            writer.write_table(part, row_group_size=256 * 1024)
     return tmp
+
+
+def _split(table: pa.Table, flag: str) -> list[pa.Table]:
+    """``table``'s rows where ``flag`` is true, then the rest (NULL counts as false);
+    an empty part is left out (an empty table still writes its schema)."""
+    chosen = pc.fill_null(table[flag], False)
+    parts = [table.filter(chosen), table.filter(pc.invert(chosen))]
+    return [part for part in parts if part.num_rows] or [table]
 
 
 def _encoding_options(table_schema: pa.Schema) -> dict[str, object]:
@@ -111,6 +129,10 @@ def _encoding_options(table_schema: pa.Schema) -> dict[str, object]:
 
 #: Columns whose values are (nearly) all different: no dictionary, no statistics.
 _HIGH_CARDINALITY = frozenset({"args", "distributed_info", "device_properties"})
+
+
+#: Per trace table, the boolean column its rows are grouped by (write_parquet_tmp).
+ROW_GROUP_FLAGS = {"slices": "has_role"}
 
 
 def trace_file(warehouse: Warehouse, table: str, run_id: str, trace_id: str) -> Path:
@@ -132,7 +154,8 @@ def write_trace_tmp(
     try:
         for table in TRACE_TABLES:
             final = trace_file(warehouse, table, run_id, trace_id)
-            pending.append((write_parquet_tmp(tables[table], final, token), final))
+            group_by = ROW_GROUP_FLAGS.get(table)
+            pending.append((write_parquet_tmp(tables[table], final, token, group_by), final))
     except BaseException:
         discard(pending)
         raise

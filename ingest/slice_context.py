@@ -28,6 +28,14 @@ documents for users:
   is not a CPU slice of the trace is no launch. The launch's slice id, name,
   track, start and duration are copied onto the GPU work, with
   ``launch_source`` (``flow`` or ``correlation``).
+* ``has_role``: the slice is one the models read as a slice of its own
+  (int_slices_contextualized): GPU work, a Python or module frame, a
+  ``c10d::*`` or ``gloo:*`` collective, a ``ProfilerStep#N`` step. The
+  lake writes these rows first, in their own row group
+  (ingest/lake.py), so that model's scan skips the other half of the
+  slices (plain CPU ops and runtime calls) by the column's statistics
+  instead of decoding them: 1.65 -> 1.08 CPU s at 256 ranks x 2
+  iterations, one thread.
 * Annotation ranges (Kineto user annotations, Nsight NVTX push/pop ranges)
   and the innermost one around each slice and each launch, along ingest's
   parent chain: ingest/annotation_context.py.
@@ -42,7 +50,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .annotation_context import ANNOTATION_FIELDS, annotation_context
+from .annotation_context import ANNOTATION_FIELDS, PROFILER_STEP_PATTERN, annotation_context
 
 #: The flow category of a CPU launch -> GPU work edge (Kineto's and the Nsight loader's).
 LAUNCH_FLOW_CATEGORY = "ac2g"
@@ -59,6 +67,7 @@ CONTEXT_FIELDS: list[tuple[str, pa.DataType]] = [
     ("launch_track_id", pa.int64()),
     ("launch_ts", pa.int64()),  # absolute ns
     ("launch_dur", pa.int64()),  # ns
+    ("has_role", pa.bool_()),  # GPU work, a frame, a collective or a profiler step
     *ANNOTATION_FIELDS,  # ingest/annotation_context.py
 ]
 
@@ -71,10 +80,20 @@ def with_context(slices: pa.Table, flows: pa.Table, threads: pa.Table) -> pa.Tab
     row_of = _row_lookup(_numpy(slices["slice_id"]))
     launches, launch_row = _launches(slices, flows, is_gpu, row_of)
     columns.update(launches)
+    columns["has_role"] = _has_role(slices["name"], is_gpu, columns["frame_kind"])
     columns.update(annotation_context(slices, row_of, is_gpu, launch_row))
     for name, type_ in CONTEXT_FIELDS:
         slices = slices.append_column(pa.field(name, type_), columns[name].cast(type_))
     return slices
+
+
+def _has_role(names: pa.ChunkedArray, is_gpu: np.ndarray,
+              frame_kind: pa.ChunkedArray) -> pa.ChunkedArray:
+    """``has_role`` (module docstring) of each slice."""
+    collective = pc.or_(pc.starts_with(names, "c10d::"), pc.starts_with(names, "gloo:"))
+    named = pc.fill_null(pc.or_(collective, pc.match_substring_regex(names, PROFILER_STEP_PATTERN)),
+                         False)
+    return pc.or_(pc.or_(pa.array(is_gpu, pa.bool_()), pc.is_valid(frame_kind)), named)
 
 
 def _numpy(column: pa.ChunkedArray | pa.Array, fill: int = 0) -> np.ndarray:

@@ -25,7 +25,8 @@
             ts_ns,
             dur_ns,
             end_ns,
-            annotation_lineage as lineage_range_ids
+            annotation_lineage as lineage_range_ids,
+            annotation_path
         from {{ lake_scan('annotation_ranges', pending) }}
         where {{ trace_filter(pending) }}
     )

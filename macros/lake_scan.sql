@@ -97,6 +97,7 @@
         ---------- booleans
         is_partial_overlap,
         is_gpu,
+        has_role,
 
         ---------- times (ns, absolute clock)
         ts as ts_ns,
@@ -175,6 +176,7 @@
         ---------- strings
         annotation_kind,
         name,
+        annotation_path,
 
         ---------- numerics
         annotation_lineage,

@@ -14,6 +14,7 @@ its result; the tests only use the :class:`Lake` it returns.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -28,6 +29,7 @@ import pytest
 
 from tracehouse.core.warehouse import ENV_VAR, Warehouse
 from tracehouse.ingest.annotation_context import annotation_ranges
+from tracehouse.ingest.lake import ROW_GROUP_FLAGS, write_parquet_tmp
 from tracehouse.ingest.schema import LAKE_FORMAT, LAKE_TABLES, PARSED_SLICES, TRACE_TABLES
 from tracehouse.ingest.slice_context import with_context
 
@@ -100,9 +102,8 @@ def _write_slices(warehouse: Path, run_id: str, trace_id: str, rows: Rows) -> No
     slices = with_context(table("slices", PARSED_SLICES), table("flows", LAKE_TABLES["flows"]),
                           table("threads", LAKE_TABLES["threads"]))
     for name, derived in (("slices", slices), ("annotation_ranges", annotation_ranges(slices))):
-        folder = Warehouse(warehouse).partition_dir(name, run_id)
-        folder.mkdir(parents=True, exist_ok=True)
-        pq.write_table(derived, folder / f"{trace_id}.parquet")
+        final = Warehouse(warehouse).partition_dir(name, run_id) / f"{trace_id}.parquet"
+        os.replace(write_parquet_tmp(derived, final, "test", ROW_GROUP_FLAGS.get(name)), final)
 
 
 def synthetic_trace(run_id: str, trace_id: str, rank: int, world_size: int = 2) -> Rows:

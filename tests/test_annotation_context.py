@@ -51,8 +51,10 @@ def _trace(rows: list[tuple], ids: dict[int, int]) -> dict[int, dict]:
     ranges = annotation_ranges(table)
     assert ranges.schema == ANNOTATION_RANGES
     lineage = dict(zip(ranges["slice_id"].to_pylist(), ranges["annotation_lineage"].to_pylist()))
+    path = dict(zip(ranges["slice_id"].to_pylist(), ranges["annotation_path"].to_pylist()))
     back = {new: old for old, new in ids.items()}
-    return {back[row["slice_id"]]: {**row, "annotation_lineage": lineage.get(row["slice_id"])}
+    return {back[row["slice_id"]]: {**row, "annotation_lineage": lineage.get(row["slice_id"]),
+                                    "annotation_path": path.get(row["slice_id"])}
             for row in table.to_pylist()}
 
 
@@ -97,6 +99,11 @@ KINETO_AROUND = {
 KINETO_LINEAGE = {1: [1], 3: [1, 3], 5: [1, 3, 5], 8: [1, 3, 8], 9: [1, 3, 8, 9],
                   12: [12], 15: [15]}
 
+#: The lineage's names joined by ' > ' (a ' > ' inside a name stays: the ids are exact).
+KINETO_PATH = {1: "ProfilerStep#1", 3: "ProfilerStep#1 > x > y",
+               5: "ProfilerStep#1 > x > y > q'<s>", 8: "ProfilerStep#1 > x > y > twin",
+               9: "ProfilerStep#1 > x > y > twin > twin", 12: "later", 15: "backward thread"}
+
 
 @pytest.mark.parametrize("renumber", [lambda i: i, lambda i: 1000 - 7 * i],
                          ids=["row ids", "scattered ids"])
@@ -110,6 +117,8 @@ def test_kineto_ranges_nest_and_surround_launches(renumber) -> None:
     lineage = {i: row["annotation_lineage"] for i, row in rows.items()
                if row["annotation_lineage"] is not None}
     assert lineage == {i: [ids[a] for a in chain] for i, chain in KINETO_LINEAGE.items()}
+    assert {i: row["annotation_path"] for i, row in rows.items()
+            if row["annotation_path"] is not None} == KINETO_PATH
 
 
 def test_nvtx_push_pop_ranges_only() -> None:
@@ -127,6 +136,7 @@ def test_nvtx_push_pop_ranges_only() -> None:
     assert {i: r["annotation_kind"] for i, r in rows.items() if r["annotation_kind"]} == {
         1: "nvtx", 2: "nvtx"}
     assert rows[2]["annotation_slice_id"] == 1 and rows[2]["annotation_lineage"] == [1, 2]
+    assert rows[2]["annotation_path"] == "outer > inner"
     assert rows[6]["annotation_slice_id"] == 2  # inside the start/end range too: not a range
     assert rows[7]["annotation_slice_id"] == 2
 
@@ -136,6 +146,13 @@ def test_a_trace_without_ranges_has_null_columns() -> None:
                    (2, GPU, "kernel", "k", 5, 6, 3, None)], {1: 1, 2: 2})
     assert all(r["annotation_kind"] is None and r["annotation_slice_id"] is None
                and r["annotation_lineage"] is None for r in rows.values())
+
+
+def test_a_range_without_a_name_is_left_out_of_paths() -> None:
+    """As SQL's string_agg over the lineage's names would: no empty segment, NULL alone."""
+    rows = _trace([(1, CPU, "user_annotation", None, 0, 100, None, None),
+                   (2, CPU, "user_annotation", "inner", 10, 60, None, None)], {1: 1, 2: 2})
+    assert rows[1]["annotation_path"] is None and rows[2]["annotation_path"] == "inner"
 
 
 def test_profiler_steps_are_ranges_whatever_their_category() -> None:

@@ -9,6 +9,7 @@ moving the rules from the build into ingest changed no answer.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ import pytest
 from conftest import SHARED_DATA, build_lake
 from tracehouse.build.dbt import DBT_ARTIFACTS_DIR, EXIT_FAILED, EXIT_OK, run_dbt
 from tracehouse.core.warehouse import Warehouse
+from tracehouse.ingest.lake import ROW_GROUP_FLAGS, write_parquet_tmp
 from tracehouse.ingest.runner import ingest_paths
 from tracehouse.ingest.schema import LAKE_FORMAT, LAKE_TABLES, PARSED_SLICES, SLICES
 from tracehouse.ingest.slice_context import CONTEXT_FIELDS, with_context
@@ -135,6 +137,38 @@ def test_frames() -> None:
 
 def test_empty_trace() -> None:
     assert _context([]) == {}
+
+
+def test_has_role() -> None:
+    """The slices int_slices_contextualized keeps: GPU work, frames, collectives, steps."""
+    names = ["megatron/x.py(1): f", "nn.Module: M", "c10d::allreduce_", "gloo:send",
+             "ProfilerStep#3", "ProfilerStep#x", "aten::mm", "cudaLaunchKernel", None]
+    rows = _context([_slice(k, CPU, name) for k, name in enumerate(names)]
+                    + [_slice(99, GPU, "k"), _slice(100, GPU, None)])
+    assert [rows[k]["has_role"] for k in range(len(names))] == [
+        True, True, True, True, True, False, False, False, False]
+    assert rows[99]["has_role"] and rows[100]["has_role"]
+
+
+def test_role_rows_are_written_first_in_a_row_group_of_their_own(tmp_path: Path) -> None:
+    """So a scan filtering on has_role skips the other row group by its statistics."""
+    slices = [_slice(k, CPU, name) for k, name in
+              enumerate(["aten::mm", "ProfilerStep#1", "cudaLaunchKernel", "c10d::barrier"])]
+    table = with_context(pa.Table.from_pylist(slices, schema=PARSED_SLICES),
+                         LAKE_TABLES["flows"].empty_table(),
+                         pa.Table.from_pylist([{"track_id": CPU, "is_gpu": False}],
+                                              schema=LAKE_TABLES["threads"]))
+    final = tmp_path / "t.parquet"
+    os.replace(write_parquet_tmp(table, final, "token", ROW_GROUP_FLAGS["slices"]), final)
+    written = pq.ParquetFile(final)
+    column = written.schema_arrow.get_field_index("has_role")
+    stats = [written.metadata.row_group(g).column(column).statistics
+             for g in range(written.metadata.num_row_groups)]
+    assert [(s.min, s.max) for s in stats] == [(True, True), (False, False)]
+    assert written.read().column("slice_id").to_pylist() == [1, 3, 0, 2]
+    everything_true = pq.ParquetFile(write_parquet_tmp(table.filter(table["has_role"]),
+                                                       tmp_path / "u.parquet", "t", "has_role"))
+    assert everything_true.metadata.num_row_groups == 1
 
 
 # ------------------------------------------------------------------ real traces
@@ -274,15 +308,30 @@ def test_traces_of_an_older_lake_format_are_parsed_again(
     assert not ingest().loaded  # current now: skipped
 
 
-def test_a_build_warns_naming_traces_of_an_older_format(tmp_path: Path) -> None:
-    """A lake an ingest touched, holding a trace it did not parse again: a warning names it."""
+@pytest.mark.parametrize("old_format", [None, 3])
+def test_a_build_warns_naming_traces_of_an_older_format(tmp_path: Path,
+                                                        old_format: int | None) -> None:
+    """A lake an ingest touched, holding a trace it did not parse again: a warning names
+    it, and its slices are kept by the rule ingest's has_role stands for (format 3)."""
     lake = build_lake(tmp_path / "wh", ranks=2)
     old = lake.trace_ids[0]
-    (marker,) = Warehouse(lake.warehouse).table_dir("traces").glob(f"run=*/{old}.parquet")
-    pq.write_table(pq.read_table(marker).drop_columns(["lake_format"]), marker)
+    warehouse = Warehouse(lake.warehouse)
+    (marker,) = warehouse.table_dir("traces").glob(f"run=*/{old}.parquet")
+    traces = pq.read_table(marker).drop_columns(["lake_format"])
+    if old_format is not None:
+        traces = traces.append_column("lake_format", pa.array([old_format], pa.int64()))
+        (data,) = warehouse.table_dir("slices").glob(f"run=*/{old}.parquet")
+        pq.write_table(pq.read_table(data).drop_columns(["has_role"]), data)
+    pq.write_table(traces, marker)
     test = "traces_written_by_current_ingest"
-    assert run_dbt(["build", "--select", "stg_lake__traces", test], lake.warehouse) == EXIT_OK
-    results = json.loads((Warehouse(lake.warehouse).root / DBT_ARTIFACTS_DIR / "target"
+    assert run_dbt(["build", "--select", "+int_slices_contextualized", "stg_lake__traces", test,
+                    "--exclude", "tag:lake", "tag:internal"], lake.warehouse) == EXIT_OK
+    results = json.loads((warehouse.root / DBT_ARTIFACTS_DIR / "target"
                           / "run_results.json").read_text())["results"]
     (warned,) = [r for r in results if r["unique_id"].endswith(test)]
     assert (warned["status"], warned["failures"]) == ("warn", 1)
+    if old_format is not None:  # the synthetic ranks' traces have the same slices
+        with duckdb.connect(str(warehouse.database), read_only=True) as con:
+            kept = dict(con.execute("select trace_id, count(*) from "
+                                    "intermediate.int_slices_contextualized group by 1").fetchall())
+        assert kept[old] == kept[lake.trace_ids[1]] > 0

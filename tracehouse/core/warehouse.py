@@ -23,8 +23,10 @@ DATABASE_FILE = "tracehouse.duckdb"
 #: every ingest), so a build can refuse a lake no ingest of this version
 #: touched without opening a Parquet file. 2: ``slices`` carries the slice
 #: context (ingest/slice_context.py); 3: and the annotation range around
-#: each slice (ingest/annotation_context.py).
-LAKE_FORMAT = 3
+#: each slice (ingest/annotation_context.py); 4: ``has_role`` on slices
+#: (those rows first, in their own row group) and ``annotation_path`` on
+#: annotation ranges.
+LAKE_FORMAT = 4
 LAKE_FORMAT_FILE = "_lake_format"
 
 

@@ -65,7 +65,45 @@ traces as (
     where {{ new_traces }}
 ),
 
-{# One scan: the slices kept (see above), every column later models read. #}
+{#- The kept slices are those ingest marked has_role (ingest/slice_context.py),
+    its rows first in each file, in their own row group: the scan skips the
+    other row groups by statistics (half the slices, plain CPU ops and
+    runtime calls) instead of decoding them. The same rule in SQL reads the
+    traces an ingest before lake format 4 wrote (has_role NULL; a lake mixes
+    formats when older runs were not ingested again), and every trace when
+    var('profiler_step_prefix') is not the one ingest marks. -#}
+{%- set older_traces = loaded_traces('coalesce(loaded.lake_format, 0) < 4') %}
+{%- set marks_steps = var('profiler_step_prefix') == 'ProfilerStep#' %}
+{%- set kept_by_name -%}
+    (
+        is_gpu
+        or frame_kind is not null
+        or name like 'c10d::%'
+        or name like 'gloo:%'
+        or {{ regex_matches('name', "'^" ~ var('profiler_step_prefix') ~ "[0-9]+$'") }}
+    )
+{%- endset %}
+
+role_slices as (
+    select *  -- noqa: AM04
+    from {{ lake_scan('slices', pending) }}
+    where
+        {{ new_traces }}
+        and {{ 'has_role' if marks_steps else kept_by_name }}
+    {%- if marks_steps and older_traces.get('ids', [none]) | length > 0 %}
+    union all
+    select *  -- noqa: AM04
+    from {{ lake_scan('slices', older_traces) }}
+    where
+        {{ new_traces }}
+        and {{ trace_filter(older_traces) }}
+        and has_role is null
+        and {{ kept_by_name }}
+    {%- endif %}
+),
+
+{# One scan (two with older traces): the slices kept (see above), every
+   column later models read. #}
 kept as (
     select
         run_id,
@@ -100,16 +138,7 @@ kept as (
         ts_ns,
         dur_ns,
         end_ns
-    from {{ lake_scan('slices', pending) }}
-    where
-        {{ new_traces }}
-        and (
-            is_gpu
-            or frame_kind is not null
-            or name like 'c10d::%'
-            or name like 'gloo:%'
-            or {{ regex_matches('name', "'^" ~ var('profiler_step_prefix') ~ "[0-9]+$'") }}
-        )
+    from role_slices
 ),
 
 {# A CPU slice is placed in time by its own start, GPU work by its launch's,

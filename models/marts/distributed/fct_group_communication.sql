@@ -4,8 +4,11 @@
     process-group kind" draws. Per run one source: its communication
     kernels (fct_kernels, kind communication: comm_group_kind and the
     kernel's training phase), else, on a run without any (a CPU-only gloo
-    capture), its c10d calls (fct_cpu_collectives, event_type 'call':
-    gloo's waits repeat the send/recv; phase 'other'). Durations are
+    capture), its c10d calls (fct_cpu_collectives' rows, event_type
+    'call': gloo's waits repeat the send/recv; phase 'other'), read from
+    int_cpu_collectives_classified, which gives their group kind: the
+    mart's view would match every call to its exact group first, for
+    nothing on a run with kernels). Durations are
     summed, so concurrent kernels both count: load, not wall time (the
     step's exposed communication is fct_rank_iterations'). A group kind
     that is not known is 'unknown'.
@@ -36,7 +39,7 @@ calls as (
         coalesce(comm_group_kind, 'unknown') as group_kind,
         'other' as phase,
         dur_ns
-    from {{ ref('fct_cpu_collectives') }}
+    from {{ ref('int_cpu_collectives_classified') }}
     where
         event_type = 'call'
         and run_id not in (select kernel_runs.run_id from kernel_runs)
