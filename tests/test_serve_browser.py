@@ -78,6 +78,8 @@ def _shoot(page: Chromium, name: str) -> None:
 
 def _show(page: Chromium, url: str, view: str, ready: str, name: str) -> None:
     """Open ``url`` and wait for the view to be drawn (``ready``: a JavaScript condition)."""
+    # A new hash on the same page: mark the old view stale, so it is not taken for the new one.
+    page.evaluate("document.body && (document.body.dataset.state = 'stale')")
     page.open(url)
     page.wait_for(f"{READY} && document.getElementById('view')?.dataset.view === '{view}' "
                   f"&& !!({ready})", f"the {view} view")

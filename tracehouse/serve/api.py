@@ -18,6 +18,7 @@ from tracehouse.serve.heatmap import heatmap
 from tracehouse.serve.kernels import rank_kernels
 from tracehouse.serve.overview import run_list, run_overview
 from tracehouse.serve.params import Params
+from tracehouse.serve.timeline import timeline, timeline_choices
 
 View = Callable[[duckdb.DuckDBPyConnection, Params], dict[str, Any]]
 
@@ -29,4 +30,6 @@ ROUTES: dict[str, View] = {
     "/api/rank_iteration": rank_iteration,
     "/api/kernels": rank_kernels,
     "/api/kernel": kernel_detail,
+    "/api/timeline_choices": timeline_choices,
+    "/api/timeline": timeline,
 }

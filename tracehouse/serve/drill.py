@@ -20,6 +20,7 @@ from tracehouse.serve.marts import columns, rows, tables
 from tracehouse.serve.overview import known_run
 from tracehouse.serve.params import BadRequest, Params
 from tracehouse.serve.step_parts import STEP_COLUMN, step_parts
+from tracehouse.serve.timeline import run_origin
 
 #: Rank coordinates shown beside each rank (dim_ranks' columns, carried by the mart).
 COORDINATES = (("pp_stage", "pp stage"), ("tp_rank", "tp"), ("cp_rank", "cp"),
@@ -85,9 +86,17 @@ def rank_iteration(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str, 
                 ("gpu_lag_ns", "GPU behind the host by", "ms"),
                 ("clock_offset_ns", "clock offset", "ms"))
             if column in row],
-        "step_start_ns": plain(row.get("step_start_ns")),
-        "step_end_ns": plain(row.get("step_end_ns")),
+        # The step on the timeline's axis: ns after the run's origin, on the reference clock.
+        "window": _window(cur, run_id, row),
     }
+
+
+def _window(cur: duckdb.DuckDBPyConnection, run_id: str,
+            row: dict[str, Any]) -> list[int] | None:
+    if row.get("aligned_step_start_ns") is None or row.get(STEP_COLUMN) is None:
+        return None
+    start = int(row["aligned_step_start_ns"]) - run_origin(cur, run_id)
+    return [start, start + int(row[STEP_COLUMN])]
 
 
 def kernel_detail(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str, Any]:

@@ -162,6 +162,8 @@ async function overviewView(params) {
     el("h1", {text: run}),
     el("p", {class: "meta", text: [data.layout, `timing: ${data.timing}`]
       .filter(Boolean).join(" · ")}),
+    el("p", {}, el("a", {href: href("timeline", {run}), id: "open-timeline",
+                         text: "open the timeline"})),
     ...data.notes.map((text) => el("p", {class: "note", text})),
     section("Headline (the report's figures)", cards),
     section("Worst offenders", offenders),
@@ -321,6 +323,9 @@ async function rankView(params) {
   view.replaceChildren(
     el("h1", {text: `${run} · ${data.label} · iteration ${data.iteration}`}),
     el("p", {class: "meta", text: `timing: ${data.timing} · step rule: ${data.step_rule}`}),
+    el("p", {}, el("a", {id: "rank-timeline", text: "this step on the timeline",
+                         href: href("timeline", {run, ranks: rank, start: data.window[0],
+                                                 end: data.window[1]})})),
     section("The step and its parts", bar, parts),
     section("Its kernels, in figures", figures),
     section("Kernels", kernels));
@@ -361,8 +366,7 @@ async function kernelsPanel(holder, where, state) {
       const desc = column === state.sort ? (state.desc === "1" ? "" : "1") : "";
       kernelsPanel(holder, where, {...state, sort: column, desc, offset: 0});
     },
-    onRow: (key) => go("kernel", {run: where.run, rank: where.rank, iteration: where.iteration,
-                                  trace: key.trace_id, slice: key.slice_id}),
+    onRow: (key) => go("kernel", {run: where.run, trace: key.trace_id, slice: key.slice_id}),
   });
   holder.replaceChildren(pager, el("div", {class: "scroll"}, grid));
   if (state.q) {
@@ -372,9 +376,12 @@ async function kernelsPanel(holder, where, state) {
 }
 
 async function kernelView(params) {
-  const run = params.get("run"), rank = params.get("rank"), iteration = params.get("iteration");
+  const run = params.get("run");
   const data = await api("kernel", {run, trace: params.get("trace"), slice: params.get("slice")});
-  const name = data.fields.find((field) => field.column === "name");
+  const field = (column) => data.fields.find((f) => f.column === column);
+  const name = field("name");
+  const rank = field("rank").value[0];
+  const iteration = field("iteration").value[0] === null ? "whole" : field("iteration").value[0];
   setCrumbs(runCrumbs(run).concat([
     {label: `iteration ${iteration}`, href: href("iteration", {run, iteration})},
     {label: `rank ${rank}`, href: href("rank", {run, rank, iteration})},
@@ -387,10 +394,241 @@ async function kernelView(params) {
       valueCell("dd", field.value, false)])));
 }
 
+// ------------------------------------------------------------------ timeline
+//
+// The server sends, per lane and pixel bucket, the longest kernel there (Perfetto's level of
+// detail): the page draws each at its true start and length, at least one pixel wide. Wheel
+// zooms around the pointer, dragging pans; the old answer is redrawn at once on the new axis and
+// the new one fetched (an older request still in flight is abandoned).
+
+function niceStep(span, target) {
+  const raw = span / target, power = Math.pow(10, Math.floor(Math.log10(raw)));
+  return [1, 2, 5, 10].map((m) => m * power).find((step) => step >= raw) || power * 10;
+}
+
+function timeText(ns) {
+  const abs = Math.abs(ns);
+  if (abs >= 1e9) return (ns / 1e9).toFixed(3) + " s";
+  if (abs >= 1e6) return (ns / 1e6).toFixed(3) + " ms";
+  if (abs >= 1e3) return (ns / 1e3).toFixed(1) + " µs";
+  return ns.toFixed(0) + " ns";
+}
+
+async function timelineView(params) {
+  const run = params.get("run");
+  const choices = await api("timeline_choices", {run});
+  setCrumbs(runCrumbs(run).concat([{label: "timeline"}]));
+  const first = choices.iterations[0] || {start: 0, end: 1};
+  const state = {
+    run,
+    selection: params.get("group") ? {group: params.get("group"), index: params.get("index")}
+                                   : {ranks: params.get("ranks") ||
+                                             choices.ranks.slice(0, 8).join(",")},
+    start: Number(params.get("start") ?? first.start),
+    end: Number(params.get("end") ?? first.end),
+    data: null, pending: null, timer: null,
+  };
+  const ranksInput = el("input", {id: "timeline-ranks", size: 14,
+                                  value: state.selection.ranks || ""});
+  const groupSelect = el("select", {id: "timeline-group"},
+    el("option", {value: "", text: "ranks:"}),
+    ...Object.entries(choices.groups).flatMap(([kind, indexes]) => indexes.map((index) => el(
+      "option", {value: `${kind}:${index}`, text: `${kind} group ${index}`}))));
+  if (state.selection.group) groupSelect.value = `${state.selection.group}:${state.selection.index}`;
+  const status = el("span", {class: "meta", id: "timeline-status"});
+  const canvas = el("canvas", {id: "timeline"});
+  const holder = el("div", {class: "scroll", id: "timeline-holder"}, canvas);
+  const iterationButtons = choices.iterations.map((it) => el("button", {
+    text: `iteration ${it.label}`, dataset: {iteration: String(it.key)},
+    onclick: () => { state.start = it.start; state.end = it.end; refresh(); }}));
+  const zoom = (factor) => {
+    const middle = (state.start + state.end) / 2, half = (state.end - state.start) * factor / 2;
+    state.start = Math.round(middle - half);
+    state.end = Math.round(middle + Math.max(half, 500));
+    refresh();
+  };
+  const applySelection = () => {
+    const [group, index] = groupSelect.value.split(":");
+    state.selection = group ? {group, index} : {ranks: ranksInput.value};
+    refresh();
+  };
+  groupSelect.addEventListener("change", applySelection);
+  ranksInput.addEventListener("change", () => { groupSelect.value = ""; applySelection(); });
+  view.replaceChildren(
+    el("h1", {text: `${run} · timeline`}),
+    el("p", {class: "meta", text: "Kernels by stream on the run's reference clock (times after " +
+             "its first step); each pixel shows its longest kernel. Scroll to zoom, drag to " +
+             "pan, click a kernel to open it. Lines join the members of a collective in " +
+             "arrival order; a red dot marks the last to arrive, the one the others waited for."}),
+    el("div", {class: "toolbar"}, groupSelect, ranksInput, ...iterationButtons,
+       el("button", {text: "zoom in", id: "zoom-in", onclick: () => zoom(0.5)}),
+       el("button", {text: "zoom out", id: "zoom-out", onclick: () => zoom(2)}), status),
+    holder);
+
+  const LEFT = 230, TOP = 24;
+  const layout = () => {
+    const lanes = state.data ? state.data.lanes.length : 1;
+    const laneH = Math.max(3, Math.min(18, Math.floor(640 / Math.max(1, lanes))));
+    const width = Math.max(600, holder.clientWidth - 4);
+    return {laneH, width, height: TOP + laneH * lanes + 6};
+  };
+  const xOf = (ns, box) => LEFT + (ns - state.start) / (state.end - state.start) * (box.width - LEFT);
+
+  function draw() {
+    const data = state.data;
+    if (!data) return;
+    const box = layout(), ratio = window.devicePixelRatio || 1;
+    canvas.width = box.width * ratio;
+    canvas.height = box.height * ratio;
+    canvas.style.width = box.width + "px";
+    canvas.style.height = box.height + "px";
+    Object.assign(canvas.dataset, {left: LEFT, top: TOP, laneH: box.laneH, width: box.width,
+                                   start: state.start, end: state.end,
+                                   lanes: data.lanes.length, exact: data.exact});
+    const ctx = canvas.getContext("2d");
+    ctx.scale(ratio, ratio);
+    ctx.font = "11px system-ui, sans-serif";
+    ctx.textBaseline = "middle";
+    const tick = niceStep(state.end - state.start, 8);
+    ctx.fillStyle = "#5b6670";
+    ctx.strokeStyle = "#eef1f4";
+    for (let t = Math.ceil(state.start / tick) * tick; t < state.end; t += tick) {
+      const x = xOf(t, box);
+      ctx.fillText(timeText(t), x + 2, TOP / 2);
+      ctx.beginPath(); ctx.moveTo(x, TOP); ctx.lineTo(x, box.height); ctx.stroke();
+    }
+    data.lanes.forEach((lane, i) => {
+      const y = TOP + i * box.laneH;
+      if (i % 2) { ctx.fillStyle = "#f8fafc"; ctx.fillRect(LEFT, y, box.width - LEFT, box.laneH); }
+      if (box.laneH >= 9 || i % Math.ceil(10 / box.laneH) === 0) {
+        ctx.fillStyle = "#39424b";
+        ctx.fillText(lane.label, 4, y + box.laneH / 2, LEFT - 8);
+      }
+    });
+    const rects = data.rects;
+    for (let i = 0; i < rects.ts.length; i++) {
+      const x0 = Math.max(LEFT, xOf(rects.ts[i], box));
+      const x1 = Math.min(box.width, xOf(rects.ts[i] + rects.dur[i], box));
+      if (x1 < LEFT || x0 > box.width) continue;
+      ctx.fillStyle = data.colors[data.kind_names[rects.kind[i]]] || "#7f7f7f";
+      ctx.fillRect(x0, TOP + rects.lane[i] * box.laneH + 1, Math.max(1, x1 - x0),
+                   Math.max(1, box.laneH - 2));
+    }
+    ctx.lineWidth = 1;
+    for (const link of data.links) {
+      ctx.strokeStyle = "rgba(29,35,42,0.55)";
+      ctx.beginPath();
+      link.members.forEach(([lane, arrival], k) => {
+        const x = xOf(arrival, box), y = TOP + lane * box.laneH + box.laneH / 2;
+        if (k) ctx.lineTo(x, y); else ctx.moveTo(x, y);
+      });
+      ctx.stroke();
+      const last = link.members[link.members.length - 1];
+      ctx.fillStyle = "#d62728";
+      ctx.beginPath();
+      ctx.arc(xOf(last[1], box), TOP + last[0] * box.laneH + box.laneH / 2, 2.5, 0, 7);
+      ctx.fill();
+    }
+  }
+
+  function rectAt(event) {
+    const data = state.data;
+    if (!data) return -1;
+    const box = layout(), bounds = canvas.getBoundingClientRect();
+    const x = event.clientX - bounds.left, lane = Math.floor((event.clientY - bounds.top - TOP) / box.laneH);
+    let best = -1;
+    for (let i = 0; i < data.rects.ts.length; i++) {
+      if (data.rects.lane[i] !== lane) continue;
+      const x0 = xOf(data.rects.ts[i], box), x1 = Math.max(x0 + 1, xOf(data.rects.ts[i] + data.rects.dur[i], box));
+      if (x >= x0 - 1 && x <= x1 + 1 && (best < 0 || data.rects.dur[i] > data.rects.dur[best])) best = i;
+    }
+    return best;
+  }
+
+  async function fetchData() {
+    const token = {};
+    state.pending = token;
+    const query = {run, start: Math.round(state.start), end: Math.round(state.end),
+                   px: Math.round(layout().width - LEFT), ...state.selection};
+    history.replaceState(null, "", href("timeline", {run, ...state.selection,
+                                                     start: query.start, end: query.end}));
+    document.body.dataset.state = "loading";
+    let data;
+    try {
+      data = await api("timeline", query);
+    } catch (error) {
+      if (state.pending === token) {
+        status.textContent = error.message;
+        document.body.dataset.state = "ready";
+      }
+      return;
+    }
+    if (state.pending !== token) return;  // a newer request is on its way
+    state.data = data;
+    const drawn = data.rects.ts.length, kernels = data.rects.n.reduce((a, b) => a + b, 0);
+    status.textContent = `${data.exact ? "exact" : "per pixel"}: ${drawn} of ${kernels} ` +
+      `kernels drawn · ${data.links.length} collectives linked` +
+      (data.links_left_out ? ` (${data.links_left_out} more: zoom in)` : "");
+    draw();
+    document.body.dataset.state = "ready";
+  }
+
+  function refresh() {
+    draw();
+    clearTimeout(state.timer);
+    state.timer = setTimeout(fetchData, 60);
+  }
+
+  canvas.addEventListener("wheel", (event) => {
+    event.preventDefault();
+    const box = layout(), bounds = canvas.getBoundingClientRect();
+    const at = state.start + (event.clientX - bounds.left - LEFT) / (box.width - LEFT) *
+               (state.end - state.start);
+    const factor = event.deltaY > 0 ? 1.25 : 0.8;
+    state.start = Math.round(at - (at - state.start) * factor);
+    state.end = Math.round(at + Math.max(500, (state.end - at) * factor));
+    refresh();
+  }, {passive: false});
+  let drag = null;
+  canvas.addEventListener("mousedown", (event) => {
+    drag = {x: event.clientX, start: state.start, end: state.end, moved: false};
+  });
+  window.addEventListener("mouseup", () => { if (drag && drag.moved) refresh(); });
+  canvas.addEventListener("mousemove", (event) => {
+    if (drag && event.buttons === 1 && Math.abs(event.clientX - drag.x) > 3) {
+      drag.moved = true;
+      const shift = (event.clientX - drag.x) / (layout().width - LEFT) * (drag.end - drag.start);
+      state.start = Math.round(drag.start - shift);
+      state.end = Math.round(drag.end - shift);
+      hideTooltip();
+      draw();
+      return;
+    }
+    const i = rectAt(event);
+    if (i < 0) { hideTooltip(); return; }
+    const data = state.data, rects = data.rects;
+    showTooltip(event, `${data.names[rects.name[i]]}\n${data.lanes[rects.lane[i]].label} · ` +
+      `${data.kind_names[rects.kind[i]]} · ${timeText(rects.dur[i])} at ${timeText(rects.ts[i])}` +
+      (rects.n[i] > 1 ? `\nthe longest of ${rects.n[i]} kernels in this pixel: zoom in` : ""));
+  });
+  canvas.addEventListener("mouseleave", hideTooltip);
+  canvas.addEventListener("click", (event) => {
+    const moved = drag && drag.moved;
+    drag = null;
+    if (moved) return;
+    const i = rectAt(event);
+    if (i < 0) return;
+    hideTooltip();
+    go("kernel", {run, trace: state.data.traces[state.data.rects.trace[i]],
+                  slice: state.data.rects.slice[i]});
+  });
+  await fetchData();
+}
+
 // ------------------------------------------------------------------ routing
 
 const VIEWS = {"": runsView, run: overviewView, iteration: iterationView, rank: rankView,
-               kernel: kernelView};
+               kernel: kernelView, timeline: timelineView};
 
 function showError(error) {
   view.replaceChildren(el("p", {class: "error", text: String(error.message || error)}));

@@ -1,0 +1,189 @@
+"""The viewer's timeline: level of detail from SQL, exact kernels zoomed in, collectives linked.
+
+On the report tests' shared warehouse (the simulated TP2 × PP2 run ``sim_a``,
+real ingest and build; read-only). The oracle is ``fct_kernels`` itself,
+read whole and bucketed here in Python: every bucket's rectangle must be
+its longest kernel, on the reference clock, and the buckets together must
+account for every kernel in the window once.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.error
+import urllib.request
+from collections import defaultdict
+from collections.abc import Iterator
+from urllib.parse import urlencode
+
+import pytest
+
+from browser import Chromium, find_chromium
+from report_warehouse import ReportWarehouse
+from tracehouse.serve.server import ViewerServer, make_server
+from tracehouse.serve.timeline import MAX_CELLS
+
+pytestmark = pytest.mark.slow  # reads the report tests' built warehouse
+
+
+@pytest.fixture(scope="module")
+def server(report_wh: ReportWarehouse) -> Iterator[ViewerServer]:
+    running = make_server(report_wh.root, port=0)
+    thread = threading.Thread(target=running.serve_forever, daemon=True)
+    thread.start()
+    yield running
+    running.shutdown()
+    running.server_close()
+    thread.join(timeout=10)
+
+
+def _get(server: ViewerServer, view: str, **params: object) -> dict:
+    try:
+        with urllib.request.urlopen(f"{server.url}api/{view}?{urlencode(params)}",
+                                    timeout=60) as answer:
+            return json.load(answer)
+    except urllib.error.HTTPError as exc:
+        raise AssertionError(f"{exc.code}: {exc.read().decode()}") from None
+
+
+def _aligned_kernels(report_wh: ReportWarehouse, run: str, ranks: list[int],
+                     origin: int) -> list[tuple]:
+    """(rank, stream, ts, dur, trace, slice) of the ranks' kernels, on the reference clock,
+    relative to ``origin``."""
+    return report_wh.rows("""
+        select k.rank, k.stream, k.ts_ns + coalesce(o.offset_ns, 0) - ?, k.dur_ns,
+               k.trace_id, k.slice_id
+        from fct_kernels as k
+        left join dim_rank_clock_offsets as o on o.run_id = k.run_id and o.rank = k.rank
+        where k.run_id = ? and list_contains(?, k.rank)
+    """, [origin, run, ranks])
+
+
+def test_zoomed_out_each_bucket_is_its_longest_kernel(server: ViewerServer,
+                                                      report_wh: ReportWarehouse) -> None:
+    run = report_wh.need("sim_a")
+    choices = _get(server, "timeline_choices", run=run)
+    assert choices["groups"]["pp"] == [0, 1]
+    window = choices["iterations"][0]
+    shown = _get(server, "timeline", run=run, group="pp", index=0, start=window["start"],
+                 end=window["end"], px=60)
+    ranks = [r for (r,) in report_wh.rows("select rank from dim_ranks where run_id = ? and "
+                                          "pp_group_index = 0 order by rank", [run])]
+    assert sorted({lane["rank"] for lane in shown["lanes"]}) == ranks
+    assert not shown["exact"]
+
+    start, end, step = shown["start"], shown["end"], shown["step"]
+    expected: dict[tuple, list[tuple]] = defaultdict(list)
+    for rank, stream, ts, dur, trace, slice_id in _aligned_kernels(
+            report_wh, run, ranks, int(shown["origin_ns"])):
+        if ts < end and ts + dur > start:
+            expected[(rank, stream, (max(ts, start) - start) // step)].append(
+                (dur, ts, trace, slice_id))
+    rects = shown["rects"]
+    got = {}
+    for i in range(len(rects["ts"])):
+        lane = shown["lanes"][rects["lane"][i]]
+        bucket = (max(rects["ts"][i], start) - start) // step
+        got[(lane["rank"], lane["stream"], bucket)] = (
+            rects["n"][i], rects["dur"][i], rects["ts"][i], shown["traces"][rects["trace"][i]],
+            rects["slice"][i])
+    assert got.keys() == expected.keys()
+    for key, members in expected.items():
+        count, dur, ts, trace, slice_id = got[key]
+        assert count == len(members)
+        assert dur == max(member[0] for member in members)
+        assert (dur, ts, trace, slice_id) in members  # a longest one, exactly as stored
+    assert len(rects["ts"]) <= len(shown["lanes"]) * shown["buckets"] <= MAX_CELLS
+
+
+def test_zoomed_in_the_kernels_are_exact(server: ViewerServer,
+                                         report_wh: ReportWarehouse) -> None:
+    run = report_wh.need("sim_a")
+    origin = int(_get(server, "timeline_choices", run=run)["origin_ns"])
+    kernels = _aligned_kernels(report_wh, run, [0], origin)
+    middle = sorted(kernels, key=lambda k: k[2])[len(kernels) // 2]
+    start, end = middle[2] - 20_000, middle[2] + 20_000
+    shown = _get(server, "timeline", run=run, ranks="0", start=start, end=end, px=2000)
+    assert shown["exact"]
+    inside = {(trace, slice_id, ts, dur) for _r, _s, ts, dur, trace, slice_id in kernels
+              if ts < end and ts + dur > start}
+    rects = shown["rects"]
+    assert {(shown["traces"][rects["trace"][i]], rects["slice"][i], rects["ts"][i],
+             rects["dur"][i]) for i in range(len(rects["ts"]))} == inside
+    assert len(inside) >= 1
+
+
+def test_collectives_link_their_members_in_arrival_order(server: ViewerServer,
+                                                         report_wh: ReportWarehouse) -> None:
+    run = report_wh.need("sim_a")
+    choices = _get(server, "timeline_choices", run=run)
+    window = choices["iterations"][0]
+    shown = _get(server, "timeline", run=run, ranks="0-3", start=window["start"],
+                 end=window["end"])
+    assert shown["links"] and shown["links_left_out"] == 0
+    origin = int(shown["origin_ns"])
+    members = defaultdict(list)
+    for cid, rank, arrival, is_last in report_wh.rows(
+            "select collective_id, rank, arrival_ns, is_last "
+            "from fct_collective_ranks where run_id = ? and iteration = ? "
+            "order by arrival_order, rank", [run, window["key"]]):
+        members[cid].append((rank, arrival - origin, is_last))
+    expected = sorted([chain for chain in members.values() if len(chain) >= 2])
+    got = sorted([[(shown["lanes"][lane]["rank"], arrival, last)
+                   for lane, arrival, _end, _wait, last in link["members"]]
+                  for link in shown["links"]])
+    assert [[tuple(m) for m in chain] for chain in got] == expected
+    for link in shown["links"]:
+        arrivals = [member[1] for member in link["members"]]
+        assert arrivals == sorted(arrivals) and link["members"][-1][4]
+
+
+def test_the_timeline_in_a_browser_zooms_to_exact_and_opens_a_kernel(
+        server: ViewerServer, report_wh: ReportWarehouse) -> None:
+    binary = find_chromium()
+    if binary is None:
+        pytest.skip("no chromium on PATH (.ci/run installs Debian's chromium)")
+    run = report_wh.need("sim_a")
+    with Chromium(binary) as page:
+        page.open(f"{server.url}#/timeline?{urlencode({'run': run, 'group': 'pp', 'index': 0})}")
+        ready = ("document.body?.dataset.state === 'ready' && "
+                 "document.getElementById('timeline')?.dataset.lanes")
+        page.wait_for(ready, "the timeline")
+        lanes = int(page.evaluate("document.getElementById('timeline').dataset.lanes"))
+        assert lanes == len(report_wh.rows(
+            "select distinct k.rank, k.stream from fct_kernels k join dim_ranks d "
+            "on d.run_id = k.run_id and d.rank = k.rank where k.run_id = ? "
+            "and d.pp_group_index = 0 and k.iteration = 1", [run]))
+        box = page.evaluate("""(() => { const c = document.getElementById('timeline');
+            const r = c.getBoundingClientRect();
+            return [r.left + +c.dataset.left + 40, r.top + +c.dataset.top + 5]; })()""")
+        for _ in range(25):  # scroll the wheel until every pixel holds one kernel
+            page.call("Input.dispatchMouseEvent", type="mouseWheel", x=box[0], y=box[1],
+                      deltaX=0, deltaY=-120)
+        page.wait_for("document.getElementById('timeline').dataset.exact === 'true' && "
+                      "document.body.dataset.state === 'ready'", "an exact view")
+        # Click the middle of the first kernel drawn on the first lane.
+        target = page.evaluate("""(async () => {
+            const c = document.getElementById('timeline'), d = c.dataset;
+            const url = '/api/timeline?' + new URLSearchParams({run: __RUN__, group: 'pp',
+                index: 0, start: d.start, end: d.end, px: Math.round(d.width - d.left)});
+            const data = await (await fetch(url)).json();
+            const i = data.rects.lane.findIndex((lane, k) => lane === 0 &&
+                data.rects.ts[k] >= +d.start);
+            if (i < 0) return null;
+            const span = +d.end - +d.start, w = +d.width - +d.left;
+            const x = +d.left + (data.rects.ts[i] + data.rects.dur[i] / 2 - d.start) / span * w;
+            const r = c.getBoundingClientRect();
+            return [r.left + x, r.top + +d.top + +d.laneH / 2, data.traces[data.rects.trace[i]],
+                    data.rects.slice[i]];
+        })()""".replace("__RUN__", json.dumps(run)))
+        assert target is not None, "no kernel on the first lane after zooming in"
+        page.click_at(target[0], target[1])
+        page.wait_for("document.getElementById('view')?.dataset.view === 'kernel' && "
+                      "!!document.querySelector('dl.kernel')", "the kernel view")
+        fields = dict(page.evaluate(
+            "[...document.querySelectorAll('dl.kernel dt')]"
+            ".map(dt => [dt.textContent, dt.nextElementSibling.dataset.value])"))
+        assert (fields["trace_id"], int(fields["slice_id"])) == (target[2], target[3])
+        assert page.console == [] and page.dialogs == []

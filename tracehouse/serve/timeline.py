@@ -1,0 +1,312 @@
+"""The timeline: any set of ranks over any window, kernels by stream, collectives linked to peers.
+
+Why the level of detail is computed in SQL: a window of a large run holds
+millions of kernels, and no browser draws (nor any server sends) that many
+rectangles per interaction. As Perfetto's mipmap does (research §5.5), the
+window is cut into ``buckets`` per lane (one per pixel, fewer when many
+lanes share the screen: at most :data:`MAX_CELLS` lane × bucket cells per
+answer), and each bucket returns only its longest kernel, drawn at its true
+start and length, with how many kernels it stands for. Zoomed in far enough,
+every bucket holds one kernel: the answer is then the exact kernels
+(``exact``), each with its key for the kernel view. So an answer never
+grows with the number of kernels, only with the screen.
+
+Clock alignment: kernels are on their rank's clock; each rank's
+``dim_rank_clock_offsets.offset_ns`` (0 without a row) puts them on the
+run's reference clock, as ``fct_collective_ranks`` (arrivals) and
+``fct_rank_iterations.aligned_step_start_ns`` already are. Times travel in
+nanoseconds relative to the run's ``origin_ns`` (its first aligned step
+start), so a double holds them exactly.
+
+Lanes: one per rank and stream; above :data:`MAX_STREAM_RANKS` ranks the
+streams of a rank share one lane (a 1,024-rank view is one row per rank).
+Collectives: each collective instance of ``fct_collective_ranks`` with at
+least two of the shown ranks inside the window is a chain of its members in
+arrival order (the last to arrive is the one everybody waited for), up to
+:data:`MAX_LINKS` chains; beyond that the answer says to zoom in.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+
+from tracehouse.reports.html import rank_label
+from tracehouse.reports.style import KIND_COLORS
+from tracehouse.serve.cells import iteration_label, plain
+from tracehouse.serve.marts import rows, tables
+from tracehouse.serve.overview import known_run
+from tracehouse.serve.params import WHOLE_TRACE, BadRequest, Params
+
+#: Lane × bucket cells one answer may hold (bounds its size and its query).
+MAX_CELLS = 60_000
+#: Above this many ranks, a rank's streams share one lane.
+MAX_STREAM_RANKS = 64
+#: Collective chains drawn per answer; more, and the page asks to zoom in.
+MAX_LINKS = 400
+#: Ranks one view may show.
+MAX_RANKS = 4096
+#: Group selectors: the page's name → dim_ranks' column.
+GROUPS = {"pp": "pp_group_index", "tp": "tp_group_index", "dp": "dp_group_index",
+          "cp": "cp_group_index", "replica": "model_replica"}
+
+
+def timeline_choices(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str, Any]:
+    """What the timeline can show for a run: its ranks, groups and iterations (with windows)."""
+    run_id = params.text("run")
+    known_run(cur, run_id)
+    present = tables(cur)
+    groups: dict[str, list[int]] = {}
+    if "dim_ranks" in present:
+        for kind, column in GROUPS.items():
+            # ``column`` is one of GROUPS' fixed names.
+            found = cur.execute(f"select {column} from dim_ranks "  # noqa: S608
+                                f"where run_id = ? and {column} is not null group by 1 "
+                                "having count(*) > 1 order by 1", [run_id]).fetchall()
+            if found:
+                groups[kind] = [row[0] for row in found]
+    origin = run_origin(cur, run_id)
+    iterations = rows(cur, """
+        select iteration,
+               min(aligned_step_start_ns) - $origin as start_ns,
+               max(aligned_step_start_ns + step_ns) - $origin as end_ns
+        from fct_rank_iterations
+        where run_id = $run and step_ns is not null
+        group by iteration order by iteration nulls first
+    """, {"run": run_id, "origin": origin})
+    ranks = [row[0] for row in cur.execute(
+        "select distinct rank from fct_rank_iterations where run_id = ? order by rank",
+        [run_id]).fetchall()]
+    return {
+        "run_id": run_id,
+        "origin_ns": str(origin),
+        "ranks": ranks,
+        "groups": groups,
+        "iterations": [{"label": iteration_label(row["iteration"]),
+                        "key": WHOLE_TRACE if row["iteration"] is None else row["iteration"],
+                        "start": plain(row["start_ns"]), "end": plain(row["end_ns"])}
+                       for row in iterations],
+    }
+
+
+def run_origin(cur: duckdb.DuckDBPyConnection, run_id: str) -> int:
+    """The run's first aligned step start (absolute ns), the zero of every time sent."""
+    found = cur.execute("select min(aligned_step_start_ns) from fct_rank_iterations "
+                        "where run_id = ?", [run_id]).fetchone()
+    if not found or found[0] is None:
+        raise BadRequest(f"run {run_id!r} has no steps to put on a timeline")
+    return int(found[0])
+
+
+def selected_ranks(cur: duckdb.DuckDBPyConnection, run_id: str, params: Params) -> list[int]:
+    """The ranks asked for: ``group=pp&index=N`` (dim_ranks) or ``ranks=0,4-7``."""
+    group = params.optional_text("group")
+    if group is None:
+        return params.ranks(limit=MAX_RANKS)
+    column = GROUPS.get(group)
+    if column is None:
+        raise BadRequest(f"parameter 'group' must be one of {', '.join(GROUPS)}, not {group!r}")
+    index = params.integer("index", low=0)
+    found = [row[0] for row in cur.execute(
+        f"select rank from dim_ranks where run_id = ? and {column} = ? "  # noqa: S608
+        "order by rank", [run_id, index]).fetchall()]
+    if not found:
+        raise BadRequest(f"run {run_id!r} has no {group} group {index}")
+    return found
+
+
+def timeline(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str, Any]:
+    """The kernels of the chosen ranks in ``[start, end)`` (ns after the run's origin), at the
+    level of detail of ``px`` pixels, and the collectives linking them."""
+    run_id = params.text("run")
+    known_run(cur, run_id)
+    present = tables(cur)
+    if "fct_kernels" not in present:
+        raise BadRequest("the warehouse has no fct_kernels (a run without GPU kernels)")
+    ranks = selected_ranks(cur, run_id, params)
+    origin = run_origin(cur, run_id)
+    start, end = params.integer("start"), params.integer("end")
+    if end <= start:
+        raise BadRequest("parameter 'end' must be after 'start'")
+    px = params.integer("px", 1200, low=50, high=8000)
+    offsets = dict(cur.execute(
+        "select rank, offset_ns from dim_rank_clock_offsets where run_id = ? "
+        "and list_contains(?, rank)", [run_id, ranks]).fetchall()) \
+        if "dim_rank_clock_offsets" in present else {}
+    shifts = {rank: int(offsets.get(rank) or 0) for rank in ranks}
+    window = {
+        "run": run_id, "low": min(ranks), "high": max(ranks),
+        "origin": origin, "start": start, "end": end,
+        # The window on the ranks' own clocks, widened by the extreme offsets: constants
+        # DuckDB prunes row groups with; each rank's exact window is applied after.
+        "raw_start": origin + start - max(shifts.values()),
+        "raw_end": origin + end - min(shifts.values()),
+        "shifts": [[rank, shift] for rank, shift in shifts.items()],
+    }
+    by_stream = len(ranks) <= MAX_STREAM_RANKS
+    lanes = _lanes(cur, window, by_stream)
+    buckets = max(1, min(px, MAX_CELLS // len(lanes)))
+    step = max(1, -(-(end - start) // buckets))  # ceil: the buckets cover the window
+    stream = "kernels.stream" if by_stream else "null::bigint"
+    found = cur.execute(f"""
+        with {_KERNELS_IN_WINDOW.format(stream=stream)}
+        select
+            rank,
+            stream,
+            count(*) as kernels,
+            arg_max(ts, dur) as ts,
+            max(dur) as dur,
+            arg_max(kind, dur) as kind,
+            arg_max(name, dur) as name,
+            arg_max(trace_id, dur) as trace_id,
+            arg_max(slice_id, dur) as slice_id
+        from kernels
+        group by rank, stream, (greatest(ts, $start) - $start) // $step
+        order by rank, stream, ts
+    """, {**window, "step": step}).fetchall()  # noqa: S608 - fixed SQL text only
+    lane_index = {lane: index for index, lane in enumerate(lanes)}
+    labels = _rank_labels(cur, run_id, ranks)
+    return {
+        "run_id": run_id,
+        "origin_ns": str(origin),
+        "start": start, "end": end, "step": step, "buckets": buckets,
+        "by_stream": by_stream,
+        "lanes": [{"rank": rank, "stream": lane_stream,
+                   "label": labels[rank] + ("" if lane_stream is None
+                                            else f" · stream {lane_stream}")}
+                  for rank, lane_stream in lanes],
+        "colors": dict(KIND_COLORS),
+        **_rectangles(found, lane_index),
+        **_links(cur, window, lane_index, by_stream),
+    }
+
+
+#: The shown ranks' kernels overlapping the window, on the reference clock, relative to the
+#: origin. ``{stream}`` is the kernel's stream, or NULL when a rank's streams share a lane.
+_KERNELS_IN_WINDOW = """
+    shifts as (
+        select pair[1] as rank, pair[2] as shift_ns from (select unnest($shifts) as pair)
+    ),
+    kernels as (
+        select
+            kernels.rank,
+            {stream} as stream,
+            kernels.ts_ns + shifts.shift_ns - $origin as ts,
+            kernels.dur_ns as dur,
+            kernels.kind,
+            kernels.name,
+            kernels.trace_id,
+            kernels.slice_id
+        from fct_kernels as kernels
+        inner join shifts on kernels.rank = shifts.rank
+        where kernels.run_id = $run
+            and kernels.rank between $low and $high
+            and kernels.ts_ns < $raw_end and kernels.end_ns > $raw_start
+            and kernels.ts_ns + shifts.shift_ns - $origin < $end
+            and kernels.end_ns + shifts.shift_ns - $origin > $start
+    )
+"""
+
+
+def _lanes(cur: duckdb.DuckDBPyConnection, window: dict[str, Any],
+           by_stream: bool) -> list[tuple[int, int | None]]:
+    """Every shown rank's lanes: its streams with kernels in the window (one lane, stream
+    None, when streams share a lane or it has none there)."""
+    lanes: list[tuple[int, int | None]] = [(rank, None) for rank, _shift in window["shifts"]]
+    if by_stream:
+        streams = cur.execute(f"""
+            with {_KERNELS_IN_WINDOW.format(stream="kernels.stream")}
+            select distinct rank, stream from kernels
+        """, window).fetchall()  # noqa: S608 - fixed SQL text only
+        with_kernels = {rank for rank, _ in streams}
+        lanes = sorted([lane for lane in lanes if lane[0] not in with_kernels] + streams,
+                       key=lambda lane: (lane[0], lane[1] if lane[1] is not None else -1))
+    return lanes
+
+
+def _rank_labels(cur: duckdb.DuckDBPyConnection, run_id: str, ranks: list[int]) -> dict[int, str]:
+    """``rank 3 · pp1 tp1 dp0`` for each rank (its coordinates from fct_rank_iterations)."""
+    labels = {rank: f"rank {rank}" for rank in ranks}
+    for row in rows(cur, "select distinct rank, pp_stage, tp_rank, dp_rank "
+                         "from fct_rank_iterations where run_id = ? and list_contains(?, rank)",
+                    [run_id, ranks]):
+        labels[row["rank"]] = rank_label(row)
+    return labels
+
+
+def _rectangles(found: list[tuple], lane_index: dict[tuple[int, int | None], int],
+                ) -> dict[str, Any]:
+    """The buckets' rows as columns (kinds, names and traces as indexes into short lists)."""
+    kinds: dict[str, int] = {}
+    names: dict[str, int] = {}
+    traces: dict[str, int] = {}
+    columns: dict[str, list[Any]] = {key: [] for key in
+                                     ("lane", "ts", "dur", "n", "kind", "name", "trace", "slice")}
+    exact = True
+    for rank, stream, count, ts, dur, kind, name, trace_id, slice_id in found:
+        exact = exact and count == 1
+        columns["lane"].append(lane_index[(rank, stream)])
+        columns["ts"].append(int(ts))
+        columns["dur"].append(int(dur))
+        columns["n"].append(int(count))
+        columns["kind"].append(kinds.setdefault(kind, len(kinds)))
+        columns["name"].append(names.setdefault(name, len(names)))
+        columns["trace"].append(traces.setdefault(trace_id, len(traces)))
+        columns["slice"].append(int(slice_id))
+    return {"exact": exact, "rects": columns, "kind_names": list(kinds),
+            "names": list(names), "traces": list(traces)}
+
+
+def _links(cur: duckdb.DuckDBPyConnection, window: dict[str, Any],
+           lane_index: dict[tuple[int, int | None], int], by_stream: bool) -> dict[str, Any]:
+    """Collective instances with two or more shown members in the window, members in arrival
+    order, at most :data:`MAX_LINKS` (``links_left_out`` says how many more there were)."""
+    if "fct_collective_ranks" not in tables(cur):
+        return {"links": [], "links_left_out": 0}
+    stream = "kernels.stream" if by_stream else "null::bigint"
+    found = rows(cur, f"""
+        with {_KERNELS_IN_WINDOW.format(stream=stream)},
+        members as (
+            select
+                members.collective_id,
+                members.op,
+                members.process_group_key,
+                members.rank,
+                kernels.stream,
+                members.arrival_ns - $origin as arrival,
+                members.end_ns - $origin as ended,
+                members.arrival_order,
+                members.is_last,
+                members.wait_ns
+            from fct_collective_ranks as members
+            inner join kernels
+                on members.trace_id = kernels.trace_id and members.slice_id = kernels.slice_id
+            where members.run_id = $run and members.rank between $low and $high
+        ),
+        chains as (
+            select collective_id, min(arrival) as first_arrival
+            from members
+            group by collective_id
+            having count(*) >= 2
+        ),
+        counted as (
+            select collective_id, count(*) over () as chains,
+                row_number() over (order by first_arrival, collective_id) as chain_order
+            from chains
+        )
+        select members.*, counted.chains
+        from members
+        inner join counted on members.collective_id = counted.collective_id
+        where counted.chain_order <= $limit
+        order by counted.chain_order, members.arrival_order, members.rank
+    """, {**window, "limit": MAX_LINKS})  # noqa: S608 - fixed SQL text only
+    links: dict[str, dict[str, Any]] = {}
+    for member in found:
+        link = links.setdefault(member["collective_id"], {
+            "op": member["op"], "group": member["process_group_key"], "members": []})
+        link["members"].append([lane_index[(member["rank"], member["stream"])],
+                                int(member["arrival"]), int(member["ended"]),
+                                int(member["wait_ns"] or 0), bool(member["is_last"])])
+    total = found[0]["chains"] if found else 0
+    return {"links": list(links.values()), "links_left_out": max(0, total - MAX_LINKS)}
