@@ -23,8 +23,12 @@ import subprocess
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 #: Seconds to wait for the browser to start, a page to load, a condition to hold.
 TIMEOUT = 30.0
@@ -37,6 +41,17 @@ def find_chromium() -> str | None:
         if found:
             return found
     return None
+
+
+@contextmanager
+def chromium_page() -> Iterator[Chromium]:
+    """A headless Chromium page; the test skips, saying why, when there is no Chromium."""
+    binary = find_chromium()
+    if binary is None:
+        pytest.skip("no chromium on PATH (.ci/run installs Debian's chromium; "
+                    "apt-get install chromium)")
+    with Chromium(binary) as page:
+        yield page
 
 
 class BrowserError(AssertionError):

@@ -18,17 +18,16 @@ from __future__ import annotations
 
 import os
 import re
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlencode
 
 import pytest
 
-from browser import Chromium, find_chromium
+from browser import Chromium, chromium_page
 from report_warehouse import HOSTILE_KERNEL, QUOTED_KERNEL, ReportWarehouse
 from tracehouse.reports.html import STEP_PARTS, ms, pct, pct_parts
-from tracehouse.serve.server import make_server
+from viewer import serving
 
 pytestmark = pytest.mark.slow  # reads the report tests' built warehouse
 
@@ -38,24 +37,13 @@ READY = "document.body?.dataset.state === 'ready'"
 @pytest.fixture(scope="module")
 def viewer(report_wh: ReportWarehouse) -> Iterator[str]:
     """The viewer over the shared warehouse (read-only), in a thread; its URL."""
-    server = make_server(report_wh.root, port=0)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(report_wh.root) as server:
         yield server.url
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Chromium]:
-    binary = find_chromium()
-    if binary is None:
-        pytest.skip("no chromium on PATH (.ci/run installs Debian's chromium; "
-                    "apt-get install chromium)")
-    with Chromium(binary) as chromium:
+    with chromium_page() as chromium:
         yield chromium
 
 

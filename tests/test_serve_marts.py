@@ -10,14 +10,9 @@ half-done.
 
 from __future__ import annotations
 
-import json
-import threading
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
-from urllib.parse import urlencode
 
 import duckdb
 import pytest
@@ -28,46 +23,24 @@ from tracehouse.core.publish import prepare_copy, publish_copy
 from tracehouse.core.warehouse import Warehouse
 from tracehouse.reports.html import gather_page
 from tracehouse.serve.kernels import PAGE_ROWS
-from tracehouse.serve.server import ViewerServer, make_server
+from tracehouse.serve.server import ViewerServer
+from viewer import get, serving
 
 pytestmark = pytest.mark.slow  # reads the report tests' built warehouse
 
 
-class Viewer:
-    """A running viewer and a way to call its API."""
-
-    def __init__(self, warehouse: Path) -> None:
-        self.server: ViewerServer = make_server(warehouse, port=0)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def get(self, view: str, **params: object) -> dict:
-        url = f"{self.server.url}api/{view}?{urlencode(params)}"
-        try:
-            with urllib.request.urlopen(url, timeout=60) as answer:
-                return json.load(answer)
-        except urllib.error.HTTPError as exc:
-            raise AssertionError(f"{exc.code}: {exc.read().decode()}") from None
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=10)
-
-
 @pytest.fixture(scope="module")
-def viewer(report_wh: ReportWarehouse) -> Iterator[Viewer]:
-    running = Viewer(report_wh.root)
-    yield running
-    running.stop()
+def viewer(report_wh: ReportWarehouse) -> Iterator[ViewerServer]:
+    with serving(report_wh.root) as running:
+        yield running
 
 
-def test_the_headline_is_the_reports(viewer: Viewer, report_wh: ReportWarehouse) -> None:
+def test_the_headline_is_the_reports(viewer: ViewerServer, report_wh: ReportWarehouse) -> None:
     con = duckdb.connect(str(Warehouse(report_wh.root).database), read_only=True)
     try:
         for run in report_wh.runs:
             page = gather_page(con, run)
-            shown = viewer.get("overview", run=run)
+            shown = get(viewer, "overview", run=run)
             assert shown["headline"] == [asdict(figure) for figure in page.headline], run
             assert shown["offenders"] == [asdict(o) for o in page.offenders], run
             assert shown["timing"] == page.timing
@@ -76,9 +49,9 @@ def test_the_headline_is_the_reports(viewer: Viewer, report_wh: ReportWarehouse)
 
 
 def test_iterations_side_by_side_are_the_iteration_summary(
-        viewer: Viewer, report_wh: ReportWarehouse) -> None:
+        viewer: ViewerServer, report_wh: ReportWarehouse) -> None:
     run = report_wh.need("sim_a")
-    shown = viewer.get("overview", run=run)["iterations"]
+    shown = get(viewer, "overview", run=run)["iterations"]
     expected = report_wh.rows("select iteration, step_ns, straggler_rank, bubble_ratio "
                               "from fct_iteration_summary where run_id = ? order by iteration",
                               [run])
@@ -90,10 +63,10 @@ def test_iterations_side_by_side_are_the_iteration_summary(
 
 
 @pytest.mark.parametrize("part", ["step_ns", "step_compute_ns", "step_idle_ns"])
-def test_the_heatmap_is_fct_rank_iterations(viewer: Viewer, report_wh: ReportWarehouse,
+def test_the_heatmap_is_fct_rank_iterations(viewer: ViewerServer, report_wh: ReportWarehouse,
                                             part: str) -> None:
     run = report_wh.need("sim_a")
-    shown = viewer.get("heatmap", run=run, part=part)
+    shown = get(viewer, "heatmap", run=run, part=part)
     cells = {(rank["rank"], iteration["key"]): shown["values"][i * len(shown["iterations"]) + j]
              for i, rank in enumerate(shown["ranks"])
              for j, iteration in enumerate(shown["iterations"])}
@@ -104,7 +77,7 @@ def test_the_heatmap_is_fct_rank_iterations(viewer: Viewer, report_wh: ReportWar
     assert (shown["min"], shown["max"]) == (min(mart.values()), max(mart.values()))
 
 
-def test_kernels_are_sorted_filtered_and_paged_in_sql(viewer: Viewer,
+def test_kernels_are_sorted_filtered_and_paged_in_sql(viewer: ViewerServer,
                                                       report_wh: ReportWarehouse) -> None:
     run = report_wh.need("sim_a")
     rank, iteration = 0, 1
@@ -113,8 +86,8 @@ def test_kernels_are_sorted_filtered_and_paged_in_sql(viewer: Viewer,
         "order by name, ts_ns, slice_id", [run, rank, iteration])]
     assert len(names) > PAGE_ROWS  # paging is exercised
     where = {"run": run, "rank": rank, "iteration": iteration}
-    first = viewer.get("kernels", **where, sort="name")
-    second = viewer.get("kernels", **where, sort="name", offset=PAGE_ROWS)
+    first = get(viewer, "kernels", **where, sort="name")
+    second = get(viewer, "kernels", **where, sort="name", offset=PAGE_ROWS)
     assert first["total"] == second["total"] == len(names)
     column = [c["key"] for c in first["kernels"]["columns"]].index("name")
     shown = [row["cells"][column][0] for page in (first, second)
@@ -122,17 +95,17 @@ def test_kernels_are_sorted_filtered_and_paged_in_sql(viewer: Viewer,
     assert shown == names
 
     # A filter is a substring, not a LIKE pattern: '_' is an underscore, '%' matches nothing.
-    underscore = viewer.get("kernels", **where, q="_")
+    underscore = get(viewer, "kernels", **where, q="_")
     assert underscore["total"] == sum("_" in name for name in names)
-    assert viewer.get("kernels", **where, q="%")["total"] == 0
+    assert get(viewer, "kernels", **where, q="%")["total"] == 0
 
 
-def test_a_hostile_name_filters_and_opens(viewer: Viewer, report_wh: ReportWarehouse) -> None:
+def test_a_hostile_name_filters_and_opens(viewer: ViewerServer, report_wh: ReportWarehouse) -> None:
     run = report_wh.need("hostile")
-    found = viewer.get("kernels", run=run, rank=0, iteration=1, q=HOSTILE_KERNEL)
+    found = get(viewer, "kernels", run=run, rank=0, iteration=1, q=HOSTILE_KERNEL)
     assert found["total"] == 1
     key = found["kernels"]["rows"][0]["key"]
-    detail = viewer.get("kernel", run=run, trace=key["trace_id"], slice=key["slice_id"])
+    detail = get(viewer, "kernel", run=run, trace=key["trace_id"], slice=key["slice_id"])
     assert {f["column"]: f["value"][1] for f in detail["fields"]}["name"] == HOSTILE_KERNEL
 
 
@@ -140,16 +113,13 @@ def test_a_build_publishing_beside_it_is_not_blocked_and_is_seen_next(
         report_wh: ReportWarehouse, tmp_path: Path) -> None:
     """What ``tracehouse build`` does (tracehouse.core.publish): write a copy, rename it over."""
     root = copy_warehouse(report_wh.root, tmp_path / "warehouse")
-    running = Viewer(root)
-    try:
-        before = {run["run_id"] for run in running.get("runs")["runs"]}
+    with serving(root) as running:
+        before = {run["run_id"] for run in get(running, "runs")["runs"]}
         assert "cpu_ops" in before
         copy = prepare_copy(root)
         writer = duckdb.connect(str(copy))  # a writer, while the viewer holds its reader
         writer.execute("delete from fct_run_summary where run_id = 'cpu_ops'")
         writer.close()
-        assert {run["run_id"] for run in running.get("runs")["runs"]} == before  # not yet
+        assert {run["run_id"] for run in get(running, "runs")["runs"]} == before  # not yet
         publish_copy(root)
-        assert {run["run_id"] for run in running.get("runs")["runs"]} == before - {"cpu_ops"}
-    finally:
-        running.stop()
+        assert {run["run_id"] for run in get(running, "runs")["runs"]} == before - {"cpu_ops"}

@@ -15,7 +15,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,8 +27,9 @@ from tracehouse.serve import DEFAULT_HOST
 from tracehouse.serve.cells import MAX_SAFE_INTEGER, plain
 from tracehouse.serve.marts import MartReader, WarehouseNotReady
 from tracehouse.serve.params import BadRequest, Params
-from tracehouse.serve.server import ASSETS, ViewerServer, make_server
+from tracehouse.serve.server import ASSETS, ViewerServer
 from tracehouse.serve.step_parts import step_part_columns, step_parts
+from viewer import serving
 
 
 def _publish_runs(warehouse: Path, runs: list[str]) -> Path:
@@ -57,15 +57,8 @@ def small_warehouse(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def running(small_warehouse: Path) -> Iterator[ViewerServer]:
-    server = make_server(small_warehouse, port=0)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(small_warehouse) as server:
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
 
 
 def _request(server: ViewerServer, path: str, method: str = "GET",

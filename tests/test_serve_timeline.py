@@ -10,41 +10,25 @@ account for every kernel in the window once.
 from __future__ import annotations
 
 import json
-import threading
-import urllib.error
-import urllib.request
 from collections import defaultdict
 from collections.abc import Iterator
 from urllib.parse import urlencode
 
 import pytest
 
-from browser import Chromium, find_chromium
+from browser import chromium_page
 from report_warehouse import ReportWarehouse
-from tracehouse.serve.server import ViewerServer, make_server
+from tracehouse.serve.server import ViewerServer
 from tracehouse.serve.timeline import MAX_CELLS
+from viewer import get, serving
 
 pytestmark = pytest.mark.slow  # reads the report tests' built warehouse
 
 
 @pytest.fixture(scope="module")
 def server(report_wh: ReportWarehouse) -> Iterator[ViewerServer]:
-    running = make_server(report_wh.root, port=0)
-    thread = threading.Thread(target=running.serve_forever, daemon=True)
-    thread.start()
-    yield running
-    running.shutdown()
-    running.server_close()
-    thread.join(timeout=10)
-
-
-def _get(server: ViewerServer, view: str, **params: object) -> dict:
-    try:
-        with urllib.request.urlopen(f"{server.url}api/{view}?{urlencode(params)}",
-                                    timeout=60) as answer:
-            return json.load(answer)
-    except urllib.error.HTTPError as exc:
-        raise AssertionError(f"{exc.code}: {exc.read().decode()}") from None
+    with serving(report_wh.root) as running:
+        yield running
 
 
 def _aligned_kernels(report_wh: ReportWarehouse, run: str, ranks: list[int],
@@ -63,10 +47,10 @@ def _aligned_kernels(report_wh: ReportWarehouse, run: str, ranks: list[int],
 def test_zoomed_out_each_bucket_is_its_longest_kernel(server: ViewerServer,
                                                       report_wh: ReportWarehouse) -> None:
     run = report_wh.need("sim_a")
-    choices = _get(server, "timeline_choices", run=run)
+    choices = get(server, "timeline_choices", run=run)
     assert choices["groups"]["pp"] == [0, 1]
     window = choices["iterations"][0]
-    shown = _get(server, "timeline", run=run, group="pp", index=0, start=window["start"],
+    shown = get(server, "timeline", run=run, group="pp", index=0, start=window["start"],
                  end=window["end"], px=60)
     ranks = [r for (r,) in report_wh.rows("select rank from dim_ranks where run_id = ? and "
                                           "pp_group_index = 0 order by rank", [run])]
@@ -100,11 +84,11 @@ def test_zoomed_out_each_bucket_is_its_longest_kernel(server: ViewerServer,
 def test_zoomed_in_the_kernels_are_exact(server: ViewerServer,
                                          report_wh: ReportWarehouse) -> None:
     run = report_wh.need("sim_a")
-    origin = int(_get(server, "timeline_choices", run=run)["origin_ns"])
+    origin = int(get(server, "timeline_choices", run=run)["origin_ns"])
     kernels = _aligned_kernels(report_wh, run, [0], origin)
     middle = sorted(kernels, key=lambda k: k[2])[len(kernels) // 2]
     start, end = middle[2] - 20_000, middle[2] + 20_000
-    shown = _get(server, "timeline", run=run, ranks="0", start=start, end=end, px=2000)
+    shown = get(server, "timeline", run=run, ranks="0", start=start, end=end, px=2000)
     assert shown["exact"]
     inside = {(trace, slice_id, ts, dur) for _r, _s, ts, dur, trace, slice_id in kernels
               if ts < end and ts + dur > start}
@@ -117,9 +101,9 @@ def test_zoomed_in_the_kernels_are_exact(server: ViewerServer,
 def test_collectives_link_their_members_in_arrival_order(server: ViewerServer,
                                                          report_wh: ReportWarehouse) -> None:
     run = report_wh.need("sim_a")
-    choices = _get(server, "timeline_choices", run=run)
+    choices = get(server, "timeline_choices", run=run)
     window = choices["iterations"][0]
-    shown = _get(server, "timeline", run=run, ranks="0-3", start=window["start"],
+    shown = get(server, "timeline", run=run, ranks="0-3", start=window["start"],
                  end=window["end"])
     assert shown["links"] and shown["links_left_out"] == 0
     origin = int(shown["origin_ns"])
@@ -141,11 +125,8 @@ def test_collectives_link_their_members_in_arrival_order(server: ViewerServer,
 
 def test_the_timeline_in_a_browser_zooms_to_exact_and_opens_a_kernel(
         server: ViewerServer, report_wh: ReportWarehouse) -> None:
-    binary = find_chromium()
-    if binary is None:
-        pytest.skip("no chromium on PATH (.ci/run installs Debian's chromium)")
     run = report_wh.need("sim_a")
-    with Chromium(binary) as page:
+    with chromium_page() as page:
         page.open(f"{server.url}#/timeline?{urlencode({'run': run, 'group': 'pp', 'index': 0})}")
         ready = ("document.body?.dataset.state === 'ready' && "
                  "document.getElementById('timeline')?.dataset.lanes")

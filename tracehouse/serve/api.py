@@ -18,6 +18,7 @@ from tracehouse.serve.heatmap import heatmap
 from tracehouse.serve.kernels import rank_kernels
 from tracehouse.serve.overview import run_list, run_overview
 from tracehouse.serve.params import Params
+from tracehouse.serve.pipeline import pipeline
 from tracehouse.serve.timeline import timeline, timeline_choices
 
 View = Callable[[duckdb.DuckDBPyConnection, Params], dict[str, Any]]
@@ -32,4 +33,5 @@ ROUTES: dict[str, View] = {
     "/api/kernel": kernel_detail,
     "/api/timeline_choices": timeline_choices,
     "/api/timeline": timeline,
+    "/api/pipeline": pipeline,
 }

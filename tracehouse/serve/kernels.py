@@ -53,6 +53,16 @@ def rank_kernels(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str, An
     if search:
         where += " and contains(lower(name), lower($q))"
         bound["q"] = search
+    # A pipeline block's kernels: its phase, microbatch and virtual chunk.
+    if params.optional_text("phase"):
+        where += " and phase = $phase"
+        bound["phase"] = params.text("phase")
+    if params.optional_text("microbatch"):
+        where += " and microbatch = $microbatch"
+        bound["microbatch"] = params.integer("microbatch")
+    if params.optional_text("chunk"):
+        where += " and vpp_chunk = $chunk"
+        bound["chunk"] = params.integer("chunk")
     direction = "desc" if descending else "asc"
     # ``sort`` and ``direction`` come from fixed lists; every value is bound.
     found = rows(cur, f"""

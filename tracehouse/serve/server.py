@@ -125,8 +125,8 @@ class ViewerHandler(BaseHTTPRequestHandler):
         except duckdb.Error as exc:
             status, payload = HTTPStatus.INTERNAL_SERVER_ERROR, {
                 "error": f"{type(exc).__name__}: {exc}".splitlines()[0]}
-        elapsed_ms = (time.perf_counter() - started) * 1e3
         body, kind = _json(payload)
+        elapsed_ms = (time.perf_counter() - started) * 1e3  # queries and encoding: server-side
         self._send(status, body, kind, head=head,
                    extra={"Server-Timing": f"marts;dur={elapsed_ms:.1f}",
                           "Cache-Control": "no-store"})

@@ -163,7 +163,8 @@ async function overviewView(params) {
     el("p", {class: "meta", text: [data.layout, `timing: ${data.timing}`]
       .filter(Boolean).join(" · ")}),
     el("p", {}, el("a", {href: href("timeline", {run}), id: "open-timeline",
-                         text: "open the timeline"})),
+                         text: "open the timeline"}), " · ",
+       el("a", {href: href("pipeline", {run}), id: "open-pipeline", text: "the pipeline"})),
     ...data.notes.map((text) => el("p", {class: "note", text})),
     section("Headline (the report's figures)", cards),
     section("Worst offenders", offenders),
@@ -207,18 +208,10 @@ function drawHeatmap(holder, legend, run, data) {
   const cellH = Math.max(2, Math.min(20, Math.floor(640 / Math.max(1, ranks))));
   const left = cellH >= 10 ? 180 : 60, top = 22;
   const width = left + cellW * iterations + 4, height = top + cellH * ranks + 4;
-  const ratio = window.devicePixelRatio || 1;
-  const canvas = el("canvas", {id: "heatmap", dataset: {
-    left, top, cellW, cellH, ranks, iterations, part: data.part}});
-  canvas.width = width * ratio;
-  canvas.height = height * ratio;
-  canvas.style.width = width + "px";
-  canvas.style.height = height + "px";
-  const ctx = canvas.getContext("2d");
-  ctx.scale(ratio, ratio);
-  ctx.font = "11px system-ui, sans-serif";
+  const canvas = el("canvas", {id: "heatmap"});
+  const ctx = canvasContext(canvas, width, height,
+                            {left, top, cellW, cellH, ranks, iterations, part: data.part});
   ctx.fillStyle = "#39424b";
-  ctx.textBaseline = "middle";
   data.iterations.forEach((it, j) => {
     ctx.fillText(`it ${it.label}`, left + j * cellW + 4, top / 2);
   });
@@ -329,7 +322,17 @@ async function rankView(params) {
     section("The step and its parts", bar, parts),
     section("Its kernels, in figures", figures),
     section("Kernels", kernels));
-  kernelsPanel(kernels, {run, rank, iteration}, {sort: "dur_ns", desc: "1", q: "", offset: 0});
+  const where = {run, rank, iteration};
+  for (const key of ["phase", "microbatch", "chunk"]) {
+    if (params.get(key) !== null) where[key] = params.get(key);
+  }
+  const block = ["phase", "microbatch", "chunk"].filter((key) => key in where)
+    .map((key) => `${key} ${where[key]}`).join(" · ");
+  if (block) kernels.before(el("p", {class: "note", id: "kernel-block",
+                                     text: `Only the kernels of ${block}.`}));
+  // A block's kernels in time order; else the longest first.
+  kernelsPanel(kernels, where, {sort: block ? "ts_ns" : "dur_ns", desc: block ? "" : "1",
+                                q: "", offset: 0});
 }
 
 async function kernelsPanel(holder, where, state) {
@@ -414,6 +417,68 @@ function timeText(ns) {
   return ns.toFixed(0) + " ns";
 }
 
+// Size a canvas for the screen's pixel ratio, record `dataset` on it (where the tests and the
+// pointer handlers read its geometry), and return its 2-D context in CSS pixels.
+function canvasContext(canvas, width, height, dataset) {
+  const ratio = window.devicePixelRatio || 1;
+  canvas.width = width * ratio;
+  canvas.height = height * ratio;
+  canvas.style.width = width + "px";
+  canvas.style.height = height + "px";
+  Object.assign(canvas.dataset, dataset);
+  const ctx = canvas.getContext("2d");
+  ctx.scale(ratio, ratio);
+  ctx.font = "11px system-ui, sans-serif";
+  ctx.textBaseline = "middle";
+  return ctx;
+}
+
+// Time ticks along the top of a canvas, with faint grid lines down to `bottom` (0: none).
+function drawTimeAxis(ctx, start, end, xOf, top, bottom) {
+  const tick = niceStep(end - start, 8);
+  ctx.fillStyle = "#5b6670";
+  ctx.strokeStyle = "#eef1f4";
+  for (let t = Math.ceil(start / tick) * tick; t < end; t += tick) {
+    const x = xOf(t);
+    ctx.fillText(timeText(t), x + 2, top / 2);
+    if (bottom) { ctx.beginPath(); ctx.moveTo(x, top); ctx.lineTo(x, bottom); ctx.stroke(); }
+  }
+}
+
+// Wheel zooms around the pointer, dragging pans; `state.start`/`state.end` is the window in ns.
+// `redraw` runs at once on every change, `settle` once the change is made (to fetch).
+function attachPanZoom(canvas, state, left, width, redraw, settle) {
+  let drag = null, dragged = false;
+  canvas.addEventListener("wheel", (event) => {
+    event.preventDefault();
+    const bounds = canvas.getBoundingClientRect();
+    const at = state.start + (event.clientX - bounds.left - left) / (width() - left) *
+               (state.end - state.start);
+    const factor = event.deltaY > 0 ? 1.25 : 0.8;
+    state.start = Math.round(at - (at - state.start) * factor);
+    state.end = Math.round(at + Math.max(500, (state.end - at) * factor));
+    settle();
+  }, {passive: false});
+  canvas.addEventListener("mousedown", (event) => {
+    drag = {x: event.clientX, start: state.start, end: state.end};
+    dragged = false;
+  });
+  window.addEventListener("mouseup", () => {
+    if (drag && dragged) settle();
+    drag = null;
+  });
+  canvas.addEventListener("mousemove", (event) => {
+    if (!drag || event.buttons !== 1 || Math.abs(event.clientX - drag.x) <= 3) return;
+    dragged = true;
+    const shift = (event.clientX - drag.x) / (width() - left) * (drag.end - drag.start);
+    state.start = Math.round(drag.start - shift);
+    state.end = Math.round(drag.end - shift);
+    redraw();
+  });
+  return {dragging: () => drag !== null && dragged,
+          wasDrag: () => { const was = dragged; dragged = false; return was; }};
+}
+
 async function timelineView(params) {
   const run = params.get("run");
   const choices = await api("timeline_choices", {run});
@@ -477,26 +542,11 @@ async function timelineView(params) {
   function draw() {
     const data = state.data;
     if (!data) return;
-    const box = layout(), ratio = window.devicePixelRatio || 1;
-    canvas.width = box.width * ratio;
-    canvas.height = box.height * ratio;
-    canvas.style.width = box.width + "px";
-    canvas.style.height = box.height + "px";
-    Object.assign(canvas.dataset, {left: LEFT, top: TOP, laneH: box.laneH, width: box.width,
-                                   start: state.start, end: state.end,
-                                   lanes: data.lanes.length, exact: data.exact});
-    const ctx = canvas.getContext("2d");
-    ctx.scale(ratio, ratio);
-    ctx.font = "11px system-ui, sans-serif";
-    ctx.textBaseline = "middle";
-    const tick = niceStep(state.end - state.start, 8);
-    ctx.fillStyle = "#5b6670";
-    ctx.strokeStyle = "#eef1f4";
-    for (let t = Math.ceil(state.start / tick) * tick; t < state.end; t += tick) {
-      const x = xOf(t, box);
-      ctx.fillText(timeText(t), x + 2, TOP / 2);
-      ctx.beginPath(); ctx.moveTo(x, TOP); ctx.lineTo(x, box.height); ctx.stroke();
-    }
+    const box = layout();
+    const ctx = canvasContext(canvas, box.width, box.height, {
+      left: LEFT, top: TOP, laneH: box.laneH, width: box.width, start: state.start,
+      end: state.end, lanes: data.lanes.length, exact: data.exact});
+    drawTimeAxis(ctx, state.start, state.end, (t) => xOf(t, box), TOP, box.height);
     data.lanes.forEach((lane, i) => {
       const y = TOP + i * box.laneH;
       if (i % 2) { ctx.fillStyle = "#f8fafc"; ctx.fillRect(LEFT, y, box.width - LEFT, box.laneH); }
@@ -579,31 +629,9 @@ async function timelineView(params) {
     state.timer = setTimeout(fetchData, 60);
   }
 
-  canvas.addEventListener("wheel", (event) => {
-    event.preventDefault();
-    const box = layout(), bounds = canvas.getBoundingClientRect();
-    const at = state.start + (event.clientX - bounds.left - LEFT) / (box.width - LEFT) *
-               (state.end - state.start);
-    const factor = event.deltaY > 0 ? 1.25 : 0.8;
-    state.start = Math.round(at - (at - state.start) * factor);
-    state.end = Math.round(at + Math.max(500, (state.end - at) * factor));
-    refresh();
-  }, {passive: false});
-  let drag = null;
-  canvas.addEventListener("mousedown", (event) => {
-    drag = {x: event.clientX, start: state.start, end: state.end, moved: false};
-  });
-  window.addEventListener("mouseup", () => { if (drag && drag.moved) refresh(); });
+  const gesture = attachPanZoom(canvas, state, LEFT, () => layout().width, draw, refresh);
   canvas.addEventListener("mousemove", (event) => {
-    if (drag && event.buttons === 1 && Math.abs(event.clientX - drag.x) > 3) {
-      drag.moved = true;
-      const shift = (event.clientX - drag.x) / (layout().width - LEFT) * (drag.end - drag.start);
-      state.start = Math.round(drag.start - shift);
-      state.end = Math.round(drag.end - shift);
-      hideTooltip();
-      draw();
-      return;
-    }
+    if (gesture.dragging()) { hideTooltip(); return; }
     const i = rectAt(event);
     if (i < 0) { hideTooltip(); return; }
     const data = state.data, rects = data.rects;
@@ -613,9 +641,7 @@ async function timelineView(params) {
   });
   canvas.addEventListener("mouseleave", hideTooltip);
   canvas.addEventListener("click", (event) => {
-    const moved = drag && drag.moved;
-    drag = null;
-    if (moved) return;
+    if (gesture.wasDrag()) return;
     const i = rectAt(event);
     if (i < 0) return;
     hideTooltip();
@@ -625,10 +651,123 @@ async function timelineView(params) {
   await fetchData();
 }
 
+// ------------------------------------------------------------------ pipeline
+
+const PHASE_COLOURS = {forward: "#4c72b0", backward: "#dd8452", recompute: "#8172b3"};
+const BUBBLE_SHADE = "#f3d9d9";
+
+async function pipelineView(params) {
+  const run = params.get("run");
+  const query = {run};
+  if (params.get("group") !== null) query.group = params.get("group");
+  if (params.get("iteration") !== null) query.iteration = params.get("iteration");
+  const data = await api("pipeline", query);
+  setCrumbs(runCrumbs(run).concat([{label: `pipeline group ${data.group}`}]));
+  const state = {start: 0, end: Math.max(1, data.span)};
+  const chooser = el("select", {id: "pipeline-choice"}, ...data.choices.map((choice) => el(
+    "option", {value: `${choice.group}|${choice.key}`,
+               text: `pp group ${choice.group} · iteration ${choice.iteration}`})));
+  chooser.value = `${data.group}|${data.iteration_key}`;
+  chooser.addEventListener("change", () => {
+    const [group, iteration] = chooser.value.split("|");
+    go("pipeline", {run, group, iteration});
+  });
+  const canvas = el("canvas", {id: "pipeline"});
+  const holder = el("div", {class: "scroll"}, canvas);
+  const legend = el("div", {class: "legend"}, ...Object.entries(PHASE_COLOURS).map(([phase, c]) => {
+    const swatch = el("span", {class: "swatch"});
+    swatch.style.background = c;
+    return el("span", {}, swatch, phase);
+  }), (() => {
+    const swatch = el("span", {class: "swatch"});
+    swatch.style.background = BUBBLE_SHADE;
+    return el("span", {}, swatch, "the stage waits (bubble)");
+  })());
+  view.replaceChildren(
+    el("h1", {text: `${run} · pipeline group ${data.group} · iteration ${data.iteration}`}),
+    el("p", {class: "meta", text: `${data.stages.length} stages · ${data.microbatches ?? "?"} ` +
+      `microbatches · ${data.vpp_size ?? 1} virtual chunk(s) per stage. Each block is a ` +
+      "microbatch's forward or backward work on a stage (fct_microbatch_phases), first kernel " +
+      "to last; the shaded rest of the stage's window is its bubble (fct_pipeline_bubbles). " +
+      "Scroll to zoom, drag to pan, click a block for its kernels."}),
+    el("div", {class: "toolbar"}, chooser, legend),
+    holder,
+    section("Bubbles per stage (fct_pipeline_bubbles)", table(data.bubbles, {class: "bubbles"})),
+    section("What fills them (fct_pipeline_bubble_parts)", table(data.parts, {class: "parts"})));
+
+  const LEFT = 230, TOP = 24, ROW = 34;
+  const width = () => Math.max(600, holder.clientWidth - 4);
+  const xOf = (ns) => LEFT + (ns - state.start) / (state.end - state.start) * (width() - LEFT);
+  const row = Object.fromEntries(data.stages.map((stage, i) => [stage.stage, i]));
+  function draw() {
+    const w = width(), h = TOP + ROW * data.stages.length + 6;
+    const ctx = canvasContext(canvas, w, h, {left: LEFT, top: TOP, row: ROW, width: w,
+                                            start: state.start, end: state.end,
+                                            blocks: data.blocks.length});
+    drawTimeAxis(ctx, state.start, state.end, xOf, TOP, 0);
+    ctx.save();
+    ctx.beginPath();
+    ctx.rect(LEFT, 0, w - LEFT, h);
+    ctx.clip();
+    data.stages.forEach((stage, i) => {
+      ctx.fillStyle = BUBBLE_SHADE;
+      ctx.fillRect(xOf(0), TOP + i * ROW + 3, xOf(data.span) - xOf(0), ROW - 6);
+    });
+    ctx.strokeStyle = "#9aa3ab";
+    for (const part of data.schedule_parts) {
+      const x = xOf(part.start), y = TOP + row[part.stage] * ROW;
+      ctx.beginPath(); ctx.moveTo(x, y + 1); ctx.lineTo(x, y + ROW - 1); ctx.stroke();
+    }
+    for (const block of data.blocks) {
+      const x0 = xOf(block.start), x1 = Math.max(x0 + 1, xOf(block.end));
+      const y = TOP + row[block.stage] * ROW + 5;
+      ctx.fillStyle = PHASE_COLOURS[block.phase] || "#7f7f7f";
+      ctx.fillRect(x0, y, x1 - x0, ROW - 10);
+      const text = (block.phase || "?")[0].toUpperCase() + block.microbatch +
+                   (block.chunk === null ? "" : `c${block.chunk}`);
+      if (x1 - x0 > ctx.measureText(text).width + 4) {
+        ctx.fillStyle = "#fff";
+        ctx.fillText(text, x0 + 2, y + (ROW - 10) / 2);
+      }
+    }
+    ctx.restore();
+    ctx.fillStyle = "#39424b";
+    data.stages.forEach((stage, i) => ctx.fillText(stage.label, 4, TOP + i * ROW + ROW / 2, LEFT - 8));
+  }
+  function blockAt(event) {
+    const bounds = canvas.getBoundingClientRect();
+    const x = event.clientX - bounds.left, i = Math.floor((event.clientY - bounds.top - TOP) / ROW);
+    const stage = data.stages[i];
+    if (!stage) return null;
+    return data.blocks.find((b) => b.stage === stage.stage && x >= xOf(b.start) - 1 &&
+                                   x <= Math.max(xOf(b.start) + 1, xOf(b.end)) + 1) || null;
+  }
+  const gesture = attachPanZoom(canvas, state, LEFT, width, draw, draw);
+  canvas.addEventListener("mousemove", (event) => {
+    const block = gesture.dragging() ? null : blockAt(event);
+    if (!block) { hideTooltip(); return; }
+    showTooltip(event, `${block.phase} · microbatch ${block.microbatch}` +
+      (block.chunk === null ? "" : ` · chunk ${block.chunk}`) + ` · rank ${block.rank}\n` +
+      block.figures.map(([label, value]) => `${label} ${value[1]}`).join(" · "));
+  });
+  canvas.addEventListener("mouseleave", hideTooltip);
+  canvas.addEventListener("click", (event) => {
+    if (gesture.wasDrag()) return;
+    const block = blockAt(event);
+    if (!block) return;
+    hideTooltip();
+    const where = {run, rank: block.rank, iteration: data.iteration_key, phase: block.phase,
+                   microbatch: block.microbatch};
+    if (block.chunk !== null) where.chunk = block.chunk;
+    go("rank", where);
+  });
+  draw();
+}
+
 // ------------------------------------------------------------------ routing
 
 const VIEWS = {"": runsView, run: overviewView, iteration: iterationView, rank: rankView,
-               kernel: kernelView, timeline: timelineView};
+               kernel: kernelView, timeline: timelineView, pipeline: pipelineView};
 
 function showError(error) {
   view.replaceChildren(el("p", {class: "error", text: String(error.message || error)}));
