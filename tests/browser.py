@@ -157,8 +157,10 @@ class Chromium:
     def wait_for(self, expression: str, what: str, timeout: float = TIMEOUT) -> Any:
         """Poll ``expression`` until it is truthy; return its value or fail saying ``what``."""
         deadline = time.monotonic() + timeout
+        # An element stands for true (returned by value, a DOM node would be an empty object).
+        checked = f"(() => {{ const v = ({expression}); return v instanceof Node ? true : v; }})()"
         while time.monotonic() < deadline:
-            value = self.evaluate(expression)
+            value = self.evaluate(checked)
             if value:
                 return value
             time.sleep(0.05)

@@ -27,7 +27,7 @@ import pytest
 from browser import Chromium, chromium_page
 from report_warehouse import HOSTILE_KERNEL, QUOTED_KERNEL, ReportWarehouse
 from tracehouse.reports.html import STEP_PARTS, ms, pct, pct_parts
-from viewer import serving
+from tracehouse.serve.server import ViewerServer
 
 pytestmark = pytest.mark.slow  # reads the report tests' built warehouse
 
@@ -35,10 +35,9 @@ READY = "document.body?.dataset.state === 'ready'"
 
 
 @pytest.fixture(scope="module")
-def viewer(report_wh: ReportWarehouse) -> Iterator[str]:
-    """The viewer over the shared warehouse (read-only), in a thread; its URL."""
-    with serving(report_wh.root) as server:
-        yield server.url
+def viewer(report_viewer: ViewerServer) -> str:
+    """The URL of the viewer over the shared warehouse (read-only)."""
+    return report_viewer.url
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ half-done.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 
@@ -29,18 +28,13 @@ from viewer import get, serving
 pytestmark = pytest.mark.slow  # reads the report tests' built warehouse
 
 
-@pytest.fixture(scope="module")
-def viewer(report_wh: ReportWarehouse) -> Iterator[ViewerServer]:
-    with serving(report_wh.root) as running:
-        yield running
-
-
-def test_the_headline_is_the_reports(viewer: ViewerServer, report_wh: ReportWarehouse) -> None:
+def test_the_headline_is_the_reports(report_viewer: ViewerServer,
+                                     report_wh: ReportWarehouse) -> None:
     con = duckdb.connect(str(Warehouse(report_wh.root).database), read_only=True)
     try:
         for run in report_wh.runs:
             page = gather_page(con, run)
-            shown = get(viewer, "overview", run=run)
+            shown = get(report_viewer, "overview", run=run)
             assert shown["headline"] == [asdict(figure) for figure in page.headline], run
             assert shown["offenders"] == [asdict(o) for o in page.offenders], run
             assert shown["timing"] == page.timing
@@ -49,9 +43,9 @@ def test_the_headline_is_the_reports(viewer: ViewerServer, report_wh: ReportWare
 
 
 def test_iterations_side_by_side_are_the_iteration_summary(
-        viewer: ViewerServer, report_wh: ReportWarehouse) -> None:
+        report_viewer: ViewerServer, report_wh: ReportWarehouse) -> None:
     run = report_wh.need("sim_a")
-    shown = get(viewer, "overview", run=run)["iterations"]
+    shown = get(report_viewer, "overview", run=run)["iterations"]
     expected = report_wh.rows("select iteration, step_ns, straggler_rank, bubble_ratio "
                               "from fct_iteration_summary where run_id = ? order by iteration",
                               [run])
@@ -63,10 +57,10 @@ def test_iterations_side_by_side_are_the_iteration_summary(
 
 
 @pytest.mark.parametrize("part", ["step_ns", "step_compute_ns", "step_idle_ns"])
-def test_the_heatmap_is_fct_rank_iterations(viewer: ViewerServer, report_wh: ReportWarehouse,
+def test_the_heatmap_is_fct_rank_iterations(report_viewer: ViewerServer, report_wh: ReportWarehouse,
                                             part: str) -> None:
     run = report_wh.need("sim_a")
-    shown = get(viewer, "heatmap", run=run, part=part)
+    shown = get(report_viewer, "heatmap", run=run, part=part)
     cells = {(rank["rank"], iteration["key"]): shown["values"][i * len(shown["iterations"]) + j]
              for i, rank in enumerate(shown["ranks"])
              for j, iteration in enumerate(shown["iterations"])}
@@ -77,7 +71,7 @@ def test_the_heatmap_is_fct_rank_iterations(viewer: ViewerServer, report_wh: Rep
     assert (shown["min"], shown["max"]) == (min(mart.values()), max(mart.values()))
 
 
-def test_kernels_are_sorted_filtered_and_paged_in_sql(viewer: ViewerServer,
+def test_kernels_are_sorted_filtered_and_paged_in_sql(report_viewer: ViewerServer,
                                                       report_wh: ReportWarehouse) -> None:
     run = report_wh.need("sim_a")
     rank, iteration = 0, 1
@@ -86,8 +80,8 @@ def test_kernels_are_sorted_filtered_and_paged_in_sql(viewer: ViewerServer,
         "order by name, ts_ns, slice_id", [run, rank, iteration])]
     assert len(names) > PAGE_ROWS  # paging is exercised
     where = {"run": run, "rank": rank, "iteration": iteration}
-    first = get(viewer, "kernels", **where, sort="name")
-    second = get(viewer, "kernels", **where, sort="name", offset=PAGE_ROWS)
+    first = get(report_viewer, "kernels", **where, sort="name")
+    second = get(report_viewer, "kernels", **where, sort="name", offset=PAGE_ROWS)
     assert first["total"] == second["total"] == len(names)
     column = [c["key"] for c in first["kernels"]["columns"]].index("name")
     shown = [row["cells"][column][0] for page in (first, second)
@@ -95,17 +89,18 @@ def test_kernels_are_sorted_filtered_and_paged_in_sql(viewer: ViewerServer,
     assert shown == names
 
     # A filter is a substring, not a LIKE pattern: '_' is an underscore, '%' matches nothing.
-    underscore = get(viewer, "kernels", **where, q="_")
+    underscore = get(report_viewer, "kernels", **where, q="_")
     assert underscore["total"] == sum("_" in name for name in names)
-    assert get(viewer, "kernels", **where, q="%")["total"] == 0
+    assert get(report_viewer, "kernels", **where, q="%")["total"] == 0
 
 
-def test_a_hostile_name_filters_and_opens(viewer: ViewerServer, report_wh: ReportWarehouse) -> None:
+def test_a_hostile_name_filters_and_opens(report_viewer: ViewerServer,
+                                          report_wh: ReportWarehouse) -> None:
     run = report_wh.need("hostile")
-    found = get(viewer, "kernels", run=run, rank=0, iteration=1, q=HOSTILE_KERNEL)
+    found = get(report_viewer, "kernels", run=run, rank=0, iteration=1, q=HOSTILE_KERNEL)
     assert found["total"] == 1
     key = found["kernels"]["rows"][0]["key"]
-    detail = get(viewer, "kernel", run=run, trace=key["trace_id"], slice=key["slice_id"])
+    detail = get(report_viewer, "kernel", run=run, trace=key["trace_id"], slice=key["slice_id"])
     assert {f["column"]: f["value"][1] for f in detail["fields"]}["name"] == HOSTILE_KERNEL
 
 

@@ -10,7 +10,6 @@ stage's rank with only the block's kernels.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from urllib.parse import urlencode
 
 import pytest
@@ -18,25 +17,19 @@ import pytest
 from browser import chromium_page
 from report_warehouse import ReportWarehouse
 from tracehouse.serve.server import ViewerServer
-from viewer import get, serving
+from viewer import get
 
 pytestmark = pytest.mark.slow  # reads the report tests' built warehouse
 
 
-@pytest.fixture(scope="module")
-def server(report_wh: ReportWarehouse) -> Iterator[ViewerServer]:
-    with serving(report_wh.root) as running:
-        yield running
-
-
 @pytest.mark.parametrize("run", ["sim_a", "tp1_pp4_dp2"])
-def test_the_gantt_is_the_pipeline_marts(server: ViewerServer, report_wh: ReportWarehouse,
+def test_the_gantt_is_the_pipeline_marts(report_viewer: ViewerServer, report_wh: ReportWarehouse,
                                          run: str) -> None:
     run = report_wh.need(run)
     (group, iteration), = report_wh.rows(
         "select pp_group_index, iteration from fct_pipeline_bubbles where run_id = ? "
         "order by 1, 2 limit 1", [run])
-    shown = get(server, "pipeline", run=run, group=group, iteration=iteration)
+    shown = get(report_viewer, "pipeline", run=run, group=group, iteration=iteration)
     stages = report_wh.rows(
         "select pp_stage, rank, busy_ns, bubble_ns, bubble_ratio, group_start_ns, group_span_ns "
         "from fct_pipeline_bubbles where run_id = ? and pp_group_index = ? and iteration = ? "
@@ -61,21 +54,22 @@ def test_the_gantt_is_the_pipeline_marts(server: ViewerServer, report_wh: Report
         [list(part) for part in parts]
 
 
-def test_a_run_without_pipeline_groups_says_so(server: ViewerServer,
+def test_a_run_without_pipeline_groups_says_so(report_viewer: ViewerServer,
                                                report_wh: ReportWarehouse) -> None:
     run = report_wh.need("hostile")
     with pytest.raises(AssertionError, match="400: .*no pipeline groups"):
-        get(server, "pipeline", run=run)
+        get(report_viewer, "pipeline", run=run)
 
 
-def test_a_click_on_a_block_opens_its_kernels(server: ViewerServer,
+def test_a_click_on_a_block_opens_its_kernels(report_viewer: ViewerServer,
                                               report_wh: ReportWarehouse) -> None:
     run = report_wh.need("sim_a")
     with chromium_page() as page:
-        page.open(f"{server.url}#/pipeline?{urlencode({'run': run, 'group': 0, 'iteration': 1})}")
+        where = urlencode({'run': run, 'group': 0, 'iteration': 1})
+        page.open(f"{report_viewer.url}#/pipeline?{where}")
         page.wait_for("document.body?.dataset.state === 'ready' && "
                       "document.getElementById('pipeline')?.dataset.blocks", "the pipeline")
-        shown = get(server, "pipeline", run=run, group=0, iteration=1)
+        shown = get(report_viewer, "pipeline", run=run, group=0, iteration=1)
         block = next(b for b in shown["blocks"] if b["stage"] == 1 and b["phase"] == "backward")
         box = page.evaluate("""(() => { const c = document.getElementById('pipeline');
             const r = c.getBoundingClientRect(), d = c.dataset;

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterator
 from urllib.parse import urlencode
 
 import pytest
@@ -20,15 +19,9 @@ from browser import chromium_page
 from report_warehouse import ReportWarehouse
 from tracehouse.serve.server import ViewerServer
 from tracehouse.serve.timeline import MAX_CELLS
-from viewer import get, serving
+from viewer import get
 
 pytestmark = pytest.mark.slow  # reads the report tests' built warehouse
-
-
-@pytest.fixture(scope="module")
-def server(report_wh: ReportWarehouse) -> Iterator[ViewerServer]:
-    with serving(report_wh.root) as running:
-        yield running
 
 
 def _aligned_kernels(report_wh: ReportWarehouse, run: str, ranks: list[int],
@@ -44,13 +37,13 @@ def _aligned_kernels(report_wh: ReportWarehouse, run: str, ranks: list[int],
     """, [origin, run, ranks])
 
 
-def test_zoomed_out_each_bucket_is_its_longest_kernel(server: ViewerServer,
+def test_zoomed_out_each_bucket_is_its_longest_kernel(report_viewer: ViewerServer,
                                                       report_wh: ReportWarehouse) -> None:
     run = report_wh.need("sim_a")
-    choices = get(server, "timeline_choices", run=run)
+    choices = get(report_viewer, "timeline_choices", run=run)
     assert choices["groups"]["pp"] == [0, 1]
     window = choices["iterations"][0]
-    shown = get(server, "timeline", run=run, group="pp", index=0, start=window["start"],
+    shown = get(report_viewer, "timeline", run=run, group="pp", index=0, start=window["start"],
                  end=window["end"], px=60)
     ranks = [r for (r,) in report_wh.rows("select rank from dim_ranks where run_id = ? and "
                                           "pp_group_index = 0 order by rank", [run])]
@@ -81,14 +74,14 @@ def test_zoomed_out_each_bucket_is_its_longest_kernel(server: ViewerServer,
     assert len(rects["ts"]) <= len(shown["lanes"]) * shown["buckets"] <= MAX_CELLS
 
 
-def test_zoomed_in_the_kernels_are_exact(server: ViewerServer,
+def test_zoomed_in_the_kernels_are_exact(report_viewer: ViewerServer,
                                          report_wh: ReportWarehouse) -> None:
     run = report_wh.need("sim_a")
-    origin = int(get(server, "timeline_choices", run=run)["origin_ns"])
+    origin = int(get(report_viewer, "timeline_choices", run=run)["origin_ns"])
     kernels = _aligned_kernels(report_wh, run, [0], origin)
     middle = sorted(kernels, key=lambda k: k[2])[len(kernels) // 2]
     start, end = middle[2] - 20_000, middle[2] + 20_000
-    shown = get(server, "timeline", run=run, ranks="0", start=start, end=end, px=2000)
+    shown = get(report_viewer, "timeline", run=run, ranks="0", start=start, end=end, px=2000)
     assert shown["exact"]
     inside = {(trace, slice_id, ts, dur) for _r, _s, ts, dur, trace, slice_id in kernels
               if ts < end and ts + dur > start}
@@ -98,12 +91,12 @@ def test_zoomed_in_the_kernels_are_exact(server: ViewerServer,
     assert len(inside) >= 1
 
 
-def test_collectives_link_their_members_in_arrival_order(server: ViewerServer,
+def test_collectives_link_their_members_in_arrival_order(report_viewer: ViewerServer,
                                                          report_wh: ReportWarehouse) -> None:
     run = report_wh.need("sim_a")
-    choices = get(server, "timeline_choices", run=run)
+    choices = get(report_viewer, "timeline_choices", run=run)
     window = choices["iterations"][0]
-    shown = get(server, "timeline", run=run, ranks="0-3", start=window["start"],
+    shown = get(report_viewer, "timeline", run=run, ranks="0-3", start=window["start"],
                  end=window["end"])
     assert shown["links"] and shown["links_left_out"] == 0
     origin = int(shown["origin_ns"])
@@ -124,10 +117,11 @@ def test_collectives_link_their_members_in_arrival_order(server: ViewerServer,
 
 
 def test_the_timeline_in_a_browser_zooms_to_exact_and_opens_a_kernel(
-        server: ViewerServer, report_wh: ReportWarehouse) -> None:
+        report_viewer: ViewerServer, report_wh: ReportWarehouse) -> None:
     run = report_wh.need("sim_a")
     with chromium_page() as page:
-        page.open(f"{server.url}#/timeline?{urlencode({'run': run, 'group': 'pp', 'index': 0})}")
+        where = urlencode({'run': run, 'group': 'pp', 'index': 0})
+        page.open(f"{report_viewer.url}#/timeline?{where}")
         ready = ("document.body?.dataset.state === 'ready' && "
                  "document.getElementById('timeline')?.dataset.lanes")
         page.wait_for(ready, "the timeline")

@@ -6,7 +6,8 @@ same numbers) and :mod:`tracehouse.query` (whose read-only connection it
 uses), below the CLI. Modules: :mod:`.marts` (read-only cursors, reopened
 after a build publishes), :mod:`.params` and :mod:`.cells` (what comes in
 and goes out), one module per view (:mod:`.overview`, :mod:`.heatmap`,
-:mod:`.drill`, :mod:`.kernels`, :mod:`.timeline`, :mod:`.pipeline`),
+:mod:`.drill`, :mod:`.kernels`, :mod:`.timeline`, :mod:`.pipeline`,
+:mod:`.annotations`),
 :mod:`.api` (the route table) and
 :mod:`.server` (HTTP); the page is ``static/`` (one HTML file, one script,
 one style sheet).

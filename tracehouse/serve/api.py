@@ -13,6 +13,7 @@ from typing import Any
 
 import duckdb
 
+from tracehouse.serve.annotations import annotation_tree
 from tracehouse.serve.drill import iteration_ranks, kernel_detail, rank_iteration
 from tracehouse.serve.heatmap import heatmap
 from tracehouse.serve.kernels import rank_kernels
@@ -34,4 +35,5 @@ ROUTES: dict[str, View] = {
     "/api/timeline_choices": timeline_choices,
     "/api/timeline": timeline,
     "/api/pipeline": pipeline,
+    "/api/annotations": annotation_tree,
 }

@@ -16,8 +16,8 @@ import duckdb
 
 from tracehouse.reports.html import rank_label, timing_source
 from tracehouse.serve.cells import cell, iteration_label, plain, table
-from tracehouse.serve.marts import columns, rows, tables
-from tracehouse.serve.overview import known_run
+from tracehouse.serve.marts import columns, rows
+from tracehouse.serve.overview import requested_run
 from tracehouse.serve.params import BadRequest, Params
 from tracehouse.serve.step_parts import STEP_COLUMN, step_parts
 from tracehouse.serve.timeline import run_origin
@@ -35,8 +35,7 @@ def _parts(cur: duckdb.DuckDBPyConnection, run_id: str) -> list[tuple[str, str, 
 
 def iteration_ranks(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str, Any]:
     """Every rank's step and parts in one iteration, slowest first."""
-    run_id = params.text("run")
-    known_run(cur, run_id)
+    run_id = requested_run(cur, params, "fct_rank_iterations")
     iteration = params.iteration()
     found = rows(cur, """
         select * from fct_rank_iterations
@@ -54,8 +53,7 @@ def iteration_ranks(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str,
 
 def rank_iteration(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str, Any]:
     """One rank's step in one iteration: its window, its parts (adding up to the step)."""
-    run_id = params.text("run")
-    known_run(cur, run_id)
+    run_id = requested_run(cur, params, "fct_rank_iterations")
     rank = params.integer("rank", low=0)
     iteration = params.iteration()
     found = rows(cur, """
@@ -101,11 +99,9 @@ def _window(cur: duckdb.DuckDBPyConnection, run_id: str,
 
 def kernel_detail(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str, Any]:
     """Every column ``fct_kernels`` holds for one kernel, by its key (trace, slice)."""
-    run_id = params.text("run")
+    run_id = requested_run(cur, params, "fct_kernels")
     trace_id = params.text("trace")
     slice_id = params.integer("slice")
-    if "fct_kernels" not in tables(cur):
-        raise BadRequest("the warehouse has no fct_kernels")
     found = rows(cur, "select * from fct_kernels where run_id = ? and trace_id = ? "
                       "and slice_id = ?", [run_id, trace_id, slice_id])
     if not found:

@@ -18,15 +18,14 @@ import duckdb
 from tracehouse.reports.html import rank_label, timing_source
 from tracehouse.serve.cells import iteration_label, plain
 from tracehouse.serve.marts import columns, rows
-from tracehouse.serve.overview import known_run
+from tracehouse.serve.overview import requested_run
 from tracehouse.serve.params import WHOLE_TRACE, BadRequest, Params
 from tracehouse.serve.step_parts import STEP_COLUMN, step_parts
 
 
 def heatmap(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str, Any]:
     """Values of one step part for every rank (rows) and iteration (columns) of a run."""
-    run_id = params.text("run")
-    known_run(cur, run_id)
+    run_id = requested_run(cur, params, "fct_rank_iterations")
     timing = timing_source(cur, run_id)
     offered = {part.column: part.label
                for part in step_parts(timing, columns(cur, "fct_rank_iterations"))}

@@ -15,8 +15,9 @@ from typing import Any
 import duckdb
 
 from tracehouse.serve.cells import table
-from tracehouse.serve.marts import rows, tables
-from tracehouse.serve.params import BadRequest, Params
+from tracehouse.serve.marts import rows
+from tracehouse.serve.overview import requested_run
+from tracehouse.serve.params import Params
 
 PAGE_ROWS = 100
 #: Columns the table can be sorted by, each with a tie-breaker that keeps pages stable.
@@ -39,9 +40,7 @@ SHOWN = (
 
 def rank_kernels(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str, Any]:
     """One page of a rank's kernels in one iteration, sorted and filtered as asked."""
-    if "fct_kernels" not in tables(cur):
-        raise BadRequest("the warehouse has no fct_kernels (a run without GPU kernels)")
-    run_id = params.text("run")
+    run_id = requested_run(cur, params, "fct_kernels")
     rank = params.integer("rank", low=0)
     iteration = params.iteration()
     sort = params.choice("sort", SORTABLE, "dur_ns")

@@ -50,10 +50,21 @@ def known_run(cur: duckdb.DuckDBPyConnection, run_id: str) -> None:
         raise BadRequest(f"unknown run {run_id!r}")
 
 
-def run_overview(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str, Any]:
-    """The report's headline and offenders, the top kernels, the iterations, the heatmap's parts."""
+def requested_run(cur: duckdb.DuckDBPyConnection, params: Params, *needs: str) -> str:
+    """The request's ``run``, checked against the marts, whose ``needs`` must all exist."""
     run_id = params.text("run")
     known_run(cur, run_id)
+    missing = [mart for mart in needs if mart not in tables(cur)]
+    if missing:
+        raise BadRequest(f"the warehouse has no {', '.join(missing)}; this view reads "
+                         f"{'it' if len(missing) == 1 else 'them'} (rebuild with tracehouse "
+                         "build)")
+    return run_id
+
+
+def run_overview(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str, Any]:
+    """The report's headline and offenders, the top kernels, the iterations, the heatmap's parts."""
+    run_id = requested_run(cur, params)
     page = gather_page(cur, run_id)
     top = table([("name", "kernel", "text"), ("kind", "kind", "text"),
                  ("calls", "calls", "int"), ("ranks", "ranks", "int"),

@@ -26,7 +26,7 @@ import duckdb
 from tracehouse.reports.html import rank_label
 from tracehouse.serve.cells import cell, iteration_label, plain, table
 from tracehouse.serve.marts import rows, tables
-from tracehouse.serve.overview import known_run
+from tracehouse.serve.overview import requested_run
 from tracehouse.serve.params import WHOLE_TRACE, BadRequest, Params
 
 #: The bubble's split, as ``(column, heading)`` of fct_pipeline_bubble_parts.
@@ -38,11 +38,8 @@ PART_COLUMNS = (("busy_ns", "busy"), ("bubble_ns", "bubble"), ("p2p_wait_ns", "P
 
 def pipeline(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str, Any]:
     """A pipeline group's stages, their bubbles and microbatch blocks in one iteration."""
-    run_id = params.text("run")
-    known_run(cur, run_id)
+    run_id = requested_run(cur, params, "fct_pipeline_bubbles", "fct_microbatch_phases")
     present = tables(cur)
-    if "fct_pipeline_bubbles" not in present:
-        raise BadRequest("the warehouse has no fct_pipeline_bubbles")
     choices = rows(cur, "select distinct pp_group_index, iteration from fct_pipeline_bubbles "
                         "where run_id = ? order by 1, 2 nulls first", [run_id])
     if not choices:

@@ -36,7 +36,7 @@ from tracehouse.reports.html import rank_label
 from tracehouse.reports.style import KIND_COLORS
 from tracehouse.serve.cells import iteration_label, plain
 from tracehouse.serve.marts import rows, tables
-from tracehouse.serve.overview import known_run
+from tracehouse.serve.overview import requested_run
 from tracehouse.serve.params import WHOLE_TRACE, BadRequest, Params
 
 #: Lane × bucket cells one answer may hold (bounds its size and its query).
@@ -54,8 +54,7 @@ GROUPS = {"pp": "pp_group_index", "tp": "tp_group_index", "dp": "dp_group_index"
 
 def timeline_choices(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str, Any]:
     """What the timeline can show for a run: its ranks, groups and iterations (with windows)."""
-    run_id = params.text("run")
-    known_run(cur, run_id)
+    run_id = requested_run(cur, params)
     present = tables(cur)
     groups: dict[str, list[int]] = {}
     if "dim_ranks" in present:
@@ -119,11 +118,8 @@ def selected_ranks(cur: duckdb.DuckDBPyConnection, run_id: str, params: Params) 
 def timeline(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str, Any]:
     """The kernels of the chosen ranks in ``[start, end)`` (ns after the run's origin), at the
     level of detail of ``px`` pixels, and the collectives linking them."""
-    run_id = params.text("run")
-    known_run(cur, run_id)
+    run_id = requested_run(cur, params, "fct_kernels")
     present = tables(cur)
-    if "fct_kernels" not in present:
-        raise BadRequest("the warehouse has no fct_kernels (a run without GPU kernels)")
     ranks = selected_ranks(cur, run_id, params)
     origin = run_origin(cur, run_id)
     start, end = params.integer("start"), params.integer("end")

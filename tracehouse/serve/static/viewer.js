@@ -164,7 +164,9 @@ async function overviewView(params) {
       .filter(Boolean).join(" · ")}),
     el("p", {}, el("a", {href: href("timeline", {run}), id: "open-timeline",
                          text: "open the timeline"}), " · ",
-       el("a", {href: href("pipeline", {run}), id: "open-pipeline", text: "the pipeline"})),
+       el("a", {href: href("pipeline", {run}), id: "open-pipeline", text: "the pipeline"}), " · ",
+       el("a", {href: href("annotations", {run}), id: "open-annotations",
+                text: "the annotation tree"})),
     ...data.notes.map((text) => el("p", {class: "note", text})),
     section("Headline (the report's figures)", cards),
     section("Worst offenders", offenders),
@@ -316,9 +318,11 @@ async function rankView(params) {
   view.replaceChildren(
     el("h1", {text: `${run} · ${data.label} · iteration ${data.iteration}`}),
     el("p", {class: "meta", text: `timing: ${data.timing} · step rule: ${data.step_rule}`}),
-    el("p", {}, el("a", {id: "rank-timeline", text: "this step on the timeline",
+    el("p", {}, data.window ? el("a", {id: "rank-timeline", text: "this step on the timeline",
                          href: href("timeline", {run, ranks: rank, start: data.window[0],
-                                                 end: data.window[1]})})),
+                                                 end: data.window[1]})}) : null, " · ",
+       el("a", {id: "rank-annotations", text: "its annotation tree",
+                href: href("annotations", {run, rank})})),
     section("The step and its parts", bar, parts),
     section("Its kernels, in figures", figures),
     section("Kernels", kernels));
@@ -764,10 +768,66 @@ async function pipelineView(params) {
   draw();
 }
 
+// ------------------------------------------------------------------ annotation tree
+
+async function annotationsView(params) {
+  const run = params.get("run"), rank = params.get("rank") || "0", q = params.get("q") || "";
+  setCrumbs(runCrumbs(run).concat([{label: `annotations · rank ${rank}`}]));
+  const rankInput = el("input", {id: "tree-rank", size: 6, value: rank});
+  const search = el("input", {id: "tree-search", type: "search", value: q,
+                              placeholder: "search range names"});
+  const submit = () => go("annotations", {run, rank: rankInput.value,
+                                          ...(search.value ? {q: search.value} : {})});
+  rankInput.addEventListener("change", submit);
+  search.addEventListener("change", submit);
+  const holder = el("div", {id: "tree"});
+  view.replaceChildren(
+    el("h1", {text: `${run} · annotation ranges · rank ${rank}`}),
+    el("p", {class: "meta", text: "User annotations and NVTX ranges as a tree " +
+      "(fct_annotation_ranges): CPU span, GPU projection (first to last kernel launched in it " +
+      "or below) and kernel counts. Open a range for its children; search finds ranges at any " +
+      "depth."}),
+    el("div", {class: "toolbar"}, el("label", {text: "rank "}, rankInput), search), holder);
+  const data = await api("annotations", {run, rank, ...(q ? {q} : {})});
+  holder.replaceChildren(treeLevel(run, rank, data, Boolean(q)));
+}
+
+function treeLevel(run, rank, data, showPath) {
+  const list = el("ul", {class: "tree"});
+  if (!data.nodes.length) list.append(el("li", {class: "meta", text: "no ranges"}));
+  for (const node of data.nodes) {
+    const toggle = el("button", {class: "toggle", text: node.children ? "▸" : "·",
+                                 disabled: node.children ? null : ""});
+    const children = el("div", {class: "children"});
+    const row = el("div", {class: "node", dataset: {slice: String(node.key.slice)}},
+      toggle, el("span", {class: "name", text: showPath ? node.path : node.name}),
+      ...node.figures.map(([label, value]) => el(
+        "span", {class: "figure", dataset: {label, value: String(value[0] ?? "")}},
+        `${label} ${value[1]}`)),
+      node.window ? el("a", {class: "to-timeline", text: "timeline",
+                             href: href("timeline", {run, ranks: rank, start: node.window[0],
+                                                     end: node.window[1]})}) : null);
+    let open = false;
+    toggle.addEventListener("click", async () => {
+      open = !open;
+      toggle.textContent = open ? "▾" : "▸";
+      if (!open) { children.replaceChildren(); return; }
+      const level = await api("annotations", {run, rank, trace: node.key.trace,
+                                              slice: node.key.slice});
+      children.replaceChildren(treeLevel(run, rank, level, false));
+    });
+    list.append(el("li", {}, row, children));
+  }
+  if (data.left_out) list.append(el("li", {class: "note", text: "More ranges than shown: " +
+                                                                 "search to narrow them."}));
+  return list;
+}
+
 // ------------------------------------------------------------------ routing
 
 const VIEWS = {"": runsView, run: overviewView, iteration: iterationView, rank: rankView,
-               kernel: kernelView, timeline: timelineView, pipeline: pipelineView};
+               kernel: kernelView, timeline: timelineView, pipeline: pipelineView,
+               annotations: annotationsView};
 
 function showError(error) {
   view.replaceChildren(el("p", {class: "error", text: String(error.message || error)}));
