@@ -16,7 +16,7 @@ import duckdb
 
 from tracehouse.reports.html import rank_label, timing_source
 from tracehouse.serve.cells import cell, iteration_label, plain, table
-from tracehouse.serve.marts import columns, rows
+from tracehouse.serve.marts import Selection, columns, rows
 from tracehouse.serve.overview import requested_run
 from tracehouse.serve.params import BadRequest, Params
 from tracehouse.serve.step_parts import STEP_COLUMN, step_parts
@@ -33,15 +33,21 @@ def _parts(cur: duckdb.DuckDBPyConnection, run_id: str) -> list[tuple[str, str, 
             step_parts(timing_source(cur, run_id), columns(cur, "fct_rank_iterations"))]
 
 
-def iteration_ranks(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str, Any]:
-    """Every rank's step and parts in one iteration, slowest first."""
+def iteration_selection(cur: duckdb.DuckDBPyConnection, params: Params) -> Selection:
+    """An iteration's rows of ``fct_rank_iterations`` (the ranks with a step), slowest first."""
     run_id = requested_run(cur, params, "fct_rank_iterations")
     iteration = params.iteration()
-    found = rows(cur, """
-        select * from fct_rank_iterations
-        where run_id = ? and iteration is not distinct from ? and step_ns is not null
-        order by step_ns desc, rank
-    """, [run_id, iteration])
+    return Selection(f"{run_id}-iteration-{iteration_label(iteration)}",
+                     "select * from fct_rank_iterations where run_id = $run and "
+                     "iteration is not distinct from $iteration and step_ns is not null",
+                     {"run": run_id, "iteration": iteration}, "step_ns desc, rank")
+
+
+def iteration_ranks(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str, Any]:
+    """Every rank's step and parts in one iteration, slowest first."""
+    selection = iteration_selection(cur, params)
+    run_id, iteration = selection.params["run"], selection.params["iteration"]
+    found = rows(cur, selection.ordered, selection.params)
     for row in found:
         row["label"] = rank_label(row)
     shown = [("label", "rank", "text"), *_parts(cur, run_id),

@@ -17,10 +17,18 @@ import duckdb
 
 from tracehouse.reports.html import rank_label, timing_source
 from tracehouse.serve.cells import iteration_label, plain
-from tracehouse.serve.marts import columns, rows
+from tracehouse.serve.marts import Selection, columns, rows
 from tracehouse.serve.overview import requested_run
 from tracehouse.serve.params import WHOLE_TRACE, BadRequest, Params
 from tracehouse.serve.step_parts import STEP_COLUMN, step_parts
+
+
+def heatmap_selection(cur: duckdb.DuckDBPyConnection, params: Params) -> Selection:
+    """The run's rows of ``fct_rank_iterations`` with a step: every part of every cell."""
+    run_id = requested_run(cur, params, "fct_rank_iterations")
+    return Selection(f"{run_id}-rank-iterations",
+                     "select * from fct_rank_iterations where run_id = $run "
+                     "and step_ns is not null", {"run": run_id}, "rank, iteration nulls first")
 
 
 def heatmap(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str, Any]:

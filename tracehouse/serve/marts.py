@@ -22,6 +22,7 @@ import os
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -133,6 +134,25 @@ def open_published(place: Warehouse) -> duckdb.DuckDBPyConnection:
     return con
 
 
+@dataclass(frozen=True)
+class Selection:
+    """The mart rows a view shows, as a query: what its CSV/Parquet export writes.
+
+    ``name`` names the file; ``sql`` is fixed text with every value in ``params``,
+    and ``order`` the ``order by`` list the view shows the rows in.
+    """
+
+    name: str
+    sql: str
+    params: dict[str, Any]
+    order: str = ""
+
+    @property
+    def ordered(self) -> str:
+        """The query with its order (for the export; a view may page it)."""
+        return f"{self.sql} order by {self.order}" if self.order else self.sql
+
+
 def rows(cur: duckdb.DuckDBPyConnection, sql: str,
          params: Sequence[Any] | Mapping[str, Any] = ()) -> list[dict[str, Any]]:
     """The rows of ``sql`` (bound ``params``) as dicts keyed by column name."""
@@ -140,6 +160,15 @@ def rows(cur: duckdb.DuckDBPyConnection, sql: str,
     result = cur.execute(sql, bound)
     names = [column[0] for column in result.description]
     return [dict(zip(names, row)) for row in result.fetchall()]
+
+
+def first_row(cur: duckdb.DuckDBPyConnection, sql: str,
+              params: Sequence[Any] | Mapping[str, Any] = ()) -> tuple[Any, ...] | None:
+    """The first row of ``sql``, or None; the result is read to its end (DuckDB keeps a
+    cursor busy until then, and the next query on it would fail)."""
+    bound = dict(params) if isinstance(params, Mapping) else list(params)
+    found = cur.execute(sql, bound).fetchall()
+    return found[0] if found else None
 
 
 def tables(cur: duckdb.DuckDBPyConnection) -> set[str]:

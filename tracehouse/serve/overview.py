@@ -19,7 +19,7 @@ import duckdb
 
 from tracehouse.reports.html import STEP_PARTS, gather_page, layout, pct_parts
 from tracehouse.serve.cells import cell, iteration_label, plain, table
-from tracehouse.serve.marts import columns, rows, tables
+from tracehouse.serve.marts import Selection, columns, first_row, rows, tables
 from tracehouse.serve.params import WHOLE_TRACE, BadRequest, Params
 from tracehouse.serve.step_parts import step_parts
 
@@ -44,8 +44,8 @@ def known_run(cur: duckdb.DuckDBPyConnection, run_id: str) -> None:
     present = tables(cur)
     table = "fct_run_summary" if "fct_run_summary" in present else "fct_rank_iterations"
     # ``table`` is one of two fixed names, never from the request.
-    found = cur.execute(f"select count(*) from {table} where run_id = ?",  # noqa: S608
-                        [run_id]).fetchone()
+    found = first_row(cur, f"select count(*) from {table} where run_id = ?",  # noqa: S608
+                      [run_id])
     if not found or not found[0]:
         raise BadRequest(f"unknown run {run_id!r}")
 
@@ -81,6 +81,14 @@ def run_overview(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str, An
         "step_parts": [asdict(part) for part in
                        step_parts(page.timing, columns(cur, "fct_rank_iterations"))],
     }
+
+
+def iterations_selection(cur: duckdb.DuckDBPyConnection, params: Params) -> Selection:
+    """The run's rows of ``fct_iteration_summary`` (the iterations side by side)."""
+    run_id = requested_run(cur, params, "fct_iteration_summary")
+    return Selection(f"{run_id}-iterations",
+                     "select * from fct_iteration_summary where run_id = $run",
+                     {"run": run_id}, "iteration nulls first")
 
 
 def iterations_side_by_side(cur: duckdb.DuckDBPyConnection, run_id: str,

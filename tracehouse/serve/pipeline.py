@@ -25,7 +25,7 @@ import duckdb
 
 from tracehouse.reports.html import rank_label
 from tracehouse.serve.cells import cell, iteration_label, plain, table
-from tracehouse.serve.marts import rows, tables
+from tracehouse.serve.marts import Selection, rows, tables
 from tracehouse.serve.overview import requested_run
 from tracehouse.serve.params import WHOLE_TRACE, BadRequest, Params
 
@@ -36,10 +36,11 @@ PART_COLUMNS = (("busy_ns", "busy"), ("bubble_ns", "bubble"), ("p2p_wait_ns", "P
                 ("other_kernel_ns", "other kernels"), ("idle_ns", "idle"))
 
 
-def pipeline(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str, Any]:
-    """A pipeline group's stages, their bubbles and microbatch blocks in one iteration."""
+def _group(cur: duckdb.DuckDBPyConnection, params: Params,
+           ) -> tuple[str, list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+    """The run, its (group, iteration) choices, the chosen group's stages
+    (fct_pipeline_bubbles rows) and the bound values naming them."""
     run_id = requested_run(cur, params, "fct_pipeline_bubbles", "fct_microbatch_phases")
-    present = tables(cur)
     choices = rows(cur, "select distinct pp_group_index, iteration from fct_pipeline_bubbles "
                         "where run_id = ? order by 1, 2 nulls first", [run_id])
     if not choices:
@@ -58,6 +59,26 @@ def pipeline(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str, Any]:
     if not stages:
         raise BadRequest(f"run {run_id!r} has no pipeline group {group} in iteration "
                          f"{iteration_label(iteration)}")
+    return run_id, choices, stages, where
+
+
+def pipeline_selection(cur: duckdb.DuckDBPyConnection, params: Params) -> Selection:
+    """The group's stages' microbatch work (``fct_microbatch_phases`` rows with a microbatch)."""
+    run_id, _choices, stages, where = _group(cur, params)
+    return Selection(
+        f"{run_id}-pp{where['group']}-iteration-{iteration_label(where['iteration'])}",
+        "select * from fct_microbatch_phases where run_id = $run "
+        "and iteration is not distinct from $iteration and list_contains($ranks, rank) "
+        "and microbatch is not null and first_start_ns is not null",
+        {"run": run_id, "iteration": where["iteration"],
+         "ranks": [stage["rank"] for stage in stages]}, "rank, first_start_ns")
+
+
+def pipeline(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str, Any]:
+    """A pipeline group's stages, their bubbles and microbatch blocks in one iteration."""
+    run_id, choices, stages, where = _group(cur, params)
+    group, iteration = where["group"], where["iteration"]
+    present = tables(cur)
     origin = int(stages[0]["group_start_ns"])
     coordinates = {row["rank"]: row for row in rows(
         cur, "select rank, pp_stage, tp_rank, dp_rank from fct_rank_iterations "
@@ -100,24 +121,18 @@ def pipeline(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str, Any]:
         "schedule_parts": [{"stage": part["pp_stage"], "part": part["schedule_part"],
                             "start": plain(part["start_at"]), "end": plain(part["end_at"])}
                            for part in parts],
-        "blocks": _blocks(cur, run_id, iteration, stages, origin),
+        "blocks": _blocks(cur, pipeline_selection(cur, params), stages, origin),
     }
 
 
-def _blocks(cur: duckdb.DuckDBPyConnection, run_id: str, iteration: int | None,
+def _blocks(cur: duckdb.DuckDBPyConnection, selection: Selection,
             stages: list[dict[str, Any]], origin: int) -> list[dict[str, Any]]:
-    """Each stage's microbatch work (fct_microbatch_phases rows with a microbatch)."""
+    """Each stage's microbatch work, on the group's axis."""
     stage_of = {stage["rank"]: stage["pp_stage"] for stage in stages}
-    found = rows(cur, """
-        select rank, phase, microbatch, vpp_chunk, kernel_count,
-               first_start_ns - $origin as start_at, last_end_ns - $origin as end_at,
-               wall_ns, busy_ns, compute_ns, communication_ns
-        from fct_microbatch_phases
-        where run_id = $run and iteration is not distinct from $iteration
-            and list_contains($ranks, rank) and microbatch is not null
-            and first_start_ns is not null
-        order by rank, first_start_ns
-    """, {"run": run_id, "iteration": iteration, "ranks": list(stage_of), "origin": origin})
+    found = rows(cur, f"""
+        select *, first_start_ns - $origin as start_at, last_end_ns - $origin as end_at
+        from ({selection.sql}) order by {selection.order}
+    """, {**selection.params, "origin": origin})  # noqa: S608 - fixed SQL text only
     return [{
         "stage": stage_of[block["rank"]],
         "rank": block["rank"],

@@ -12,8 +12,10 @@ What keeps it safe to run on a shared machine:
   whose ``Host`` names the loopback (a web page elsewhere cannot reach it
   through a DNS name that resolves to 127.0.0.1: DNS rebinding);
 * it answers GET and HEAD only; the API is a fixed table of read-only
-  views (:mod:`tracehouse.serve.api`) on read-only cursors
-  (:mod:`tracehouse.serve.marts`), so no request can write anything;
+  views (:mod:`tracehouse.serve.api`) and downloads
+  (:mod:`tracehouse.serve.exports`, made in memory) on read-only cursors
+  (:mod:`tracehouse.serve.marts`), so no request can write anything into
+  the warehouse;
 * every response forbids the page to load anything but its own files
   (``Content-Security-Policy``: no inline script, no other origin), so a
   trace string that slipped into markup still could not run, and nothing
@@ -38,6 +40,7 @@ import duckdb
 
 from tracehouse.serve import DEFAULT_HOST, DEFAULT_PORT
 from tracehouse.serve.api import ROUTES
+from tracehouse.serve.exports import DOWNLOADS
 from tracehouse.serve.marts import MartReader, WarehouseNotReady
 from tracehouse.serve.params import BadRequest, Params
 
@@ -109,27 +112,33 @@ class ViewerHandler(BaseHTTPRequestHandler):
             self._send(HTTPStatus.OK, *asset, head=head)
             return
         view = ROUTES.get(url.path)
-        if view is None:
+        download = DOWNLOADS.get(url.path)
+        if view is None and download is None:
             self._send(HTTPStatus.NOT_FOUND, *_json({"error": f"no such page: {url.path}"}),
                        head=head)
             return
         started = time.perf_counter()
+        extra = {"Cache-Control": "no-store"}
         try:
+            params = Params(parse_qs(url.query, keep_blank_values=True))
             with self.server.reader.cursor() as cur:
-                payload = view(cur, Params(parse_qs(url.query, keep_blank_values=True)))
+                if download is not None:
+                    made = download(cur, params, self.server.reader.place)
+                    body, kind = made.body, made.content_type
+                    extra["Content-Disposition"] = f'attachment; filename="{made.filename}"'
+                else:
+                    body, kind = _json(view(cur, params))
             status = HTTPStatus.OK
         except BadRequest as exc:
-            status, payload = HTTPStatus.BAD_REQUEST, {"error": str(exc)}
+            status, (body, kind) = HTTPStatus.BAD_REQUEST, _json({"error": str(exc)})
         except WarehouseNotReady as exc:
-            status, payload = HTTPStatus.SERVICE_UNAVAILABLE, {"error": str(exc)}
+            status, (body, kind) = HTTPStatus.SERVICE_UNAVAILABLE, _json({"error": str(exc)})
         except duckdb.Error as exc:
-            status, payload = HTTPStatus.INTERNAL_SERVER_ERROR, {
-                "error": f"{type(exc).__name__}: {exc}".splitlines()[0]}
-        body, kind = _json(payload)
+            status, (body, kind) = HTTPStatus.INTERNAL_SERVER_ERROR, _json({
+                "error": f"{type(exc).__name__}: {exc}".splitlines()[0]})
         elapsed_ms = (time.perf_counter() - started) * 1e3  # queries and encoding: server-side
-        self._send(status, body, kind, head=head,
-                   extra={"Server-Timing": f"marts;dur={elapsed_ms:.1f}",
-                          "Cache-Control": "no-store"})
+        extra["Server-Timing"] = f"marts;dur={elapsed_ms:.1f}"
+        self._send(status, body, kind, head=head, extra=extra)
 
     def _host_is_loopback(self) -> bool:
         host = (self.headers.get("Host") or "").strip()

@@ -35,7 +35,7 @@ import duckdb
 from tracehouse.reports.html import rank_label
 from tracehouse.reports.style import KIND_COLORS
 from tracehouse.serve.cells import iteration_label, plain
-from tracehouse.serve.marts import rows, tables
+from tracehouse.serve.marts import Selection, first_row, rows, tables
 from tracehouse.serve.overview import requested_run
 from tracehouse.serve.params import WHOLE_TRACE, BadRequest, Params
 
@@ -91,8 +91,8 @@ def timeline_choices(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str
 
 def run_origin(cur: duckdb.DuckDBPyConnection, run_id: str) -> int:
     """The run's first aligned step start (absolute ns), the zero of every time sent."""
-    found = cur.execute("select min(aligned_step_start_ns) from fct_rank_iterations "
-                        "where run_id = ?", [run_id]).fetchone()
+    found = first_row(cur, "select min(aligned_step_start_ns) from fct_rank_iterations "
+                           "where run_id = ?", [run_id])
     if not found or found[0] is None:
         raise BadRequest(f"run {run_id!r} has no steps to put on a timeline")
     return int(found[0])
@@ -115,23 +115,22 @@ def selected_ranks(cur: duckdb.DuckDBPyConnection, run_id: str, params: Params) 
     return found
 
 
-def timeline(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str, Any]:
-    """The kernels of the chosen ranks in ``[start, end)`` (ns after the run's origin), at the
-    level of detail of ``px`` pixels, and the collectives linking them."""
+def view_window(cur: duckdb.DuckDBPyConnection,
+                params: Params) -> tuple[str, list[int], dict[str, Any]]:
+    """The run, the ranks and the bound values of :data:`_KERNELS_IN_WINDOW` for a request's
+    ranks and ``[start, end)`` (ns after the run's origin)."""
     run_id = requested_run(cur, params, "fct_kernels")
-    present = tables(cur)
     ranks = selected_ranks(cur, run_id, params)
     origin = run_origin(cur, run_id)
     start, end = params.integer("start"), params.integer("end")
     if end <= start:
         raise BadRequest("parameter 'end' must be after 'start'")
-    px = params.integer("px", 1200, low=50, high=8000)
     offsets = dict(cur.execute(
         "select rank, offset_ns from dim_rank_clock_offsets where run_id = ? "
         "and list_contains(?, rank)", [run_id, ranks]).fetchall()) \
-        if "dim_rank_clock_offsets" in present else {}
+        if "dim_rank_clock_offsets" in tables(cur) else {}
     shifts = {rank: int(offsets.get(rank) or 0) for rank in ranks}
-    window = {
+    return run_id, ranks, {
         "run": run_id, "low": min(ranks), "high": max(ranks),
         "origin": origin, "start": start, "end": end,
         # The window on the ranks' own clocks, widened by the extreme offsets: constants
@@ -140,13 +139,30 @@ def timeline(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str, Any]:
         "raw_end": origin + end - min(shifts.values()),
         "shifts": [[rank, shift] for rank, shift in shifts.items()],
     }
+
+
+def timeline_selection(cur: duckdb.DuckDBPyConnection, params: Params) -> Selection:
+    """Every kernel of the view, whole (all of ``fct_kernels``' columns), with its start on the
+    view's axis: what the timeline draws, at full detail."""
+    run_id, ranks, window = view_window(cur, params)
+    columns = "kernels.*, kernels.ts_ns + shifts.shift_ns - $origin as start_in_view_ns"
+    return Selection(f"{run_id}-timeline",
+                     f"with {_KERNELS_IN_WINDOW.format(columns=columns)} "
+                     "select * from kernels", window, "rank, stream, ts_ns, slice_id")
+
+
+def timeline(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str, Any]:
+    """The kernels of the chosen ranks in ``[start, end)`` (ns after the run's origin), at the
+    level of detail of ``px`` pixels, and the collectives linking them."""
+    run_id, ranks, window = view_window(cur, params)
+    origin, start, end = window["origin"], window["start"], window["end"]
+    px = params.integer("px", 1200, low=50, high=8000)
     by_stream = len(ranks) <= MAX_STREAM_RANKS
     lanes = _lanes(cur, window, by_stream)
     buckets = max(1, min(px, MAX_CELLS // len(lanes)))
     step = max(1, -(-(end - start) // buckets))  # ceil: the buckets cover the window
-    stream = "kernels.stream" if by_stream else "null::bigint"
     found = cur.execute(f"""
-        with {_KERNELS_IN_WINDOW.format(stream=stream)}
+        with {_KERNELS_IN_WINDOW.format(columns=_drawn(by_stream))}
         select
             rank,
             stream,
@@ -178,22 +194,13 @@ def timeline(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str, Any]:
     }
 
 
-#: The shown ranks' kernels overlapping the window, on the reference clock, relative to the
-#: origin. ``{stream}`` is the kernel's stream, or NULL when a rank's streams share a lane.
+#: The shown ranks' kernels overlapping the window, ``{columns}`` of them (fixed text).
 _KERNELS_IN_WINDOW = """
     shifts as (
         select pair[1] as rank, pair[2] as shift_ns from (select unnest($shifts) as pair)
     ),
     kernels as (
-        select
-            kernels.rank,
-            {stream} as stream,
-            kernels.ts_ns + shifts.shift_ns - $origin as ts,
-            kernels.dur_ns as dur,
-            kernels.kind,
-            kernels.name,
-            kernels.trace_id,
-            kernels.slice_id
+        select {columns}
         from fct_kernels as kernels
         inner join shifts on kernels.rank = shifts.rank
         where kernels.run_id = $run
@@ -205,6 +212,15 @@ _KERNELS_IN_WINDOW = """
 """
 
 
+def _drawn(by_stream: bool) -> str:
+    """What the timeline draws of each kernel, on the reference clock relative to the origin;
+    its stream, or NULL when a rank's streams share a lane."""
+    stream = "kernels.stream" if by_stream else "null::bigint"
+    return (f"kernels.rank, {stream} as stream, kernels.ts_ns + shifts.shift_ns - $origin as ts, "
+            "kernels.dur_ns as dur, kernels.kind, kernels.name, kernels.trace_id, "
+            "kernels.slice_id")
+
+
 def _lanes(cur: duckdb.DuckDBPyConnection, window: dict[str, Any],
            by_stream: bool) -> list[tuple[int, int | None]]:
     """Every shown rank's lanes: its streams with kernels in the window (one lane, stream
@@ -212,7 +228,7 @@ def _lanes(cur: duckdb.DuckDBPyConnection, window: dict[str, Any],
     lanes: list[tuple[int, int | None]] = [(rank, None) for rank, _shift in window["shifts"]]
     if by_stream:
         streams = cur.execute(f"""
-            with {_KERNELS_IN_WINDOW.format(stream="kernels.stream")}
+            with {_KERNELS_IN_WINDOW.format(columns=_drawn(True))}
             select distinct rank, stream from kernels
         """, window).fetchall()  # noqa: S608 - fixed SQL text only
         with_kernels = {rank for rank, _ in streams}
@@ -260,9 +276,8 @@ def _links(cur: duckdb.DuckDBPyConnection, window: dict[str, Any],
     order, at most :data:`MAX_LINKS` (``links_left_out`` says how many more there were)."""
     if "fct_collective_ranks" not in tables(cur):
         return {"links": [], "links_left_out": 0}
-    stream = "kernels.stream" if by_stream else "null::bigint"
     found = rows(cur, f"""
-        with {_KERNELS_IN_WINDOW.format(stream=stream)},
+        with {_KERNELS_IN_WINDOW.format(columns=_drawn(by_stream))},
         members as (
             select
                 members.collective_id,

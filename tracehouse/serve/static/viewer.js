@@ -96,6 +96,15 @@ function table(spec, options) {
             el("tbody", {}, ...body));
 }
 
+// Links that download what a view shows (all its rows, its own filters and order).
+function exportLinks(view, params, id) {
+  const link = (format, text) => el("a", {class: "export", download: "", text,
+    dataset: {format},
+    href: "/export/table?" + new URLSearchParams({view, format, ...params})});
+  return el("span", {class: "exports", id: id || `export-${view}`}, "export: ",
+            link("csv", "CSV"), " · ", link("parquet", "Parquet"));
+}
+
 function section(title, ...children) {
   return el("section", {}, el("h2", {text: title}), ...children);
 }
@@ -170,8 +179,9 @@ async function overviewView(params) {
     ...data.notes.map((text) => el("p", {class: "note", text})),
     section("Headline (the report's figures)", cards),
     section("Worst offenders", offenders),
-    section("Iterations side by side", iterationsTable(run, data.iterations)),
-    section("Rank × iteration", heatmapPanel(run, data.step_parts)),
+    section("Iterations side by side", exportLinks("iterations", {run}),
+            iterationsTable(run, data.iterations)),
+    section("Rank × iteration", exportLinks("heatmap", {run}), heatmapPanel(run, data.step_parts)),
     section("Top kernels over the run", table(data.top_kernels, {class: "top-kernels"})));
 }
 
@@ -275,6 +285,7 @@ async function iterationView(params) {
     el("h1", {text: `${run} · iteration ${data.iteration}`}),
     el("p", {class: "meta", text: "Every rank's step and its exclusive parts " +
                                   "(fct_rank_iterations), slowest first; click a rank."}),
+    exportLinks("iteration", {run, iteration}),
     el("div", {class: "scroll"}, table(data.ranks, {
       class: "ranks", onRow: (key) => go("rank", {run, rank: key.rank, iteration})})));
 }
@@ -356,7 +367,7 @@ async function kernelsPanel(holder, where, state) {
     return;
   }
   const last = Math.min(data.total, data.offset + data.page_rows);
-  const pager = el("div", {class: "toolbar"}, search,
+  const pager = el("div", {class: "toolbar"}, search, exportLinks("kernels", {...where, ...state}),
     el("span", {class: "meta", id: "kernel-count",
                 text: `${data.offset + (data.total ? 1 : 0)}–${last} of ${data.total} kernels`}),
     el("button", {text: "previous", disabled: data.offset > 0 ? null : "",
@@ -505,6 +516,7 @@ async function timelineView(params) {
       "option", {value: `${kind}:${index}`, text: `${kind} group ${index}`}))));
   if (state.selection.group) groupSelect.value = `${state.selection.group}:${state.selection.index}`;
   const status = el("span", {class: "meta", id: "timeline-status"});
+  const exports = el("span", {id: "timeline-exports"});
   const canvas = el("canvas", {id: "timeline"});
   const holder = el("div", {class: "scroll", id: "timeline-holder"}, canvas);
   const iterationButtons = choices.iterations.map((it) => el("button", {
@@ -531,7 +543,8 @@ async function timelineView(params) {
              "arrival order; a red dot marks the last to arrive, the one the others waited for."}),
     el("div", {class: "toolbar"}, groupSelect, ranksInput, ...iterationButtons,
        el("button", {text: "zoom in", id: "zoom-in", onclick: () => zoom(0.5)}),
-       el("button", {text: "zoom out", id: "zoom-out", onclick: () => zoom(2)}), status),
+       el("button", {text: "zoom out", id: "zoom-out", onclick: () => zoom(2)}), exports),
+    el("p", {}, status),
     holder);
 
   const LEFT = 230, TOP = 24;
@@ -604,8 +617,11 @@ async function timelineView(params) {
     state.pending = token;
     const query = {run, start: Math.round(state.start), end: Math.round(state.end),
                    px: Math.round(layout().width - LEFT), ...state.selection};
-    history.replaceState(null, "", href("timeline", {run, ...state.selection,
-                                                     start: query.start, end: query.end}));
+    const shown = {run, ...state.selection, start: query.start, end: query.end};
+    history.replaceState(null, "", href("timeline", shown));
+    exports.replaceChildren(exportLinks("timeline", shown), " · ",
+      el("a", {id: "open-perfetto", download: "", text: "open in Perfetto (.pftrace)",
+               href: "/export/perfetto?" + new URLSearchParams(shown)}));
     document.body.dataset.state = "loading";
     let data;
     try {
@@ -694,7 +710,8 @@ async function pipelineView(params) {
       "microbatch's forward or backward work on a stage (fct_microbatch_phases), first kernel " +
       "to last; the shaded rest of the stage's window is its bubble (fct_pipeline_bubbles). " +
       "Scroll to zoom, drag to pan, click a block for its kernels."}),
-    el("div", {class: "toolbar"}, chooser, legend),
+    el("div", {class: "toolbar"}, chooser, legend,
+       exportLinks("pipeline", {run, group: data.group, iteration: data.iteration_key})),
     holder,
     section("Bubbles per stage (fct_pipeline_bubbles)", table(data.bubbles, {class: "bubbles"})),
     section("What fills them (fct_pipeline_bubble_parts)", table(data.parts, {class: "parts"})));
@@ -787,7 +804,8 @@ async function annotationsView(params) {
       "(fct_annotation_ranges): CPU span, GPU projection (first to last kernel launched in it " +
       "or below) and kernel counts. Open a range for its children; search finds ranges at any " +
       "depth."}),
-    el("div", {class: "toolbar"}, el("label", {text: "rank "}, rankInput), search), holder);
+    el("div", {class: "toolbar"}, el("label", {text: "rank "}, rankInput), search,
+       exportLinks("annotations", {run, rank, ...(q ? {q} : {})})), holder);
   const data = await api("annotations", {run, rank, ...(q ? {q} : {})});
   holder.replaceChildren(treeLevel(run, rank, data, Boolean(q)));
 }
