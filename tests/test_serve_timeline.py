@@ -162,3 +162,31 @@ def test_the_timeline_in_a_browser_zooms_to_exact_and_opens_a_kernel(
             ".map(dt => [dt.textContent, dt.nextElementSibling.dataset.value])"))
         assert (fields["trace_id"], int(fields["slice_id"])) == (target[2], target[3])
         assert page.console == [] and page.dialogs == []
+
+
+def test_the_selection_cache_answers_as_the_marts_do(report_viewer: ViewerServer,
+                                                     report_wh: ReportWarehouse,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A selection's later windows come from the viewer's in-memory cache; the answers must be
+    the ones read straight from the marts, and only CACHE_ENTRIES selections are kept."""
+    from tracehouse.serve import timeline as module
+
+    run = report_wh.need("sim_a")
+    window = get(report_viewer, "timeline_choices", run=run)["iterations"][1]
+    views = [dict(ranks=ranks, start=window["start"] + shift, end=window["end"] - shift, px=px)
+             for ranks, shift, px in (("0-3", 0, 300), ("1,3", 100_000, 1200), ("2", 0, 90))]
+    cached = [get(report_viewer, "timeline", run=run, **view) for view in views]
+    monkeypatch.setattr(module, "CACHE_MAX_RANKS", 0)
+    direct = [get(report_viewer, "timeline", run=run, **view) for view in views]
+    assert cached == direct
+    assert all(answer["links"] for answer in cached[:2])
+
+    monkeypatch.setattr(module, "CACHE_MAX_RANKS", 64)
+    monkeypatch.setattr(module, "CACHE_ENTRIES", 2)
+    for view in views:
+        get(report_viewer, "timeline", run=run, **view)
+    with report_viewer.reader.cursor() as cur:
+        kept = cur.execute("select table_name from duckdb_tables() where database_name = "
+                           "'memory' and table_name like 'timeline_%' and table_name not "
+                           "like '%_members' and table_name <> 'timeline_cache_use'").fetchall()
+    assert len(kept) == 2

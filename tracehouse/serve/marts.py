@@ -19,6 +19,7 @@ never a mix, and the next click shows the new build.
 from __future__ import annotations
 
 import os
+import re
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -160,6 +161,13 @@ def rows(cur: duckdb.DuckDBPyConnection, sql: str,
     result = cur.execute(sql, bound)
     names = [column[0] for column in result.description]
     return [dict(zip(names, row)) for row in result.fetchall()]
+
+
+def bound(sql: str, values: Mapping[str, Any]) -> dict[str, Any]:
+    """The named parameters ``sql`` uses (``$name``), from ``values``: DuckDB refuses a
+    statement given parameters it does not name."""
+    return {name: value for name, value in values.items()
+            if re.search(rf"\${re.escape(name)}\b", sql)}
 
 
 def first_row(cur: duckdb.DuckDBPyConnection, sql: str,

@@ -28,6 +28,11 @@ arrival order (the last to arrive is the one everybody waited for), up to
 
 from __future__ import annotations
 
+import hashlib
+import json
+import threading
+import time
+from dataclasses import dataclass
 from typing import Any
 
 import duckdb
@@ -35,7 +40,7 @@ import duckdb
 from tracehouse.reports.html import rank_label
 from tracehouse.reports.style import KIND_COLORS
 from tracehouse.serve.cells import iteration_label, plain
-from tracehouse.serve.marts import Selection, first_row, rows, tables
+from tracehouse.serve.marts import Selection, bound, first_row, rows, tables
 from tracehouse.serve.overview import requested_run
 from tracehouse.serve.params import WHOLE_TRACE, BadRequest, Params
 
@@ -47,6 +52,10 @@ MAX_STREAM_RANKS = 64
 MAX_LINKS = 400
 #: Ranks one view may show.
 MAX_RANKS = 4096
+#: Selections of at most this many ranks are cached (:func:`_cached`), this many at a time.
+CACHE_MAX_RANKS = 64
+CACHE_ENTRIES = 8
+_CACHE_LOCK = threading.Lock()
 #: Group selectors: the page's name → dim_ranks' column.
 GROUPS = {"pp": "pp_group_index", "tp": "tp_group_index", "dp": "dp_group_index",
           "cp": "cp_group_index", "replica": "model_replica"}
@@ -158,11 +167,12 @@ def timeline(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str, Any]:
     origin, start, end = window["origin"], window["start"], window["end"]
     px = params.integer("px", 1200, low=50, high=8000)
     by_stream = len(ranks) <= MAX_STREAM_RANKS
-    lanes = _lanes(cur, window, by_stream)
+    source = _source(cur, run_id, ranks, window, by_stream)
+    lanes = _lanes(cur, source, ranks, by_stream)
     buckets = max(1, min(px, MAX_CELLS // len(lanes)))
     step = max(1, -(-(end - start) // buckets))  # ceil: the buckets cover the window
-    found = cur.execute(f"""
-        with {_KERNELS_IN_WINDOW.format(columns=_drawn(by_stream))}
+    sql = f"""
+        with {source.kernels}
         select
             rank,
             stream,
@@ -176,7 +186,8 @@ def timeline(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str, Any]:
         from kernels
         group by rank, stream, (greatest(ts, $start) - $start) // $step
         order by rank, stream, ts
-    """, {**window, "step": step}).fetchall()  # noqa: S608 - fixed SQL text only
+    """  # noqa: S608 - fixed SQL text only
+    found = cur.execute(sql, bound(sql, {**source.params, "step": step})).fetchall()
     lane_index = {lane: index for index, lane in enumerate(lanes)}
     labels = _rank_labels(cur, run_id, ranks)
     return {
@@ -190,7 +201,7 @@ def timeline(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str, Any]:
                   for rank, lane_stream in lanes],
         "colors": dict(KIND_COLORS),
         **_rectangles(found, lane_index),
-        **_links(cur, window, lane_index, by_stream),
+        **_links(cur, source, lane_index),
     }
 
 
@@ -212,6 +223,115 @@ _KERNELS_IN_WINDOW = """
 """
 
 
+#: The members of the collectives among the shown kernels (needs the ``kernels`` CTE).
+_MEMBERS_OF_KERNELS = """
+    members as (
+        select
+            members.collective_id,
+            members.op,
+            members.process_group_key,
+            members.rank,
+            kernels.stream,
+            members.arrival_ns - $origin as arrival,
+            members.end_ns - $origin as ended,
+            members.arrival_order,
+            members.is_last,
+            members.wait_ns
+        from fct_collective_ranks as members
+        inner join kernels
+            on members.trace_id = kernels.trace_id and members.slice_id = kernels.slice_id
+        where members.run_id = $run and members.rank between $low and $high
+    )
+"""
+
+
+@dataclass(frozen=True)
+class _Source:
+    """Where a view's kernels and collective members come from: two CTEs (``kernels``,
+    ``members``) and the values they bind."""
+
+    kernels: str
+    members: str
+    params: dict[str, Any]
+
+
+def _source(cur: duckdb.DuckDBPyConnection, run_id: str, ranks: list[int],
+            window: dict[str, Any], by_stream: bool) -> _Source:
+    """The window's kernels and members: from the selection's cache when it has one (see
+    :func:`_cached`), else straight from the marts."""
+    stream = "stream" if by_stream else "null::bigint as stream"
+    table = _cached(cur, run_id, ranks, window)
+    if table is None:
+        return _Source(_KERNELS_IN_WINDOW.format(columns=_drawn(by_stream)),
+                       _MEMBERS_OF_KERNELS, window)
+    return _Source(
+        f"""kernels as (
+            select rank, {stream}, ts, dur, kind, name, trace_id, slice_id
+            from {table} where ts < $end and ts + dur > $start
+        )""",
+        f"""members as (
+            select collective_id, op, process_group_key, rank, {stream}, arrival, ended,
+                arrival_order, is_last, wait_ns
+            from {table}_members where arrival < $end and ended > $start
+        )""", window)
+
+
+def _cached(cur: duckdb.DuckDBPyConnection, run_id: str, ranks: list[int],
+            window: dict[str, Any]) -> str | None:
+    """An in-memory table of the selection's kernels on the view's axis (and one of their
+    collective members), made on the selection's first view; None above
+    :data:`CACHE_MAX_RANKS` ranks.
+
+    Why: ``fct_kernels`` is not ordered by rank, so any window of a few ranks
+    reads the whole table (8 M kernels at 1,024 ranks × 4 iterations: a few
+    hundred ms on two cores), and a pan or a zoom is a new window. The first
+    view of a selection reads it once, sorted by time, into the viewer's own
+    in-memory database (never the warehouse, which is attached read-only);
+    later windows read the cache. It lives as long as the connection to this
+    published database (a new build gets a new one, without the caches);
+    :data:`CACHE_ENTRIES` selections are kept, the least recently used one
+    is dropped first.
+    """
+    if len(ranks) > CACHE_MAX_RANKS:
+        return None
+    key = hashlib.sha1(json.dumps([run_id, ranks]).encode()).hexdigest()[:16]
+    table = f"memory.main.timeline_{key}"
+    with _CACHE_LOCK:
+        cur.execute("create table if not exists memory.main.timeline_cache_use "
+                    "(name varchar primary key, used_at double)")
+        if first_row(cur, "select 1 from duckdb_tables() where database_name = 'memory' "
+                          "and table_name = ?", [f"timeline_{key}"]) is None:
+            sql = f"""
+                create table {table} as
+                with {_KERNELS_IN_WINDOW.format(columns=_CACHED_COLUMNS)}
+                select * from kernels order by ts
+            """  # noqa: S608 - fixed text and a name made of hex digits
+            whole = {**window, "start": -(2**62), "end": 2**62, "raw_start": -(2**62),
+                     "raw_end": 2**62}
+            cur.execute(sql, bound(sql, whole))
+            sql = f"""
+                create table {table}_members as
+                with kernels as (select * from {table}), {_MEMBERS_OF_KERNELS}
+                select * from members
+            """  # noqa: S608 - fixed text and a name made of hex digits
+            cur.execute(sql, bound(sql, whole))
+        cur.execute("insert or replace into memory.main.timeline_cache_use values (?, ?)",
+                    [table, time.monotonic()])
+        for (old,) in cur.execute("select name from memory.main.timeline_cache_use "
+                                  "order by used_at desc offset ?",
+                                  [CACHE_ENTRIES]).fetchall():
+            cur.execute(f"drop table if exists {old}")  # names made here, of hex digits
+            cur.execute(f"drop table if exists {old}_members")
+            cur.execute("delete from memory.main.timeline_cache_use where name = ?", [old])
+    return table
+
+
+#: What the cache keeps of each kernel (the timeline's axis; every stream).
+_CACHED_COLUMNS = ("kernels.rank, kernels.stream, kernels.ts_ns + shifts.shift_ns - $origin as ts, "
+                   "kernels.dur_ns as dur, kernels.kind, kernels.name, kernels.trace_id, "
+                   "kernels.slice_id")
+
+
 def _drawn(by_stream: bool) -> str:
     """What the timeline draws of each kernel, on the reference clock relative to the origin;
     its stream, or NULL when a rank's streams share a lane."""
@@ -221,16 +341,14 @@ def _drawn(by_stream: bool) -> str:
             "kernels.slice_id")
 
 
-def _lanes(cur: duckdb.DuckDBPyConnection, window: dict[str, Any],
+def _lanes(cur: duckdb.DuckDBPyConnection, source: _Source, ranks: list[int],
            by_stream: bool) -> list[tuple[int, int | None]]:
     """Every shown rank's lanes: its streams with kernels in the window (one lane, stream
     None, when streams share a lane or it has none there)."""
-    lanes: list[tuple[int, int | None]] = [(rank, None) for rank, _shift in window["shifts"]]
+    lanes: list[tuple[int, int | None]] = [(rank, None) for rank in ranks]
     if by_stream:
-        streams = cur.execute(f"""
-            with {_KERNELS_IN_WINDOW.format(columns=_drawn(True))}
-            select distinct rank, stream from kernels
-        """, window).fetchall()  # noqa: S608 - fixed SQL text only
+        sql = f"with {source.kernels} select distinct rank, stream from kernels"
+        streams = cur.execute(sql, bound(sql, source.params)).fetchall()
         with_kernels = {rank for rank, _ in streams}
         lanes = sorted([lane for lane in lanes if lane[0] not in with_kernels] + streams,
                        key=lambda lane: (lane[0], lane[1] if lane[1] is not None else -1))
@@ -270,31 +388,15 @@ def _rectangles(found: list[tuple], lane_index: dict[tuple[int, int | None], int
             "names": list(names), "traces": list(traces)}
 
 
-def _links(cur: duckdb.DuckDBPyConnection, window: dict[str, Any],
-           lane_index: dict[tuple[int, int | None], int], by_stream: bool) -> dict[str, Any]:
+def _links(cur: duckdb.DuckDBPyConnection, source: _Source,
+           lane_index: dict[tuple[int, int | None], int]) -> dict[str, Any]:
     """Collective instances with two or more shown members in the window, members in arrival
     order, at most :data:`MAX_LINKS` (``links_left_out`` says how many more there were)."""
     if "fct_collective_ranks" not in tables(cur):
         return {"links": [], "links_left_out": 0}
-    found = rows(cur, f"""
-        with {_KERNELS_IN_WINDOW.format(columns=_drawn(by_stream))},
-        members as (
-            select
-                members.collective_id,
-                members.op,
-                members.process_group_key,
-                members.rank,
-                kernels.stream,
-                members.arrival_ns - $origin as arrival,
-                members.end_ns - $origin as ended,
-                members.arrival_order,
-                members.is_last,
-                members.wait_ns
-            from fct_collective_ranks as members
-            inner join kernels
-                on members.trace_id = kernels.trace_id and members.slice_id = kernels.slice_id
-            where members.run_id = $run and members.rank between $low and $high
-        ),
+    sql = f"""
+        with {source.kernels},
+        {source.members},
         chains as (
             select collective_id, min(arrival) as first_arrival
             from members
@@ -311,7 +413,8 @@ def _links(cur: duckdb.DuckDBPyConnection, window: dict[str, Any],
         inner join counted on members.collective_id = counted.collective_id
         where counted.chain_order <= $limit
         order by counted.chain_order, members.arrival_order, members.rank
-    """, {**window, "limit": MAX_LINKS})  # noqa: S608 - fixed SQL text only
+    """  # noqa: S608 - fixed SQL text only
+    found = rows(cur, sql, bound(sql, {**source.params, "limit": MAX_LINKS}))
     links: dict[str, dict[str, Any]] = {}
     for member in found:
         link = links.setdefault(member["collective_id"], {
