@@ -177,12 +177,12 @@ def timeline(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str, Any]:
             rank,
             stream,
             count(*) as kernels,
-            arg_max(ts, dur) as ts,
+            arg_max(ts, {_LONGEST}) as ts,
             max(dur) as dur,
-            arg_max(kind, dur) as kind,
-            arg_max(name, dur) as name,
-            arg_max(trace_id, dur) as trace_id,
-            arg_max(slice_id, dur) as slice_id
+            arg_max(kind, {_LONGEST}) as kind,
+            arg_max(name, {_LONGEST}) as name,
+            arg_max(trace_id, {_LONGEST}) as trace_id,
+            arg_max(slice_id, {_LONGEST}) as slice_id
         from kernels
         group by rank, stream, (greatest(ts, $start) - $start) // $step
         order by rank, stream, ts
@@ -204,6 +204,10 @@ def timeline(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str, Any]:
         **_links(cur, source, lane_index),
     }
 
+
+#: A bucket's kernel: the longest, of equally long ones the first (then the lowest slice id),
+#: so that the same window always draws the same kernels.
+_LONGEST = "[dur, -ts, -slice_id]"
 
 #: The shown ranks' kernels overlapping the window, ``{columns}`` of them (fixed text).
 _KERNELS_IN_WINDOW = """
