@@ -80,6 +80,8 @@ def test_hostile_names_survive_the_csv(report_viewer: ViewerServer,
      "(select rank from dim_ranks where run_id = 'sim_a' and pp_group_index = 0)"),
     ("annotations", {"rank": 0}, "fct_annotation_ranges",
      "rank = 0 and parent_range_id is null"),
+    ("stragglers", {"iteration": 2}, "fct_stragglers", "iteration = 2"),
+    ("collectives", {"iteration": 2}, "fct_collectives", "iteration = 2"),
 ])
 def test_each_view_exports_its_mart_rows(report_viewer: ViewerServer,
                                          report_wh: ReportWarehouse, view: str,

@@ -7,10 +7,10 @@ connection applies), below the CLI. Modules: :mod:`.marts` (read-only
 cursors, reopened after a build publishes), :mod:`.params` and
 :mod:`.cells` (what comes in and goes out), one module per view
 (:mod:`.overview`, :mod:`.heatmap`, :mod:`.drill`, :mod:`.kernels`,
-:mod:`.timeline`, :mod:`.pipeline`, :mod:`.annotations`), :mod:`.exports`
-(CSV, Parquet, Perfetto), :mod:`.api` (the route table) and :mod:`.server`
-(HTTP); the page is ``static/`` (one HTML file, one script, one style
-sheet).
+:mod:`.timeline`, :mod:`.pipeline`, :mod:`.annotations`,
+:mod:`.stragglers`), :mod:`.exports` (CSV, Parquet, Perfetto), :mod:`.api`
+(the route table) and :mod:`.server` (HTTP); the page is ``static/`` (one
+HTML file, one script, one style sheet).
 
 Why a page of our own over a JSON API, served by the standard library,
 rather than Dash/Plotly or Panel/Bokeh (all three were run offline here;

@@ -20,6 +20,7 @@ from tracehouse.serve.kernels import rank_kernels
 from tracehouse.serve.overview import run_list, run_overview
 from tracehouse.serve.params import Params
 from tracehouse.serve.pipeline import pipeline
+from tracehouse.serve.stragglers import stragglers
 from tracehouse.serve.timeline import timeline, timeline_choices
 
 View = Callable[[duckdb.DuckDBPyConnection, Params], dict[str, Any]]
@@ -36,4 +37,5 @@ ROUTES: dict[str, View] = {
     "/api/timeline": timeline,
     "/api/pipeline": pipeline,
     "/api/annotations": annotation_tree,
+    "/api/stragglers": stragglers,
 }

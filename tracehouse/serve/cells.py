@@ -56,6 +56,16 @@ def ms3(ns: float | None) -> str:
     return "—" if ns is None else f"{ns / 1e6:,.3f} ms"
 
 
+def one_decimal(value: float | None) -> str:
+    """A figure to one decimal (a bandwidth in GB/s)."""
+    return "—" if value is None else f"{value:,.1f}"
+
+
+def times(ratio: float | None) -> str:
+    """A ratio against a reference, as the report writes it (``1.50×``)."""
+    return "—" if ratio is None else f"{ratio:.2f}×"
+
+
 def count(value: int | None) -> str:
     """An integer with thousands separators (``—`` when unknown)."""
     return "—" if value is None else f"{int(value):,}"
@@ -72,7 +82,8 @@ def iteration_label(iteration: int | None) -> str:
 
 
 #: Formatter of each cell kind.
-FORMATS = {"ms": ms, "ms3": ms3, "us": us, "pct": pct, "int": count, "text": text}
+FORMATS = {"ms": ms, "ms3": ms3, "us": us, "x1": one_decimal, "times": times, "pct": pct,
+           "int": count, "text": text}
 
 
 def cell(value: Any, kind: str) -> Cell:

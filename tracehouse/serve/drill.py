@@ -17,7 +17,7 @@ import duckdb
 from tracehouse.reports.html import rank_label, timing_source
 from tracehouse.serve.cells import cell, iteration_label, plain, table
 from tracehouse.serve.marts import Selection, columns, rows
-from tracehouse.serve.overview import requested_run
+from tracehouse.serve.overview import iteration_rows, requested_run
 from tracehouse.serve.params import BadRequest, Params
 from tracehouse.serve.step_parts import STEP_COLUMN, step_parts
 from tracehouse.serve.timeline import run_origin
@@ -35,12 +35,8 @@ def _parts(cur: duckdb.DuckDBPyConnection, run_id: str) -> list[tuple[str, str, 
 
 def iteration_selection(cur: duckdb.DuckDBPyConnection, params: Params) -> Selection:
     """An iteration's rows of ``fct_rank_iterations`` (the ranks with a step), slowest first."""
-    run_id = requested_run(cur, params, "fct_rank_iterations")
-    iteration = params.iteration()
-    return Selection(f"{run_id}-iteration-{iteration_label(iteration)}",
-                     "select * from fct_rank_iterations where run_id = $run and "
-                     "iteration is not distinct from $iteration and step_ns is not null",
-                     {"run": run_id, "iteration": iteration}, "step_ns desc, rank")
+    return iteration_rows(cur, params, "fct_rank_iterations", "iteration",
+                          "step_ns desc, rank", " and step_ns is not null")
 
 
 def iteration_ranks(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str, Any]:

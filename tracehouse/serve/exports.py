@@ -39,6 +39,7 @@ from tracehouse.serve.marts import Selection
 from tracehouse.serve.overview import iterations_selection
 from tracehouse.serve.params import BadRequest, Params
 from tracehouse.serve.pipeline import pipeline_selection
+from tracehouse.serve.stragglers import collective_selection, straggler_selection
 from tracehouse.serve.timeline import timeline_selection, view_window
 
 #: The views whose rows export, by the name the page uses.
@@ -50,6 +51,8 @@ SELECTIONS: dict[str, Callable[[duckdb.DuckDBPyConnection, Params], Selection]] 
     "timeline": timeline_selection,
     "pipeline": pipeline_selection,
     "annotations": annotation_selection,
+    "stragglers": straggler_selection,
+    "collectives": collective_selection,
 }
 FORMATS = {"csv": "text/csv; charset=utf-8", "parquet": "application/vnd.apache.parquet"}
 _BATCH = 10_000

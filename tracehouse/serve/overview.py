@@ -62,6 +62,18 @@ def requested_run(cur: duckdb.DuckDBPyConnection, params: Params, *needs: str) -
     return run_id
 
 
+def iteration_rows(cur: duckdb.DuckDBPyConnection, params: Params, mart: str, name: str,
+                   order: str, condition: str = "") -> Selection:
+    """A mart's rows of the request's run and ``iteration`` (and ``condition``, fixed text)."""
+    run_id = requested_run(cur, params, mart)
+    iteration = params.iteration()
+    # ``mart`` and ``condition`` are the callers' fixed text; the values are bound.
+    return Selection(f"{run_id}-{name}-{iteration_label(iteration)}",
+                     f"select * from {mart} where run_id = $run and "  # noqa: S608
+                     f"iteration is not distinct from $iteration{condition}",
+                     {"run": run_id, "iteration": iteration}, order)
+
+
 def run_overview(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str, Any]:
     """The report's headline and offenders, the top kernels, the iterations, the heatmap's parts."""
     run_id = requested_run(cur, params)

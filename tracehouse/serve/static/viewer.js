@@ -285,6 +285,8 @@ async function iterationView(params) {
     el("h1", {text: `${run} · iteration ${data.iteration}`}),
     el("p", {class: "meta", text: "Every rank's step and its exclusive parts " +
                                   "(fct_rank_iterations), slowest first; click a rank."}),
+    el("p", {}, el("a", {id: "open-stragglers", text: "who waited for whom in this iteration",
+                         href: href("stragglers", {run, iteration})})),
     exportLinks("iteration", {run, iteration}),
     el("div", {class: "scroll"}, table(data.ranks, {
       class: "ranks", onRow: (key) => go("rank", {run, rank: key.rank, iteration})})));
@@ -841,11 +843,52 @@ function treeLevel(run, rank, data, showPath) {
   return list;
 }
 
+// ------------------------------------------------------------------ stragglers
+
+async function stragglersView(params) {
+  const run = params.get("run"), iteration = params.get("iteration");
+  const state = {sort: params.get("sort") || "start_skew_ns", q: params.get("q") || "",
+                 offset: Number(params.get("offset") || 0)};
+  const data = await api("stragglers", {run, iteration, ...state});
+  setCrumbs(runCrumbs(run).concat([
+    {label: `iteration ${data.iteration}`, href: href("iteration", {run, iteration})},
+    {label: "who waited for whom"}]));
+  const again = (change) => go("stragglers", {run, iteration, ...state, ...change});
+  const filter = el("input", {id: "collective-filter", type: "search", value: state.q,
+                              placeholder: "filter by op or group"});
+  filter.addEventListener("change", () => again({q: filter.value, offset: 0}));
+  const last = Math.min(data.total, data.offset + data.page_rows);
+  const sortable = ["start_skew_ns", "last_rank_wait_caused_ns", "total_wait_ns",
+                    "transfer_ns", "bytes"];
+  view.replaceChildren(
+    el("h1", {text: `${run} · iteration ${data.iteration} · who waited for whom`}),
+    el("p", {class: "meta", text: "The ranks whose late arrivals made the others wait " +
+      "(fct_stragglers; straggler rank 1 is the straggler), and the collectives with the " +
+      "largest skew (fct_collectives). Click a collective to see its members on the timeline."}),
+    section("Stragglers", exportLinks("stragglers", {run, iteration}),
+            table(data.stragglers, {class: "stragglers",
+              onRow: (key) => go("rank", {run, rank: key.rank, iteration})})),
+    section("Collectives, largest first",
+      el("div", {class: "toolbar"}, filter,
+         el("span", {class: "meta", id: "collective-count",
+                     text: `${data.offset + (data.total ? 1 : 0)}–${last} of ${data.total}`}),
+         el("button", {text: "previous", disabled: data.offset > 0 ? null : "",
+                       onclick: () => again({offset: Math.max(0, data.offset - data.page_rows)})}),
+         el("button", {text: "next", disabled: last < data.total ? null : "",
+                       onclick: () => again({offset: data.offset + data.page_rows})}),
+         exportLinks("collectives", {run, iteration, ...state})),
+      el("div", {class: "scroll"}, table(data.collectives, {
+        class: "collectives", sortable,
+        onSort: (key) => again({sort: key, offset: 0}),
+        onRow: (key) => go("timeline", {run, ranks: key.ranks.join(","),
+                                        start: key.window[0], end: key.window[1]})}))));
+}
+
 // ------------------------------------------------------------------ routing
 
 const VIEWS = {"": runsView, run: overviewView, iteration: iterationView, rank: rankView,
                kernel: kernelView, timeline: timelineView, pipeline: pipelineView,
-               annotations: annotationsView};
+               annotations: annotationsView, stragglers: stragglersView};
 
 function showError(error) {
   view.replaceChildren(el("p", {class: "error", text: String(error.message || error)}));
