@@ -8,7 +8,7 @@ cursors, reopened after a build publishes), :mod:`.params` and
 :mod:`.cells` (what comes in and goes out), one module per view
 (:mod:`.overview`, :mod:`.heatmap`, :mod:`.drill`, :mod:`.kernels`,
 :mod:`.timeline`, :mod:`.pipeline`, :mod:`.annotations`,
-:mod:`.stragglers`), :mod:`.exports` (CSV, Parquet, Perfetto), :mod:`.api`
+:mod:`.stragglers`, :mod:`.compare`), :mod:`.exports` (CSV, Parquet, Perfetto), :mod:`.api`
 (the route table) and :mod:`.server` (HTTP); the page is ``static/`` (one
 HTML file, one script, one style sheet).
 

@@ -14,6 +14,7 @@ from typing import Any
 import duckdb
 
 from tracehouse.serve.annotations import annotation_tree
+from tracehouse.serve.compare import compare
 from tracehouse.serve.drill import iteration_ranks, kernel_detail, rank_iteration
 from tracehouse.serve.heatmap import heatmap
 from tracehouse.serve.kernels import rank_kernels
@@ -38,4 +39,5 @@ ROUTES: dict[str, View] = {
     "/api/pipeline": pipeline,
     "/api/annotations": annotation_tree,
     "/api/stragglers": stragglers,
+    "/api/compare": compare,
 }

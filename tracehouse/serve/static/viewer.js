@@ -167,6 +167,13 @@ async function overviewView(params) {
     el("tbody", {}, ...data.offenders.map((o) => el(
       "tr", {}, el("td", {text: o.what}), el("td", {text: o.who}),
       el("td", {class: "num", text: o.figure}), el("td", {text: o.note})))));
+  const others = (await api("runs")).runs.map((r) => r.run_id).filter((name) => name !== run);
+  const compareWith = el("select", {id: "compare-with"},
+    el("option", {value: "", text: "compare with…"}),
+    ...others.map((name) => el("option", {value: name, text: name})));
+  compareWith.addEventListener("change", () => {
+    if (compareWith.value) go("compare", {run, other: compareWith.value});
+  });
   view.replaceChildren(
     el("h1", {text: run}),
     el("p", {class: "meta", text: [data.layout, `timing: ${data.timing}`]
@@ -175,7 +182,7 @@ async function overviewView(params) {
                          text: "open the timeline"}), " · ",
        el("a", {href: href("pipeline", {run}), id: "open-pipeline", text: "the pipeline"}), " · ",
        el("a", {href: href("annotations", {run}), id: "open-annotations",
-                text: "the annotation tree"})),
+                text: "the annotation tree"}), " · ", compareWith),
     ...data.notes.map((text) => el("p", {class: "note", text})),
     section("Headline (the report's figures)", cards),
     section("Worst offenders", offenders),
@@ -884,11 +891,26 @@ async function stragglersView(params) {
                                         start: key.window[0], end: key.window[1]})}))));
 }
 
+// ------------------------------------------------------------------ two runs
+
+async function compareView(params) {
+  const run = params.get("run"), other = params.get("other");
+  setCrumbs(runCrumbs(run).concat([{label: `compared with ${other}`}]));
+  const data = await api("compare", {run, other});
+  view.replaceChildren(
+    el("h1", {text: `${data.run_a} against ${data.run_b}`}),
+    el("p", {class: "meta", text: "tracehouse compare's table: the runs' iterations paired " +
+      "by order (fct_iteration_summary), A is the first run, B the second; the last row is " +
+      "each run's own figures (fct_run_summary)."}),
+    el("div", {class: "scroll"}, table(data.table, {class: "compare"})));
+}
+
 // ------------------------------------------------------------------ routing
 
 const VIEWS = {"": runsView, run: overviewView, iteration: iterationView, rank: rankView,
                kernel: kernelView, timeline: timelineView, pipeline: pipelineView,
-               annotations: annotationsView, stragglers: stragglersView};
+               annotations: annotationsView, stragglers: stragglersView,
+               compare: compareView};
 
 function showError(error) {
   view.replaceChildren(el("p", {class: "error", text: String(error.message || error)}));
