@@ -209,7 +209,7 @@ def measure(client: Client, figures: Figures, repeat: int) -> None:
         first = Timing(f"timeline {label}: first view of the selection", [server], [wall],
                        size / 1024, f"{len(shown['lanes'])} lanes, "
                        f"{len(shown['rects']['ts']):,} of {sum(shown['rects']['n']):,} "
-                       "kernels drawn")
+                       "slices drawn")
         figures.timings.append(first)
         _say(first.row())
         timed(f"timeline {label}: open an iteration again", "/api/timeline", run=run,

@@ -61,6 +61,8 @@ def test_zoomed_out_each_bucket_is_its_longest_kernel(report_viewer: ViewerServe
     got = {}
     for i in range(len(rects["ts"])):
         lane = shown["lanes"][rects["lane"][i]]
+        if lane["stream"] == "cpu":  # the rank's CPU step frames: the next test's
+            continue
         bucket = (max(rects["ts"][i], start) - start) // step
         got[(lane["rank"], lane["stream"], bucket)] = (
             rects["n"][i], rects["dur"][i], rects["ts"][i], shown["traces"][rects["trace"][i]],
@@ -71,7 +73,29 @@ def test_zoomed_out_each_bucket_is_its_longest_kernel(report_viewer: ViewerServe
         assert count == len(members)
         assert dur == max(member[0] for member in members)
         assert (dur, ts, trace, slice_id) in members  # a longest one, exactly as stored
-    assert len(rects["ts"]) <= len(shown["lanes"]) * shown["buckets"] <= MAX_CELLS
+    kernel_lanes = [lane for lane in shown["lanes"] if lane["stream"] != "cpu"]
+    assert len(got) <= len(kernel_lanes) * shown["buckets"] <= MAX_CELLS
+
+
+def test_each_ranks_cpu_steps_have_a_lane(report_viewer: ViewerServer,
+                                          report_wh: ReportWarehouse) -> None:
+    """The outermost Megatron step frames (fct_cpu_steps), bucketed as the kernels are: on a
+    CPU-only run they are all the timeline has."""
+    run = report_wh.need("tp1_pp4_dp2")
+    window = get(report_viewer, "timeline_choices", run=run)["iterations"][0]
+    shown = get(report_viewer, "timeline", run=run, ranks="0-3", start=window["start"],
+                end=window["end"], px=400)
+    assert [(lane["rank"], lane["stream"]) for lane in shown["lanes"]] == [
+        (rank, "cpu") for rank in range(4)]
+    (frames,), = report_wh.rows(
+        "select count(*) from fct_cpu_steps as s left join dim_rank_clock_offsets as o "
+        "on o.run_id = s.run_id and o.rank = s.rank where s.run_id = ? and s.rank < 4 "
+        "and s.is_outermost and s.ts_ns + coalesce(o.offset_ns, 0) - ? < ? "
+        "and s.end_ns + coalesce(o.offset_ns, 0) - ? > ?",
+        [run, int(shown["origin_ns"]), window["end"], int(shown["origin_ns"]),
+         window["start"]])
+    assert sum(shown["rects"]["n"]) == frames > 0
+    assert {shown["kind_names"][k] for k in shown["rects"]["kind"]} >= {"forward", "backward"}
 
 
 def test_zoomed_in_the_kernels_are_exact(report_viewer: ViewerServer,
@@ -87,7 +111,8 @@ def test_zoomed_in_the_kernels_are_exact(report_viewer: ViewerServer,
               if ts < end and ts + dur > start}
     rects = shown["rects"]
     assert {(shown["traces"][rects["trace"][i]], rects["slice"][i], rects["ts"][i],
-             rects["dur"][i]) for i in range(len(rects["ts"]))} == inside
+             rects["dur"][i]) for i in range(len(rects["ts"]))
+            if shown["lanes"][rects["lane"][i]]["stream"] != "cpu"} == inside
     assert len(inside) >= 1
 
 
@@ -126,7 +151,9 @@ def test_the_timeline_in_a_browser_zooms_to_exact_and_opens_a_kernel(
                  "document.getElementById('timeline')?.dataset.lanes")
         page.wait_for(ready, "the timeline")
         lanes = int(page.evaluate("document.getElementById('timeline').dataset.lanes"))
-        assert lanes == len(report_wh.rows(
+        ranks = report_wh.rows("select rank from dim_ranks where run_id = ? "
+                               "and pp_group_index = 0", [run])
+        assert lanes == len(ranks) + len(report_wh.rows(  # a CPU steps lane per rank
             "select distinct k.rank, k.stream from fct_kernels k join dim_ranks d "
             "on d.run_id = k.run_id and d.rank = k.rank where k.run_id = ? "
             "and d.pp_group_index = 0 and k.iteration = 1", [run]))
@@ -138,20 +165,21 @@ def test_the_timeline_in_a_browser_zooms_to_exact_and_opens_a_kernel(
                       deltaX=0, deltaY=-120)
         page.wait_for("document.getElementById('timeline').dataset.exact === 'true' && "
                       "document.body.dataset.state === 'ready'", "an exact view")
-        # Click the middle of the first kernel drawn on the first lane.
+        # Click the middle of the first kernel drawn on the first lane of kernels.
         target = page.evaluate("""(async () => {
             const c = document.getElementById('timeline'), d = c.dataset;
             const url = '/api/timeline?' + new URLSearchParams({run: __RUN__, group: 'pp',
                 index: 0, start: d.start, end: d.end, px: Math.round(d.width - d.left)});
             const data = await (await fetch(url)).json();
-            const i = data.rects.lane.findIndex((lane, k) => lane === 0 &&
+            const first = data.lanes.findIndex((lane) => lane.stream !== 'cpu');
+            const i = data.rects.lane.findIndex((lane, k) => lane === first &&
                 data.rects.ts[k] >= +d.start);
             if (i < 0) return null;
             const span = +d.end - +d.start, w = +d.width - +d.left;
             const x = +d.left + (data.rects.ts[i] + data.rects.dur[i] / 2 - d.start) / span * w;
             const r = c.getBoundingClientRect();
-            return [r.left + x, r.top + +d.top + +d.laneH / 2, data.traces[data.rects.trace[i]],
-                    data.rects.slice[i]];
+            return [r.left + x, r.top + +d.top + (first + 0.5) * +d.laneH,
+                    data.traces[data.rects.trace[i]], data.rects.slice[i]];
         })()""".replace("__RUN__", json.dumps(run)))
         assert target is not None, "no kernel on the first lane after zooming in"
         page.click_at(target[0], target[1])

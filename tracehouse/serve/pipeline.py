@@ -24,6 +24,7 @@ from typing import Any
 import duckdb
 
 from tracehouse.reports.html import rank_label
+from tracehouse.reports.style import PHASE_COLORS
 from tracehouse.serve.cells import cell, iteration_label, plain, table
 from tracehouse.serve.marts import Selection, rows, tables
 from tracehouse.serve.overview import requested_run
@@ -122,6 +123,7 @@ def pipeline(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str, Any]:
                             "start": plain(part["start_at"]), "end": plain(part["end_at"])}
                            for part in parts],
         "blocks": _blocks(cur, pipeline_selection(cur, params), stages, origin),
+        "colors": dict(PHASE_COLORS),
     }
 
 

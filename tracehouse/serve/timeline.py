@@ -38,7 +38,7 @@ from typing import Any
 import duckdb
 
 from tracehouse.reports.html import rank_label
-from tracehouse.reports.style import KIND_COLORS
+from tracehouse.reports.style import KIND_COLORS, PHASE_COLORS
 from tracehouse.serve.cells import iteration_label, plain
 from tracehouse.serve.marts import Selection, bound, first_row, rows, tables
 from tracehouse.serve.overview import requested_run
@@ -56,6 +56,8 @@ MAX_RANKS = 4096
 CACHE_MAX_RANKS = 64
 CACHE_ENTRIES = 8
 _CACHE_LOCK = threading.Lock()
+#: The lane of a rank's CPU step frames (in place of a stream number).
+CPU_LANE = "cpu"
 #: Group selectors: the page's name → dim_ranks' column.
 GROUPS = {"pp": "pp_group_index", "tp": "tp_group_index", "dp": "dp_group_index",
           "cp": "cp_group_index", "replica": "model_replica"}
@@ -188,6 +190,8 @@ def timeline(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str, Any]:
         order by rank, stream, ts
     """  # noqa: S608 - fixed SQL text only
     found = cur.execute(sql, bound(sql, {**source.params, "step": step})).fetchall()
+    frames = _cpu_frames(cur, window, step)
+    lanes = _with_cpu_lanes(lanes, frames, by_stream)
     lane_index = {lane: index for index, lane in enumerate(lanes)}
     labels = _rank_labels(cur, run_id, ranks)
     return {
@@ -196,11 +200,11 @@ def timeline(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str, Any]:
         "start": start, "end": end, "step": step, "buckets": buckets,
         "by_stream": by_stream,
         "lanes": [{"rank": rank, "stream": lane_stream,
-                   "label": labels[rank] + ("" if lane_stream is None
-                                            else f" · stream {lane_stream}")}
+                   "label": labels[rank] + {None: "", CPU_LANE: " · CPU steps"}.get(
+                       lane_stream, f" · stream {lane_stream}")}
                   for rank, lane_stream in lanes],
-        "colors": dict(KIND_COLORS),
-        **_rectangles(found, lane_index),
+        "colors": {**KIND_COLORS, **PHASE_COLORS},
+        **_rectangles(found + frames, lane_index),
         **_links(cur, source, lane_index),
     }
 
@@ -343,6 +347,58 @@ def _drawn(by_stream: bool) -> str:
     return (f"kernels.rank, {stream} as stream, kernels.ts_ns + shifts.shift_ns - $origin as ts, "
             "kernels.dur_ns as dur, kernels.kind, kernels.name, kernels.trace_id, "
             "kernels.slice_id")
+
+
+def _cpu_frames(cur: duckdb.DuckDBPyConnection, window: dict[str, Any],
+                step: int) -> list[tuple]:
+    """The outermost Megatron step frames (``fct_cpu_steps``) of the shown ranks in the
+    window, one per lane bucket as the kernels are (the longest, its phase as its kind);
+    none without the mart. Read straight from the mart: it holds a few frames per
+    microbatch, not one per kernel."""
+    if "fct_cpu_steps" not in tables(cur):
+        return []
+    sql = f"""
+        with shifts as (
+            select pair[1] as rank, pair[2] as shift_ns from (select unnest($shifts) as pair)
+        ),
+        frames as (
+            select
+                steps.rank,
+                steps.ts_ns + shifts.shift_ns - $origin as ts,
+                greatest(steps.end_ns - steps.ts_ns, 0) as dur,
+                coalesce(steps.phase, 'other') as kind,
+                coalesce(steps.function_name, steps.phase, '?') as name,
+                steps.trace_id,
+                steps.slice_id
+            from fct_cpu_steps as steps
+            inner join shifts on steps.rank = shifts.rank
+            where steps.run_id = $run and steps.rank between $low and $high
+                and steps.is_outermost
+                and steps.ts_ns + shifts.shift_ns - $origin < $end
+                and steps.end_ns + shifts.shift_ns - $origin > $start
+        )
+        select
+            rank, '{CPU_LANE}' as stream, count(*),
+            arg_max(ts, {_LONGEST}), max(dur), arg_max(kind, {_LONGEST}),
+            arg_max(name, {_LONGEST}), arg_max(trace_id, {_LONGEST}),
+            arg_max(slice_id, {_LONGEST})
+        from frames
+        group by rank, (greatest(ts, $start) - $start) // $step
+        order by rank, 4
+    """  # noqa: S608 - fixed SQL text only
+    return cur.execute(sql, bound(sql, {**window, "step": step})).fetchall()
+
+
+def _with_cpu_lanes(lanes: list[tuple[int, Any]], frames: list[tuple],
+                    by_stream: bool) -> list[tuple[int, Any]]:
+    """A rank's CPU steps lane (before its streams) for every rank with frames in view; by
+    stream, the empty lane of a rank without kernels there goes."""
+    with_frames = {frame[0] for frame in frames}
+    kept = [lane for lane in lanes
+            if not (by_stream and lane[1] is None and lane[0] in with_frames)]
+    return sorted([*kept, *((rank, CPU_LANE) for rank in with_frames)],
+                  key=lambda lane: (lane[0], {CPU_LANE: -2, None: -1}.get(lane[1], 0),
+                                    lane[1] if isinstance(lane[1], int) else 0))
 
 
 def _lanes(cur: duckdb.DuckDBPyConnection, source: _Source, ranks: list[int],

@@ -546,8 +546,9 @@ async function timelineView(params) {
   ranksInput.addEventListener("change", () => { groupSelect.value = ""; applySelection(); });
   view.replaceChildren(
     el("h1", {text: `${run} · timeline`}),
-    el("p", {class: "meta", text: "Kernels by stream on the run's reference clock (times after " +
-             "its first step); each pixel shows its longest kernel. Scroll to zoom, drag to " +
+    el("p", {class: "meta", text: "Kernels by stream, and each rank's Megatron step frames " +
+             "(CPU steps), on the run's reference clock (times after its first step); each " +
+             "pixel shows its longest kernel or frame. Scroll to zoom, drag to " +
              "pan, click a kernel to open it. Lines join the members of a collective in " +
              "arrival order; a red dot marks the last to arrive, the one the others waited for."}),
     el("div", {class: "toolbar"}, groupSelect, ranksInput, ...iterationButtons,
@@ -646,7 +647,7 @@ async function timelineView(params) {
     state.data = data;
     const drawn = data.rects.ts.length, kernels = data.rects.n.reduce((a, b) => a + b, 0);
     status.textContent = `${data.exact ? "exact" : "per pixel"}: ${drawn} of ${kernels} ` +
-      `kernels drawn · ${data.links.length} collectives linked` +
+      `slices drawn · ${data.links.length} collectives linked` +
       (data.links_left_out ? ` (${data.links_left_out} more: zoom in)` : "");
     draw();
     document.body.dataset.state = "ready";
@@ -672,7 +673,7 @@ async function timelineView(params) {
   canvas.addEventListener("click", (event) => {
     if (gesture.wasDrag()) return;
     const i = rectAt(event);
-    if (i < 0) return;
+    if (i < 0 || state.data.lanes[state.data.rects.lane[i]].stream === "cpu") return;
     hideTooltip();
     go("kernel", {run, trace: state.data.traces[state.data.rects.trace[i]],
                   slice: state.data.rects.slice[i]});
@@ -682,7 +683,6 @@ async function timelineView(params) {
 
 // ------------------------------------------------------------------ pipeline
 
-const PHASE_COLOURS = {forward: "#4c72b0", backward: "#dd8452", recompute: "#8172b3"};
 const BUBBLE_SHADE = "#f3d9d9";
 
 async function pipelineView(params) {
@@ -703,15 +703,15 @@ async function pipelineView(params) {
   });
   const canvas = el("canvas", {id: "pipeline"});
   const holder = el("div", {class: "scroll"}, canvas);
-  const legend = el("div", {class: "legend"}, ...Object.entries(PHASE_COLOURS).map(([phase, c]) => {
+  const colours = data.colors;  // the report's phase palette (reports/style.py)
+  const swatched = (colour, text) => {
     const swatch = el("span", {class: "swatch"});
-    swatch.style.background = c;
-    return el("span", {}, swatch, phase);
-  }), (() => {
-    const swatch = el("span", {class: "swatch"});
-    swatch.style.background = BUBBLE_SHADE;
-    return el("span", {}, swatch, "the stage waits (bubble)");
-  })());
+    swatch.style.background = colour;
+    return el("span", {}, swatch, text);
+  };
+  const legend = el("div", {class: "legend"},
+    ...["forward", "backward", "recompute"].map((phase) => swatched(colours[phase], phase)),
+    swatched(BUBBLE_SHADE, "the stage waits (bubble)"));
   view.replaceChildren(
     el("h1", {text: `${run} · pipeline group ${data.group} · iteration ${data.iteration}`}),
     el("p", {class: "meta", text: `${data.stages.length} stages · ${data.microbatches ?? "?"} ` +
@@ -751,7 +751,7 @@ async function pipelineView(params) {
     for (const block of data.blocks) {
       const x0 = xOf(block.start), x1 = Math.max(x0 + 1, xOf(block.end));
       const y = TOP + row[block.stage] * ROW + 5;
-      ctx.fillStyle = PHASE_COLOURS[block.phase] || "#7f7f7f";
+      ctx.fillStyle = colours[block.phase] || "#7f7f7f";
       ctx.fillRect(x0, y, x1 - x0, ROW - 10);
       const text = (block.phase || "?")[0].toUpperCase() + block.microbatch +
                    (block.chunk === null ? "" : `c${block.chunk}`);
