@@ -17,10 +17,10 @@ rather than Dash/Plotly or Panel/Bokeh (all three were run offline here;
 research/efficiency_whatif_viewer.md §5), measured against the issue's goals:
 
 * **Starts in seconds.** Python's ``http.server`` adds nothing to import;
-  ``tracehouse serve`` listens 1.2-1.4 s after its process starts on this
+  ``tracehouse serve`` listens 0.9-1.4 s after its process starts on this
   2-core machine (2.8 s under a load of 7), most of it imports (DuckDB,
-  Jinja2, and matplotlib for the report's kernel palette), and the first
-  view's four requests take 140-250 ms more (``benchmarks/serve.py``). Dash
+  Jinja2, and matplotlib for the report's palettes), and the first view's
+  four requests take 120-250 ms more (``benchmarks/serve.py``). Dash
   would add Flask, Plotly and its component suites, Panel Bokeh and Tornado
   (dash + plotly alone install ~100 MB, research §5.1); their start-up was
   not measured here.
@@ -30,11 +30,11 @@ research/efficiency_whatif_viewer.md §5), measured against the issue's goals:
   is computed in SQL per pixel bucket (as Perfetto's mipmap does), so an
   answer never grows with the number of kernels, and a selection of up to
   64 ranks is read once into the viewer's own memory for its pans and
-  zooms. Measured (``benchmarks/serve.py``, benchmarks/README.md): drill-in
-  9-102 ms, a PP group's or replica's pans and zooms 27-137 ms (median);
-  not met: a selection's first timeline view (0.4-1 s) and all 1,024 ranks
-  on one timeline (0.4-1.7 s), because ``fct_kernels`` is not ordered by
-  rank. A callback framework would add its own round on top (Dash
+  zooms. Measured (``benchmarks/serve.py``, benchmarks/README.md, load
+  5.5 on 2 cores): drill-in 14-94 ms, a PP group's pans and zooms 43-77 ms,
+  a replica's 55-247 ms (median); not met: a selection's first timeline
+  view (0.4-1 s) and all 1,024 ranks on one timeline (0.7-3.2 s), because
+  ``fct_kernels`` is not ordered by rank. A callback framework would add its own round on top (Dash
   serialises whole figures: 7.6 MB per 100,000 rectangles with Plotly,
   research §5.5); Bokeh keeps a websocket session per page.
 * **Offline.** Three files of our own, no third-party asset and so no CDN
