@@ -167,6 +167,15 @@ def test_cursors_cannot_reach_files_or_write(small_warehouse: Path, tmp_path: Pa
         reader.close()
 
 
+def test_spills_go_to_a_private_folder_removed_on_close(small_warehouse: Path) -> None:
+    reader = MartReader(small_warehouse)
+    with reader.cursor() as cur:
+        spill = Path(cur.execute("select current_setting('temp_directory')").fetchall()[0][0])
+    assert spill.is_dir() and small_warehouse not in spill.parents
+    reader.close()
+    assert not spill.exists()
+
+
 def test_no_database_or_no_marts_says_what_to_run(tmp_path: Path) -> None:
     with pytest.raises(WarehouseNotReady, match="tracehouse build"):
         MartReader(tmp_path / "missing")

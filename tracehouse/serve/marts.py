@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import tempfile
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -58,10 +60,17 @@ class MartReader:
 
     def __init__(self, warehouse: Path) -> None:
         self.place = Warehouse(Path(warehouse).resolve())
+        # Where DuckDB may spill (a selection cached for the timeline, a big sort): a private
+        # folder outside the warehouse, removed on close, so the warehouse is never written.
+        self._spill = Path(tempfile.mkdtemp(prefix="tracehouse-serve-"))
         self._lock = threading.Lock()
         self._con: duckdb.DuckDBPyConnection | None = None
         self._opened: tuple[int, int, int] | None = None
-        self.check()
+        try:
+            self.check()
+        except BaseException:
+            self.close()
+            raise
 
     def check(self) -> None:
         """Open the database now (or raise :class:`WarehouseNotReady` saying what to run)."""
@@ -85,7 +94,8 @@ class MartReader:
             if self._con is None or now != self._opened:
                 # The old connection is dropped, not closed: requests running on
                 # cursors of it finish on the file they started with.
-                self._con = open_published(self.place)
+                self._con = open_published(self.place,
+                                           Path(tempfile.mkdtemp(dir=self._spill)))
                 self._opened = now
             return self._con
 
@@ -100,14 +110,15 @@ class MartReader:
             cur.close()
 
     def close(self) -> None:
-        """Close the connection (the server is stopping)."""
+        """Close the connection and remove the spill folder (the server is stopping)."""
         with self._lock:
             if self._con is not None:
                 self._con.close()
                 self._con = None
+        shutil.rmtree(self._spill, ignore_errors=True)
 
 
-def open_published(place: Warehouse) -> duckdb.DuckDBPyConnection:
+def open_published(place: Warehouse, spill: Path) -> duckdb.DuckDBPyConnection:
     """A read-only connection on the published database, with ``tracehouse sql``'s file rules.
 
     Why not ``duckdb.connect(path, read_only=True)`` (what :func:`tracehouse.query.sql.connect`
@@ -118,8 +129,8 @@ def open_published(place: Warehouse) -> duckdb.DuckDBPyConnection:
     file, with the file attached read-only under its catalog name (the name
     dbt wrote into the marts' views), reads exactly that file; then
     :func:`~tracehouse.query.sql.restrict_file_access` locks it to the lake,
-    as ``tracehouse sql`` does. Spills go where DuckDB would put them for the
-    file itself (``tracehouse.duckdb.tmp``), not into the working folder.
+    as ``tracehouse sql`` does. Spills go to ``spill``, a private folder outside
+    the warehouse (DuckDB would put them beside the file, in the warehouse).
     """
     database = place.database
     con = duckdb.connect()
@@ -127,7 +138,7 @@ def open_published(place: Warehouse) -> duckdb.DuckDBPyConnection:
         target = exp.Literal.string(str(database)).sql(dialect="duckdb")
         con.execute(f"attach {target} as {CATALOG} (read_only)")
         con.execute(f"use {CATALOG}")
-        con.execute("set temp_directory = ?", [f"{database}.tmp"])
+        con.execute("set temp_directory = ?", [str(spill)])
         restrict_file_access(con, place)
     except BaseException:
         con.close()
