@@ -30,7 +30,7 @@ import jinja2
 import markupsafe
 
 from tracehouse.reports.files import publish_mode
-from tracehouse.reports.kernels import unique_labels
+from tracehouse.reports.kernel_names import unique_labels
 
 if TYPE_CHECKING:
     import duckdb

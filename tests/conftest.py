@@ -540,3 +540,13 @@ def report_wh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReportWareho
     built = build_report_warehouse(tmp_path_factory.mktemp("report_warehouse"))
     with shared_read_only(built.root):
         yield built
+
+
+@pytest.fixture(scope="session")
+def report_viewer(report_wh: ReportWarehouse) -> Iterator[Any]:
+    """``tracehouse serve`` over the report tests' warehouse (tests/viewer.py), in a thread,
+    once per session; it only reads."""
+    from viewer import serving
+
+    with serving(report_wh.root) as server:
+        yield server

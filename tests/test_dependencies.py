@@ -12,7 +12,9 @@ of a lower layer, never one of its own layer or above:
 3. ``tracehouse.query``: SQL over lake and marts (names the lake tables
    from ingest's schema).
 4. ``tracehouse.reports``: charts, the HTML report and exports, over marts.
-5. ``tracehouse.cli`` and ``tracehouse`` itself (``tracehouse.notebook``):
+5. ``tracehouse.serve``: the interactive viewer (its headline is the
+   report's, its connection ``tracehouse sql``'s).
+6. ``tracehouse.cli`` and ``tracehouse`` itself (``tracehouse.notebook``):
    the entry points.
 
 Why: the core must be importable alone (the Megatron patch runs inside
@@ -40,6 +42,7 @@ LAYERS: tuple[frozenset[str], ...] = (
                "tracehouse.commtrace", "tracehouse.megatron_patch"}),
     frozenset({"tracehouse.query"}),
     frozenset({"tracehouse.reports"}),
+    frozenset({"tracehouse.serve"}),
     frozenset({"tracehouse.cli", "tracehouse"}),
 )
 LAYER_OF = {package: index for index, layer in enumerate(LAYERS) for package in layer}

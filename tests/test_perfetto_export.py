@@ -344,6 +344,33 @@ def test_selection_by_pp_group_replica_and_ranks(warehouse: Path, tmp_path: Path
     assert result.kernel_slices == kernels[1] + kernels[6]
 
 
+def test_a_window_keeps_only_the_slices_overlapping_it(warehouse: Path, tmp_path: Path) -> None:
+    """``window`` (absolute ns on the export's clock) is how ``tracehouse serve`` opens a view's
+    window in Perfetto: every slice that overlaps it, and no other."""
+    aligned = ("select count(*) from {table} as t left join dim_rank_clock_offsets as o "
+               "on o.run_id = t.run_id and o.rank = t.rank where t.run_id = ? "
+               "and list_contains(?, t.rank) and t.ts_ns + coalesce(o.offset_ns, 0) < ? "
+               "and t.ts_ns + coalesce(o.offset_ns, 0) + {length} > ?")
+    [(first, last)] = query_warehouse(
+        warehouse, "select min(ts_ns), max(end_ns) from fct_kernels where run_id = ? "
+        "and rank in (0, 1)", [SIM])
+    window = (first + (last - first) // 3, first + 2 * (last - first) // 3)
+    result = export_perfetto(warehouse, SIM, tmp_path / "window.pftrace", ranks=[0, 1],
+                             window=window)
+    assert result.offsets_applied
+    [(kernels,)] = query_warehouse(
+        warehouse, aligned.format(table="fct_kernels", length="greatest(t.dur_ns, 0)"),
+        [SIM, [0, 1], window[1], window[0]])
+    [(steps,)] = query_warehouse(
+        warehouse, aligned.format(table="fct_cpu_steps", length="(t.end_ns - t.ts_ns)"),
+        [SIM, [0, 1], window[1], window[0]])
+    everything = _kernel_counts(warehouse, SIM)
+    assert 0 < result.kernel_slices == kernels < everything[0] + everything[1]
+    assert result.cpu_step_slices == steps
+    timeline = read_proto(tmp_path / "window.pftrace")
+    assert sum(timeline.per_process("compute").values()) <= kernels
+
+
 def test_json_has_the_same_tracks_and_slices(warehouse: Path, sim_proto: tuple[Path, Any],
                                              tmp_path: Path) -> None:
     out = tmp_path / "sim.json"

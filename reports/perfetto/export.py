@@ -44,6 +44,7 @@ def export_perfetto(
     pp_group: int | None = None,
     replica: int | None = None,
     fmt: str = "proto",
+    window: tuple[int, int] | None = None,
 ) -> ExportResult:
     """Write one merged timeline of the selected ranks of ``run_id`` to ``out``.
 
@@ -58,6 +59,9 @@ def export_perfetto(
         replica: only ranks whose ``dim_ranks.model_replica`` is this.
             Selectors combine (intersection); none selects every rank.
         fmt: ``proto`` (Perfetto protobuf) or ``json`` (Chrome JSON).
+        window: only slices overlapping ``[start, end)``, absolute ns on the
+            export's clock (the reference clock when clock offsets are
+            applied); ``tracehouse serve`` opens a view's window this way.
 
     Raises:
         ExportError: no built database, unknown run, ranks not in the run,
@@ -100,7 +104,7 @@ def export_perfetto(
                     result.origin_ns = json_origin(con, tables, run_id, list(result.ranks),
                                                result.offsets_applied)
                     sink = JsonSink(handle, result.origin_ns, run_id)
-                _write_tracks(con, tables, run_id, selected, sink, result)
+                _write_tracks(con, tables, run_id, selected, sink, result, window)
                 sink.close()
             _readable(Path(tmp_name))
             os.replace(tmp_name, out)
@@ -122,7 +126,8 @@ def _readable(path: Path) -> None:
 
 
 def _write_tracks(con: duckdb.DuckDBPyConnection, tables: set[str], run_id: str,
-                  selected: list[Rank], sink: Sink, result: ExportResult) -> None:
+                  selected: list[Rank], sink: Sink, result: ExportResult,
+                  window: tuple[int, int] | None = None) -> None:
     """Every selected rank's process track, then its CPU steps, CPU collectives and kernels."""
     by_rank = {rank.rank: rank for rank in selected}
     for rank in selected:
@@ -134,22 +139,23 @@ def _write_tracks(con: duckdb.DuckDBPyConnection, tables: set[str], run_id: str,
 
     if "fct_cpu_steps" in tables:
         result.cpu_steps_source = "fct_cpu_steps"
-        for lanes, item in grouped_by_track(cpu_step_slices(con, run_id, rank_list, offsets),
-                                            by_rank, writer):
+        for lanes, item in grouped_by_track(
+                cpu_step_slices(con, run_id, rank_list, offsets, window), by_rank, writer):
             lanes.add(item)
             result.cpu_step_slices += 1
 
     flows = FLOWS_TABLE in tables
     if "fct_cpu_collectives" in tables:
         for lanes, item in grouped_by_track(
-                cpu_collective_slices(con, run_id, rank_list, offsets, flows), by_rank, writer):
+                cpu_collective_slices(con, run_id, rank_list, offsets, flows, window), by_rank,
+                writer):
             lanes.add(item)
             result.cpu_collective_slices += 1
             result.flows += int(item.flow is not None and item.flow[1] == 1)
 
     kernel_columns = table_columns(con, "fct_kernels")
     for lanes, item in grouped_by_track(
-            kernel_slices(con, run_id, rank_list, offsets, kernel_columns, flows),
+            kernel_slices(con, run_id, rank_list, offsets, kernel_columns, flows, window),
             by_rank, writer):
         lanes.add(item)
         result.kernel_slices += 1

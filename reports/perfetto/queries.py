@@ -134,6 +134,15 @@ def _offset_join(offsets: bool, alias: str) -> tuple[str, str]:
             f" and clock.rank = {alias}.rank")
 
 
+def _window_clause(window: tuple[int, int] | None, start: str,
+                   end: str) -> tuple[str, list[int]]:
+    """SQL (fixed text) keeping the rows that overlap ``window`` (absolute ns, the export's
+    clock), and its bound values; nothing when there is no window."""
+    if window is None:
+        return "", []
+    return f" and {start} < ? and {end} > ?", [window[1], window[0]]
+
+
 def _flow_join(flows: bool, alias: str) -> tuple[str, str, str]:
     """SQL fragments (fixed text) giving each slice its collective flow: (id, order, members).
 
@@ -168,10 +177,13 @@ def _flow(flow_id: int | None, order: int | None,
 
 
 def cpu_collective_slices(con: duckdb.DuckDBPyConnection, run_id: str, ranks: list[int],
-                          offsets: bool, flows: bool) -> Iterator[tuple[int, str, str, Slice]]:
+                          offsets: bool, flows: bool, window: tuple[int, int] | None = None,
+                          ) -> Iterator[tuple[int, str, str, Slice]]:
     """(rank, track key, track label, slice) per ``fct_cpu_collectives`` call, in track order."""
     offset, join = _offset_join(offsets, "calls")
     cte, flow_columns, flow_join = _flow_join(flows, "calls")
+    within, window_params = _window_clause(
+        window, f"calls.ts_ns + {offset}", f"greatest(calls.end_ns, calls.ts_ns) + {offset}")
     sql = f"""{cte}
         select
             calls.rank, calls.track_id,
@@ -181,11 +193,11 @@ def cpu_collective_slices(con: duckdb.DuckDBPyConnection, run_id: str, ranks: li
             calls.comm_group_index, calls.iteration, calls.call_site_function,
             calls.trace_id, calls.slice_id, {flow_columns}
         from fct_cpu_collectives as calls{join}{flow_join}
-        where calls.run_id = ? and calls.rank in (select unnest(?::bigint[]))
+        where calls.run_id = ? and calls.rank in (select unnest(?::bigint[])){within}
         order by calls.rank, calls.track_id, start_ns, end_ns desc, calls.trace_id,
             calls.slice_id
     """  # noqa: S608 - fixed fragments only; values are bound
-    params: list[Any] = ([run_id, ranks] if flows else []) + [run_id, ranks]
+    params: list[Any] = ([run_id, ranks] if flows else []) + [run_id, ranks, *window_params]
     cursor = con.cursor()
     try:
         cursor.execute(sql, params)
@@ -211,10 +223,14 @@ def cpu_collective_slices(con: duckdb.DuckDBPyConnection, run_id: str, ranks: li
 
 
 def kernel_slices(con: duckdb.DuckDBPyConnection, run_id: str, ranks: list[int], offsets: bool,
-                  columns: set[str], flows: bool = False) -> Iterator[tuple[int, str, str, Slice]]:
+                  columns: set[str], flows: bool = False, window: tuple[int, int] | None = None,
+                  ) -> Iterator[tuple[int, str, str, Slice]]:
     """(rank, track key, track label, slice) per ``fct_kernels`` row, one track per stream."""
     offset, join = _offset_join(offsets, "kernels")
     cte, flow_columns, flow_join = _flow_join(flows, "kernels")
+    within, window_params = _window_clause(
+        window, f"kernels.ts_ns + {offset}",
+        f"kernels.ts_ns + {offset} + greatest(coalesce(kernels.dur_ns, 0), 0)")
     vpp = "kernels.vpp_chunk" if "vpp_chunk" in columns else "null"
     chunk_mb = "kernels.chunk_microbatch" if "chunk_microbatch" in columns else "null"
     sql = f"""{cte}
@@ -228,13 +244,13 @@ def kernel_slices(con: duckdb.DuckDBPyConnection, run_id: str, ranks: list[int],
             kernels.process_group_desc, kernels.correlation, kernels.trace_id,
             kernels.slice_id, {flow_columns}
         from fct_kernels as kernels{join}{flow_join}
-        where kernels.run_id = ? and kernels.rank in (select unnest(?::bigint[]))
+        where kernels.run_id = ? and kernels.rank in (select unnest(?::bigint[])){within}
         order by kernels.rank, kernels.device nulls first, kernels.stream nulls first,
             start_ns, dur_ns desc, kernels.trace_id, kernels.slice_id
     """  # noqa: S608 - fixed fragments only; values are bound
     cursor = con.cursor()
     try:
-        cursor.execute(sql, ([run_id, ranks] if flows else []) + [run_id, ranks])
+        cursor.execute(sql, ([run_id, ranks] if flows else []) + [run_id, ranks, *window_params])
         for (rank, device, stream, start, dur, name, category, kind, phase, iteration,
              microbatch, vpp_chunk, chunk_microbatch, group, pg_desc, correlation, trace_id,
              slice_id, flow_id, flow_order, flow_members) in _fetch(cursor):
@@ -263,9 +279,12 @@ def kernel_slices(con: duckdb.DuckDBPyConnection, run_id: str, ranks: list[int],
 
 
 def cpu_step_slices(con: duckdb.DuckDBPyConnection, run_id: str, ranks: list[int],
-                    offsets: bool) -> Iterator[tuple[int, str, str, Slice]]:
+                    offsets: bool, window: tuple[int, int] | None = None,
+                    ) -> Iterator[tuple[int, str, str, Slice]]:
     """(rank, track key, track label, slice) per ``fct_cpu_steps`` frame, one track per thread."""
     offset, join = _offset_join(offsets, "steps")
+    within, window_params = _window_clause(window, f"steps.ts_ns + {offset}",
+                                           f"steps.end_ns + {offset}")
     sql = f"""
         select
             steps.rank,
@@ -276,12 +295,12 @@ def cpu_step_slices(con: duckdb.DuckDBPyConnection, run_id: str, ranks: list[int
             steps.microbatch, steps.vpp_chunk, steps.chunk_microbatch,
             steps.is_outermost, steps.trace_id, steps.slice_id
         from fct_cpu_steps as steps{join}
-        where steps.run_id = ? and steps.rank in (select unnest(?::bigint[]))
+        where steps.run_id = ? and steps.rank in (select unnest(?::bigint[])){within}
         order by steps.rank, thread_key, start_ns, end_ns desc, steps.trace_id, steps.slice_id
     """  # noqa: S608 - fixed fragments only; values are bound
     cursor = con.cursor()
     try:
-        cursor.execute(sql, [run_id, ranks])
+        cursor.execute(sql, [run_id, ranks, *window_params])
         for (rank, thread_key, thread_name, start, end, phase, function, file_path, iteration,
              microbatch, vpp_chunk, chunk_microbatch, is_outermost, trace_id,
              slice_id) in _fetch(cursor):

@@ -344,6 +344,9 @@ def build_parser() -> argparse.ArgumentParser:
     from tracehouse.cli.commtrace import add_parser as add_commtrace_parser
 
     add_commtrace_parser(sub)
+    from tracehouse.cli.serve import add_parser as add_serve_parser
+
+    add_serve_parser(sub)
     return parser
 
 

@@ -1,0 +1,108 @@
+"""The viewer's annotation tree: levels, search and timeline windows from ``fct_annotation_ranges``.
+
+On the report tests' shared warehouse (read-only): the simulated run
+``sim_a`` (ProfilerStep ranges holding NCCL ranges) and, when
+../shared/data is there, the real ``dlrm_8rank`` (ranges six deep). In
+Chromium: open a range, search, follow a hit to the timeline.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+import pytest
+
+from browser import chromium_page
+from report_warehouse import ReportWarehouse
+from tracehouse.serve.server import ViewerServer
+from viewer import get
+
+pytestmark = pytest.mark.slow  # reads the report tests' built warehouse
+
+
+@pytest.mark.parametrize("run", ["sim_a", "dlrm_8rank"])
+def test_levels_are_the_marts_tree(report_viewer: ViewerServer, report_wh: ReportWarehouse,
+                                   run: str) -> None:
+    run = report_wh.need(run)
+    roots = get(report_viewer, "annotations", run=run, rank=0)
+    expected = report_wh.rows(
+        "select trace_id, slice_id, name from fct_annotation_ranges where run_id = ? "
+        "and rank = 0 and parent_range_id is null order by ts_ns, slice_id", [run])
+    assert [(n["key"]["trace"], n["key"]["slice"], n["name"]) for n in roots["nodes"]] == \
+        expected
+    # Walk down the first range with children to the bottom, level by level.
+    node = next(n for n in roots["nodes"] if n["children"])
+    depth = 0
+    while node is not None:
+        level = get(report_viewer, "annotations", run=run, rank=0, trace=node["key"]["trace"],
+                    slice=node["key"]["slice"])
+        children = report_wh.rows(
+            "select slice_id, annotation_depth from fct_annotation_ranges where run_id = ? "
+            "and rank = 0 and trace_id = ? and parent_range_id = ? order by ts_ns, slice_id",
+            [run, node["key"]["trace"], node["key"]["slice"]])
+        assert [(n["key"]["slice"], n["depth"]) for n in level["nodes"]] == children
+        assert node["children"] == len(children)
+        depth += 1
+        node = next((n for n in level["nodes"] if n["children"]), None)
+    assert depth >= 1
+
+
+def test_search_is_a_substring_with_paths(report_viewer: ViewerServer,
+                                          report_wh: ReportWarehouse) -> None:
+    run = report_wh.need("sim_a")
+    hits = get(report_viewer, "annotations", run=run, rank=0, q="ALL_reduce")
+    expected = report_wh.rows(
+        "select annotation_path from fct_annotation_ranges where run_id = ? and rank = 0 "
+        "and contains(lower(name), 'all_reduce') order by ts_ns, slice_id", [run])
+    assert [n["path"] for n in hits["nodes"]] == [path for (path,) in expected]
+    assert expected
+    assert get(report_viewer, "annotations", run=run, rank=0, q="%")["nodes"] == []
+
+
+def test_a_range_opens_its_gpu_projection_on_the_timeline(report_viewer: ViewerServer,
+                                                          report_wh: ReportWarehouse) -> None:
+    run = report_wh.need("sim_a")
+    origin = int(get(report_viewer, "timeline_choices", run=run)["origin_ns"])
+    hit = next(n for n in get(report_viewer, "annotations", run=run, rank=1, q="nccl")["nodes"]
+               if n["figures"][2][1][0] > 0)
+    (start, end, offset), = report_wh.rows(
+        "select r.gpu_start_ns, r.gpu_end_ns, coalesce(o.offset_ns, 0) "
+        "from fct_annotation_ranges as r left join dim_rank_clock_offsets as o "
+        "on o.run_id = r.run_id and o.rank = r.rank "
+        "where r.run_id = ? and r.trace_id = ? and r.slice_id = ?",
+        [run, hit["key"]["trace"], hit["key"]["slice"]])
+    assert hit["window"] == [start + offset - origin, end + offset - origin]
+    shown = get(report_viewer, "timeline", run=run, ranks="1", start=hit["window"][0],
+                end=hit["window"][1])
+    assert sum(shown["rects"]["n"]) >= hit["figures"][2][1][0]  # its kernels are there
+
+
+def test_the_tree_in_a_browser(report_viewer: ViewerServer, report_wh: ReportWarehouse) -> None:
+    run = report_wh.need("sim_a")
+    with chromium_page() as page:
+        page.open(f"{report_viewer.url}#/annotations?{urlencode({'run': run, 'rank': 0})}")
+        page.wait_for("document.body?.dataset.state === 'ready' && "
+                      "document.querySelectorAll('#tree .node').length", "the tree")
+        roots = page.evaluate("document.querySelectorAll('#tree > ul > li').length")
+        page.click("document.querySelector('#tree button.toggle:not([disabled])')")
+        page.wait_for("document.querySelector('#tree .children .node')", "a range's children")
+        first = get(report_viewer, "annotations", run=run, rank=0)["nodes"][0]
+        opened = page.evaluate("document.querySelectorAll('#tree .children .node').length")
+        assert opened == first["children"] and roots == len(
+            get(report_viewer, "annotations", run=run, rank=0)["nodes"])
+
+        page.click("document.getElementById('tree-search')")
+        page.type_text("nccl:broadcast")
+        page.evaluate("document.getElementById('tree-search')"
+                      ".dispatchEvent(new Event('change'))")
+        page.wait_for("document.body.dataset.state === 'ready' && "
+                      "location.hash.includes('q=nccl') && "
+                      "document.querySelectorAll('#tree .node').length", "the search hits")
+        names = page.evaluate("[...document.querySelectorAll('#tree .node .name')]"
+                              ".map(n => n.textContent)")
+        assert names and all(name.endswith("nccl:broadcast") and " > " in name
+                             for name in names)
+        page.click("document.querySelector('#tree a.to-timeline')")
+        page.wait_for("document.getElementById('view')?.dataset.view === 'timeline' && "
+                      "document.getElementById('timeline')?.dataset.lanes", "the timeline")
+        assert page.console == [] and page.dialogs == []

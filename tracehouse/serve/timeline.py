@@ -1,0 +1,488 @@
+"""The timeline: any set of ranks over any window, kernels by stream, collectives linked to peers.
+
+Why the level of detail is computed in SQL: a window of a large run holds
+millions of kernels, and no browser draws (nor any server sends) that many
+rectangles per interaction. As Perfetto's mipmap does (research §5.5), the
+window is cut into ``buckets`` per lane (one per pixel, fewer when many
+lanes share the screen: at most :data:`MAX_CELLS` lane × bucket cells per
+answer), and each bucket returns only its longest kernel, drawn at its true
+start and length, with how many kernels it stands for. Zoomed in far enough,
+every bucket holds one kernel: the answer is then the exact kernels
+(``exact``), each with its key for the kernel view. So an answer never
+grows with the number of kernels, only with the screen.
+
+Clock alignment: kernels are on their rank's clock; each rank's
+``dim_rank_clock_offsets.offset_ns`` (0 without a row) puts them on the
+run's reference clock, as ``fct_collective_ranks`` (arrivals) and
+``fct_rank_iterations.aligned_step_start_ns`` already are. Times travel in
+nanoseconds relative to the run's ``origin_ns`` (its first aligned step
+start), so a double holds them exactly.
+
+Lanes: one per rank and stream; above :data:`MAX_STREAM_RANKS` ranks the
+streams of a rank share one lane (a 1,024-rank view is one row per rank).
+Collectives: each collective instance of ``fct_collective_ranks`` with at
+least two of the shown ranks inside the window is a chain of its members in
+arrival order (the last to arrive is the one everybody waited for), up to
+:data:`MAX_LINKS` chains; beyond that the answer says to zoom in.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+
+from tracehouse.reports.html import rank_label
+from tracehouse.reports.style import KIND_COLORS, PHASE_COLORS
+from tracehouse.serve.cells import iteration_label, plain
+from tracehouse.serve.marts import Selection, bound, first_row, rows, tables
+from tracehouse.serve.overview import requested_run
+from tracehouse.serve.params import WHOLE_TRACE, BadRequest, Params
+
+#: Lane × bucket cells one answer may hold (bounds its size and its query).
+MAX_CELLS = 60_000
+#: Above this many ranks, a rank's streams share one lane.
+MAX_STREAM_RANKS = 64
+#: Collective chains drawn per answer; more, and the page asks to zoom in.
+MAX_LINKS = 400
+#: Ranks one view may show.
+MAX_RANKS = 4096
+#: Selections of at most this many ranks are cached (:func:`_cached`), this many at a time.
+CACHE_MAX_RANKS = 64
+CACHE_ENTRIES = 8
+_CACHE_LOCK = threading.Lock()
+#: The lane of a rank's CPU step frames (in place of a stream number).
+CPU_LANE = "cpu"
+#: Group selectors: the page's name → dim_ranks' column.
+GROUPS = {"pp": "pp_group_index", "tp": "tp_group_index", "dp": "dp_group_index",
+          "cp": "cp_group_index", "replica": "model_replica"}
+
+
+def timeline_choices(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str, Any]:
+    """What the timeline can show for a run: its ranks, groups and iterations (with windows)."""
+    run_id = requested_run(cur, params)
+    present = tables(cur)
+    groups: dict[str, list[int]] = {}
+    if "dim_ranks" in present:
+        for kind, column in GROUPS.items():
+            # ``column`` is one of GROUPS' fixed names.
+            found = cur.execute(f"select {column} from dim_ranks "  # noqa: S608
+                                f"where run_id = ? and {column} is not null group by 1 "
+                                "having count(*) > 1 order by 1", [run_id]).fetchall()
+            if found:
+                groups[kind] = [row[0] for row in found]
+    origin = run_origin(cur, run_id)
+    iterations = rows(cur, """
+        select iteration,
+               min(aligned_step_start_ns) - $origin as start_ns,
+               max(aligned_step_start_ns + step_ns) - $origin as end_ns
+        from fct_rank_iterations
+        where run_id = $run and step_ns is not null
+        group by iteration order by iteration nulls first
+    """, {"run": run_id, "origin": origin})
+    ranks = [row[0] for row in cur.execute(
+        "select distinct rank from fct_rank_iterations where run_id = ? order by rank",
+        [run_id]).fetchall()]
+    return {
+        "run_id": run_id,
+        "origin_ns": str(origin),
+        "ranks": ranks,
+        "groups": groups,
+        "iterations": [{"label": iteration_label(row["iteration"]),
+                        "key": WHOLE_TRACE if row["iteration"] is None else row["iteration"],
+                        "start": plain(row["start_ns"]), "end": plain(row["end_ns"])}
+                       for row in iterations],
+    }
+
+
+def run_origin(cur: duckdb.DuckDBPyConnection, run_id: str) -> int:
+    """The run's first aligned step start (absolute ns), the zero of every time sent."""
+    found = first_row(cur, "select min(aligned_step_start_ns) from fct_rank_iterations "
+                           "where run_id = ?", [run_id])
+    if not found or found[0] is None:
+        raise BadRequest(f"run {run_id!r} has no steps to put on a timeline")
+    return int(found[0])
+
+
+def selected_ranks(cur: duckdb.DuckDBPyConnection, run_id: str, params: Params) -> list[int]:
+    """The ranks asked for: ``group=pp&index=N`` (dim_ranks) or ``ranks=0,4-7``."""
+    group = params.optional_text("group")
+    if group is None:
+        return params.ranks(limit=MAX_RANKS)
+    column = GROUPS.get(group)
+    if column is None:
+        raise BadRequest(f"parameter 'group' must be one of {', '.join(GROUPS)}, not {group!r}")
+    index = params.integer("index", low=0)
+    found = [row[0] for row in cur.execute(
+        f"select rank from dim_ranks where run_id = ? and {column} = ? "  # noqa: S608
+        "order by rank", [run_id, index]).fetchall()]
+    if not found:
+        raise BadRequest(f"run {run_id!r} has no {group} group {index}")
+    return found
+
+
+def view_window(cur: duckdb.DuckDBPyConnection,
+                params: Params) -> tuple[str, list[int], dict[str, Any]]:
+    """The run, the ranks and the bound values of :data:`_KERNELS_IN_WINDOW` for a request's
+    ranks and ``[start, end)`` (ns after the run's origin)."""
+    run_id = requested_run(cur, params, "fct_kernels")
+    ranks = selected_ranks(cur, run_id, params)
+    origin = run_origin(cur, run_id)
+    start, end = params.integer("start"), params.integer("end")
+    if end <= start:
+        raise BadRequest("parameter 'end' must be after 'start'")
+    offsets = dict(cur.execute(
+        "select rank, offset_ns from dim_rank_clock_offsets where run_id = ? "
+        "and list_contains(?, rank)", [run_id, ranks]).fetchall()) \
+        if "dim_rank_clock_offsets" in tables(cur) else {}
+    shifts = {rank: int(offsets.get(rank) or 0) for rank in ranks}
+    return run_id, ranks, {
+        "run": run_id, "low": min(ranks), "high": max(ranks),
+        "origin": origin, "start": start, "end": end,
+        # The window on the ranks' own clocks, widened by the extreme offsets: constants
+        # DuckDB prunes row groups with; each rank's exact window is applied after.
+        "raw_start": origin + start - max(shifts.values()),
+        "raw_end": origin + end - min(shifts.values()),
+        "shifts": [[rank, shift] for rank, shift in shifts.items()],
+    }
+
+
+def timeline_selection(cur: duckdb.DuckDBPyConnection, params: Params) -> Selection:
+    """Every kernel of the view, whole (all of ``fct_kernels``' columns), with its start on the
+    view's axis: what the timeline draws, at full detail."""
+    run_id, ranks, window = view_window(cur, params)
+    columns = "kernels.*, kernels.ts_ns + shifts.shift_ns - $origin as start_in_view_ns"
+    return Selection(f"{run_id}-timeline",
+                     f"with {_KERNELS_IN_WINDOW.format(columns=columns)} "
+                     "select * from kernels", window, "rank, stream, ts_ns, slice_id")
+
+
+def timeline(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str, Any]:
+    """The kernels of the chosen ranks in ``[start, end)`` (ns after the run's origin), at the
+    level of detail of ``px`` pixels, and the collectives linking them."""
+    run_id, ranks, window = view_window(cur, params)
+    origin, start, end = window["origin"], window["start"], window["end"]
+    px = params.integer("px", 1200, low=50, high=8000)
+    by_stream = len(ranks) <= MAX_STREAM_RANKS
+    source = _source(cur, run_id, ranks, window, by_stream)
+    lanes = _lanes(cur, source, ranks, by_stream)
+    buckets = max(1, min(px, MAX_CELLS // len(lanes)))
+    step = max(1, -(-(end - start) // buckets))  # ceil: the buckets cover the window
+    sql = f"""
+        with {source.kernels}
+        select
+            rank,
+            stream,
+            count(*) as kernels,
+            arg_max(ts, {_LONGEST}) as ts,
+            max(dur) as dur,
+            arg_max(kind, {_LONGEST}) as kind,
+            arg_max(name, {_LONGEST}) as name,
+            arg_max(trace_id, {_LONGEST}) as trace_id,
+            arg_max(slice_id, {_LONGEST}) as slice_id
+        from kernels
+        group by rank, stream, (greatest(ts, $start) - $start) // $step
+        order by rank, stream, ts
+    """  # noqa: S608 - fixed SQL text only
+    found = cur.execute(sql, bound(sql, {**source.params, "step": step})).fetchall()
+    # A rank's CPU steps get a lane beside its streams; where a rank is one lane, none.
+    frames = _cpu_frames(cur, window, step) if by_stream else []
+    lanes = _with_cpu_lanes(lanes, frames, by_stream)
+    lane_index = {lane: index for index, lane in enumerate(lanes)}
+    labels = _rank_labels(cur, run_id, ranks)
+    return {
+        "run_id": run_id,
+        "origin_ns": str(origin),
+        "start": start, "end": end, "step": step, "buckets": buckets,
+        "by_stream": by_stream,
+        "lanes": [{"rank": rank, "stream": lane_stream,
+                   "label": labels[rank] + {None: "", CPU_LANE: " · CPU steps"}.get(
+                       lane_stream, f" · stream {lane_stream}")}
+                  for rank, lane_stream in lanes],
+        "colors": {**KIND_COLORS, **PHASE_COLORS},
+        **_rectangles(found + frames, lane_index),
+        **_links(cur, source, lane_index),
+    }
+
+
+#: A bucket's kernel: the longest, of equally long ones the first (then the lowest slice id),
+#: so that the same window always draws the same kernels. One 128-bit key: a list key
+#: ([dur, -ts, -slice_id]) took 3.5x as long over 2 M kernels (2.1 s against 0.6 s).
+_LONGEST = "((dur::hugeint << 64) - (ts::hugeint << 24) - slice_id)"
+
+#: The shown ranks' kernels overlapping the window, ``{columns}`` of them (fixed text).
+_KERNELS_IN_WINDOW = """
+    shifts as (
+        select pair[1] as rank, pair[2] as shift_ns from (select unnest($shifts) as pair)
+    ),
+    kernels as (
+        select {columns}
+        from fct_kernels as kernels
+        inner join shifts on kernels.rank = shifts.rank
+        where kernels.run_id = $run
+            and kernels.rank between $low and $high
+            and kernels.ts_ns < $raw_end and kernels.end_ns > $raw_start
+            and kernels.ts_ns + shifts.shift_ns - $origin < $end
+            and kernels.end_ns + shifts.shift_ns - $origin > $start
+    )
+"""
+
+
+#: The members of the collectives among the shown kernels (needs the ``kernels`` CTE).
+_MEMBERS_OF_KERNELS = """
+    members as (
+        select
+            members.collective_id,
+            members.op,
+            members.process_group_key,
+            members.rank,
+            kernels.stream,
+            members.arrival_ns - $origin as arrival,
+            members.end_ns - $origin as ended,
+            members.arrival_order,
+            members.is_last,
+            members.wait_ns
+        from fct_collective_ranks as members
+        inner join kernels
+            on members.trace_id = kernels.trace_id and members.slice_id = kernels.slice_id
+        where members.run_id = $run and members.rank between $low and $high
+    )
+"""
+
+
+@dataclass(frozen=True)
+class _Source:
+    """Where a view's kernels and collective members come from: two CTEs (``kernels``,
+    ``members``) and the values they bind."""
+
+    kernels: str
+    members: str
+    params: dict[str, Any]
+
+
+def _source(cur: duckdb.DuckDBPyConnection, run_id: str, ranks: list[int],
+            window: dict[str, Any], by_stream: bool) -> _Source:
+    """The window's kernels and members: from the selection's cache when it has one (see
+    :func:`_cached`), else straight from the marts."""
+    stream = "stream" if by_stream else "null::bigint as stream"
+    table = _cached(cur, run_id, ranks, window)
+    if table is None:
+        return _Source(_KERNELS_IN_WINDOW.format(columns=_drawn(by_stream)),
+                       _MEMBERS_OF_KERNELS, window)
+    return _Source(
+        f"""kernels as (
+            select rank, {stream}, ts, dur, kind, name, trace_id, slice_id
+            from {table} where ts < $end and ts + dur > $start
+        )""",
+        f"""members as (
+            select collective_id, op, process_group_key, rank, {stream}, arrival, ended,
+                arrival_order, is_last, wait_ns
+            from {table}_members where arrival < $end and ended > $start
+        )""", window)
+
+
+def _cached(cur: duckdb.DuckDBPyConnection, run_id: str, ranks: list[int],
+            window: dict[str, Any]) -> str | None:
+    """An in-memory table of the selection's kernels on the view's axis (and one of their
+    collective members), made on the selection's first view; None above
+    :data:`CACHE_MAX_RANKS` ranks.
+
+    Why: ``fct_kernels`` is not ordered by rank, so any window of a few ranks
+    reads the whole table (8 M kernels at 1,024 ranks × 4 iterations: a few
+    hundred ms on two cores), and a pan or a zoom is a new window. The first
+    view of a selection reads it once, sorted by time, into the viewer's own
+    in-memory database (never the warehouse, which is attached read-only);
+    later windows read the cache. It lives as long as the connection to this
+    published database (a new build gets a new one, without the caches);
+    :data:`CACHE_ENTRIES` selections are kept, the least recently used one
+    is dropped first.
+    """
+    if len(ranks) > CACHE_MAX_RANKS:
+        return None
+    key = hashlib.sha1(json.dumps([run_id, ranks]).encode()).hexdigest()[:16]
+    table = f"memory.main.timeline_{key}"
+    with _CACHE_LOCK:
+        cur.execute("create table if not exists memory.main.timeline_cache_use "
+                    "(name varchar primary key, used_at double)")
+        if first_row(cur, "select 1 from duckdb_tables() where database_name = 'memory' "
+                          "and table_name = ?", [f"timeline_{key}"]) is None:
+            sql = f"""
+                create table {table} as
+                with {_KERNELS_IN_WINDOW.format(columns=_CACHED_COLUMNS)}
+                select * from kernels order by ts
+            """  # noqa: S608 - fixed text and a name made of hex digits
+            whole = {**window, "start": -(2**62), "end": 2**62, "raw_start": -(2**62),
+                     "raw_end": 2**62}
+            cur.execute(sql, bound(sql, whole))
+            sql = f"""
+                create table {table}_members as
+                with kernels as (select * from {table}), {_MEMBERS_OF_KERNELS}
+                select * from members
+            """  # noqa: S608 - fixed text and a name made of hex digits
+            cur.execute(sql, bound(sql, whole))
+        cur.execute("insert or replace into memory.main.timeline_cache_use values (?, ?)",
+                    [table, time.monotonic()])
+        for (old,) in cur.execute("select name from memory.main.timeline_cache_use "
+                                  "order by used_at desc offset ?",
+                                  [CACHE_ENTRIES]).fetchall():
+            cur.execute(f"drop table if exists {old}")  # names made here, of hex digits
+            cur.execute(f"drop table if exists {old}_members")
+            cur.execute("delete from memory.main.timeline_cache_use where name = ?", [old])
+    return table
+
+
+#: What the cache keeps of each kernel (the timeline's axis; every stream).
+_CACHED_COLUMNS = ("kernels.rank, kernels.stream, kernels.ts_ns + shifts.shift_ns - $origin as ts, "
+                   "kernels.dur_ns as dur, kernels.kind, kernels.name, kernels.trace_id, "
+                   "kernels.slice_id")
+
+
+def _drawn(by_stream: bool) -> str:
+    """What the timeline draws of each kernel, on the reference clock relative to the origin;
+    its stream, or NULL when a rank's streams share a lane."""
+    stream = "kernels.stream" if by_stream else "null::bigint"
+    return (f"kernels.rank, {stream} as stream, kernels.ts_ns + shifts.shift_ns - $origin as ts, "
+            "kernels.dur_ns as dur, kernels.kind, kernels.name, kernels.trace_id, "
+            "kernels.slice_id")
+
+
+def _cpu_frames(cur: duckdb.DuckDBPyConnection, window: dict[str, Any],
+                step: int) -> list[tuple]:
+    """The outermost Megatron step frames (``fct_cpu_steps``) of the shown ranks in the
+    window, one per lane bucket as the kernels are (the longest, its phase as its kind);
+    none without the mart. Read straight from the mart: it holds a few frames per
+    microbatch, not one per kernel."""
+    if "fct_cpu_steps" not in tables(cur):
+        return []
+    sql = f"""
+        with shifts as (
+            select pair[1] as rank, pair[2] as shift_ns from (select unnest($shifts) as pair)
+        ),
+        frames as (
+            select
+                steps.rank,
+                steps.ts_ns + shifts.shift_ns - $origin as ts,
+                greatest(steps.end_ns - steps.ts_ns, 0) as dur,
+                coalesce(steps.phase, 'other') as kind,
+                coalesce(steps.function_name, steps.phase, '?') as name,
+                steps.trace_id,
+                steps.slice_id
+            from fct_cpu_steps as steps
+            inner join shifts on steps.rank = shifts.rank
+            where steps.run_id = $run and steps.rank between $low and $high
+                and steps.is_outermost
+                and steps.ts_ns + shifts.shift_ns - $origin < $end
+                and steps.end_ns + shifts.shift_ns - $origin > $start
+        )
+        select
+            rank, '{CPU_LANE}' as stream, count(*),
+            arg_max(ts, {_LONGEST}), max(dur), arg_max(kind, {_LONGEST}),
+            arg_max(name, {_LONGEST}), arg_max(trace_id, {_LONGEST}),
+            arg_max(slice_id, {_LONGEST})
+        from frames
+        group by rank, (greatest(ts, $start) - $start) // $step
+        order by rank, 4
+    """  # noqa: S608 - fixed SQL text only
+    return cur.execute(sql, bound(sql, {**window, "step": step})).fetchall()
+
+
+def _with_cpu_lanes(lanes: list[tuple[int, Any]], frames: list[tuple],
+                    by_stream: bool) -> list[tuple[int, Any]]:
+    """A rank's CPU steps lane (before its streams) for every rank with frames in view; by
+    stream, the empty lane of a rank without kernels there goes."""
+    with_frames = {frame[0] for frame in frames}
+    kept = [lane for lane in lanes
+            if not (by_stream and lane[1] is None and lane[0] in with_frames)]
+    return sorted([*kept, *((rank, CPU_LANE) for rank in with_frames)],
+                  key=lambda lane: (lane[0], {CPU_LANE: -2, None: -1}.get(lane[1], 0),
+                                    lane[1] if isinstance(lane[1], int) else 0))
+
+
+def _lanes(cur: duckdb.DuckDBPyConnection, source: _Source, ranks: list[int],
+           by_stream: bool) -> list[tuple[int, int | None]]:
+    """Every shown rank's lanes: its streams with kernels in the window (one lane, stream
+    None, when streams share a lane or it has none there)."""
+    lanes: list[tuple[int, int | None]] = [(rank, None) for rank in ranks]
+    if by_stream:
+        sql = f"with {source.kernels} select distinct rank, stream from kernels"
+        streams = cur.execute(sql, bound(sql, source.params)).fetchall()
+        with_kernels = {rank for rank, _ in streams}
+        lanes = sorted([lane for lane in lanes if lane[0] not in with_kernels] + streams,
+                       key=lambda lane: (lane[0], lane[1] if lane[1] is not None else -1))
+    return lanes
+
+
+def _rank_labels(cur: duckdb.DuckDBPyConnection, run_id: str, ranks: list[int]) -> dict[int, str]:
+    """``rank 3 · pp1 tp1 dp0`` for each rank (its coordinates from fct_rank_iterations)."""
+    labels = {rank: f"rank {rank}" for rank in ranks}
+    for row in rows(cur, "select distinct rank, pp_stage, tp_rank, dp_rank "
+                         "from fct_rank_iterations where run_id = ? and list_contains(?, rank)",
+                    [run_id, ranks]):
+        labels[row["rank"]] = rank_label(row)
+    return labels
+
+
+def _rectangles(found: list[tuple], lane_index: dict[tuple[int, int | None], int],
+                ) -> dict[str, Any]:
+    """The buckets' rows as columns (kinds, names and traces as indexes into short lists)."""
+    kinds: dict[str, int] = {}
+    names: dict[str, int] = {}
+    traces: dict[str, int] = {}
+    columns: dict[str, list[Any]] = {key: [] for key in
+                                     ("lane", "ts", "dur", "n", "kind", "name", "trace", "slice")}
+    exact = True
+    for rank, stream, count, ts, dur, kind, name, trace_id, slice_id in found:
+        exact = exact and count == 1
+        columns["lane"].append(lane_index[(rank, stream)])
+        columns["ts"].append(int(ts))
+        columns["dur"].append(int(dur))
+        columns["n"].append(int(count))
+        columns["kind"].append(kinds.setdefault(kind, len(kinds)))
+        columns["name"].append(names.setdefault(name, len(names)))
+        columns["trace"].append(traces.setdefault(trace_id, len(traces)))
+        columns["slice"].append(int(slice_id))
+    return {"exact": exact, "rects": columns, "kind_names": list(kinds),
+            "names": list(names), "traces": list(traces)}
+
+
+def _links(cur: duckdb.DuckDBPyConnection, source: _Source,
+           lane_index: dict[tuple[int, int | None], int]) -> dict[str, Any]:
+    """Collective instances with two or more shown members in the window, members in arrival
+    order, at most :data:`MAX_LINKS` (``links_left_out`` says how many more there were)."""
+    if "fct_collective_ranks" not in tables(cur):
+        return {"links": [], "links_left_out": 0}
+    sql = f"""
+        with {source.kernels},
+        {source.members},
+        chains as (
+            select collective_id, min(arrival) as first_arrival
+            from members
+            group by collective_id
+            having count(*) >= 2
+        ),
+        counted as (
+            select collective_id, count(*) over () as chains,
+                row_number() over (order by first_arrival, collective_id) as chain_order
+            from chains
+        )
+        select members.*, counted.chains
+        from members
+        inner join counted on members.collective_id = counted.collective_id
+        where counted.chain_order <= $limit
+        order by counted.chain_order, members.arrival_order, members.rank
+    """  # noqa: S608 - fixed SQL text only
+    found = rows(cur, sql, bound(sql, {**source.params, "limit": MAX_LINKS}))
+    links: dict[str, dict[str, Any]] = {}
+    for member in found:
+        link = links.setdefault(member["collective_id"], {
+            "op": member["op"], "group": member["process_group_key"], "members": []})
+        link["members"].append([lane_index[(member["rank"], member["stream"])],
+                                int(member["arrival"]), int(member["ended"]),
+                                int(member["wait_ns"] or 0), bool(member["is_last"])])
+    total = found[0]["chains"] if found else 0
+    return {"links": list(links.values()), "links_left_out": max(0, total - MAX_LINKS)}
