@@ -366,6 +366,24 @@ def build_lake(warehouse: Path, run_id: str = "run_a", ranks: int = 2) -> Lake:
     return lake
 
 
+def ingest_and_build(sets: dict[str, Path], root: Path) -> Path:
+    """Ingest each shared trace set as its own run into ``root`` and build it.
+
+    Skips the calling test when a set is not on this machine (shared data).
+    """
+    from tracehouse.dbt import EXIT_OK, run_dbt
+    from tracehouse.ingest.runner import ingest_paths
+
+    missing = [str(p) for p in sets.values() if not p.exists()]
+    if missing:
+        pytest.skip(f"shared traces not found: {missing}")
+    for run, path in sets.items():
+        result = ingest_paths([path], warehouse=root, run=run, progress=False)
+        assert not result.failed, result.failed
+    assert run_dbt(["build"], root) == EXIT_OK
+    return root
+
+
 # --------------------------------------------------------------------------- fixtures
 
 

@@ -21,9 +21,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from conftest import SHARED_DATA
+from conftest import SHARED_DATA, ingest_and_build
 from tracehouse.dbt import EXIT_OK, run_dbt
-from tracehouse.ingest.runner import ingest_paths
 from tracehouse.warehouse import Warehouse
 
 pytestmark = pytest.mark.slow
@@ -82,15 +81,7 @@ def _reference() -> dict[tuple[str, int], dict]:
 @pytest.fixture(scope="module")
 def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The four sets ingested (one run each) and built with the defaults (ns)."""
-    missing = [str(p) for p in SETS.values() if not p.exists()]
-    if missing:
-        pytest.skip(f"shared traces not found: {missing}")
-    root = tmp_path_factory.mktemp("hta") / "warehouse"
-    for run, path in SETS.items():
-        result = ingest_paths([path], warehouse=root, run=run, progress=False)
-        assert not result.failed, result.failed
-    assert run_dbt(["build"], root) == EXIT_OK
-    yield root
+    yield ingest_and_build(SETS, tmp_path_factory.mktemp("hta") / "warehouse")
 
 
 @pytest.fixture(scope="module")
