@@ -9,13 +9,21 @@ tests/test_models_core.py.
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import SHARED_DATA, ingest_and_build, query_warehouse
+from conftest import (
+    SHARED_DATA,
+    ingest_and_build,
+    init_lake,
+    query_warehouse,
+    synthetic_trace,
+    write_trace,
+)
 from tracehouse.dbt import EXIT_OK, run_dbt
 
 pytestmark = pytest.mark.slow
@@ -66,3 +74,181 @@ def test_var_names_the_gpu_of_every_trace(warehouse: Path, tmp_path: Path) -> No
         ("dlrm_8rank", "h100_sxm", "var", 989.4, 3.35, 8),
         ("sampled", "h100_sxm", "var", 989.4, 3.35, 1),
     ]
+
+
+# ----------------------------------------------------------------- TraceLens' formulas
+#
+# TraceLens (AMD-AGI/TraceLens, `TraceLens/PerfModel/perf_model.py` at 171dd74,
+# research/efficiency_whatif_viewer.md §2) restated in Python: GEMM.flops_func /
+# bytes_func (bias assumed 1 x N), SDPA.flops_func / bytes_func (q + k + v + out),
+# SDPA.flops_bwd_func with flash_impl=True (QK^T recomputed, GQA sum of dK and dV)
+# and bytes_bwd_func, and the elementwise binary/unary models. Not imported: the
+# package is not on PyPI; these few lines are what it computes.
+
+
+def _tl_gemm(m: int, n: int, k: int, bias: bool, bpe: int) -> tuple[float, float]:
+    flops = 2 * m * n * k + (m * n if bias else 0)
+    nbytes = m * k * bpe + k * n * bpe + m * n * bpe + (n if bias else 0) * bpe
+    return flops, nbytes
+
+
+def _tl_sdpa(b: int, n_q: int, h_q: int, n_kv: int, h_kv: int, d_qk: int, d_v: int,
+             causal: bool, bpe: int) -> tuple[float, float]:
+    flops = b * h_q * (2 * n_q * n_kv * d_qk) + b * h_q * (2 * n_q * d_v * n_kv)
+    flops = flops / 2 if causal else flops
+    elems = b * n_q * h_q * d_qk + b * n_kv * h_kv * d_qk + b * n_kv * h_kv * d_v
+    elems += b * n_q * h_q * d_v
+    return flops, elems * bpe
+
+
+def _tl_sdpa_bwd(b: int, n_q: int, h_q: int, n_kv: int, h_kv: int, d_qk: int, d_v: int,
+                 causal: bool, bpe: int) -> tuple[float, float]:
+    flops = b * h_q * (2 * n_q * n_kv * d_qk)  # recompute QK^T
+    flops += b * h_q * (2 * n_kv * n_q * d_v) + b * n_kv * d_v * (h_q // h_kv - 1)  # dV
+    flops += b * h_q * (2 * n_q * n_kv * d_v)  # dP
+    flops += b * h_q * (2 * n_q * n_kv * d_qk)  # dQ
+    flops += b * h_q * (2 * n_kv * n_q * d_qk) + b * n_kv * d_qk * (h_q // h_kv - 1)  # dK
+    flops = flops / 2 if causal else flops
+    elems = 2 * (b * n_q * h_q * d_qk + b * n_kv * h_kv * d_qk + b * n_kv * h_kv * d_v)
+    elems += b * n_q * h_q * d_v  # dO
+    return flops, elems * bpe
+
+
+def _tl_binary(n1: int, b1: int, n2: int, b2: int) -> tuple[float, float]:
+    n_out = max(n1, n2)
+    return n_out, n1 * b1 + n2 * b2 + n_out * max(b1, b2)
+
+
+def _tl_unary(n: int, bpe_in: int, bpe_out: int) -> tuple[float, float]:
+    return n, n * (bpe_in + bpe_out)
+
+
+BF16 = "c10::BFloat16"
+#: (op, Input Dims, Input type, Concrete Inputs, TraceLens' (FLOPs, bytes)).
+TRACELENS_CASES = [
+    ("aten::mm", [[4096, 1024], [1024, 3072]], [BF16, BF16], None,
+     _tl_gemm(4096, 3072, 1024, False, 2)),
+    ("aten::addmm", [[3072], [4096, 1024], [1024, 3072], [], []],
+     [BF16, BF16, BF16, "Scalar", "Scalar"], None, _tl_gemm(4096, 3072, 1024, True, 2)),
+    ("aten::bmm", [[32, 512, 128], [32, 128, 512]], ["float", "float"], None,
+     tuple(32 * x for x in _tl_gemm(512, 512, 128, False, 4))),
+    ("aten::_scaled_dot_product_flash_attention", [[2, 16, 2048, 128]] * 3 + [[]] * 4,
+     [BF16] * 3 + ["Scalar"] * 4, ["", "", "", "0.", "True", "False", ""],
+     _tl_sdpa(2, 2048, 16, 2048, 16, 128, 128, True, 2)),
+    ("aten::_scaled_dot_product_flash_attention", [[2, 16, 2048, 128]] * 3 + [[]] * 4,
+     [BF16] * 3 + ["Scalar"] * 4, ["", "", "", "0.", "False", "False", ""],
+     _tl_sdpa(2, 2048, 16, 2048, 16, 128, 128, False, 2)),
+    ("aten::_scaled_dot_product_flash_attention",
+     [[1, 32, 4096, 128], [1, 8, 4096, 128], [1, 8, 4096, 128], [], [], [], []],
+     [BF16] * 3 + ["Scalar"] * 4, ["", "", "", "0.", "True", "False", ""],
+     _tl_sdpa(1, 4096, 32, 4096, 8, 128, 128, True, 2)),
+    ("flash_attn::_flash_attn_backward",
+     [[1, 4096, 32, 128], [1, 4096, 32, 128], [1, 4096, 8, 128], [1, 4096, 8, 128]]
+     + [[]] * 8,
+     [BF16] * 4 + [""] * 8, ["", "", "", "", "", "", "", "", "", "0.", "", "True"],
+     _tl_sdpa_bwd(1, 4096, 32, 4096, 8, 128, 128, True, 2)),
+    ("aten::add", [[4096, 1024], [4096, 1024], []], [BF16, BF16, "Scalar"], None,
+     _tl_binary(4096 * 1024, 2, 4096 * 1024, 2)),
+    ("aten::mul", [[4096, 1024], [1024]], ["float", "float"], None,
+     _tl_binary(4096 * 1024, 4, 1024, 4)),
+    ("aten::gelu", [[4096, 4096], []], [BF16, ""], None, _tl_unary(4096 * 4096, 2, 2)),
+]
+
+
+def _tracelens_lake(root: Path) -> None:
+    """One synthetic trace with one op -> launch -> kernel chain per TraceLens case."""
+    rows = synthetic_trace("tl", "tl-rank0", 0, world_size=1)
+    base = rows["traces"][0]["base_time_ns"]
+    common = {"run_id": "tl", "rank": 0, "trace_id": "tl-rank0"}
+    for index, (name, dims, types, concrete, _expected) in enumerate(TRACELENS_CASES):
+        op, launch, kernel = 100 + 3 * index, 101 + 3 * index, 102 + 3 * index
+        ts = 20_000 + 10_000 * index
+        args = {"Input Dims": dims, "Input type": types}
+        if concrete is not None:
+            args["Concrete Inputs"] = concrete
+        piece = {**common, "phase": "X", "is_partial_overlap": False}
+        rows["slices"] += [
+            {**piece, "slice_id": op, "ts": base + ts, "dur": 5_000, "name": name,
+             "category": "cpu_op", "track_id": 0, "depth": 0, "args": json.dumps(args)},
+            {**piece, "slice_id": launch, "ts": base + ts + 100, "dur": 100,
+             "name": "cudaLaunchKernel", "category": "cuda_runtime", "track_id": 0, "depth": 1,
+             "parent_id": op, "correlation": 1_000 + index, "args": "{}"},
+            {**piece, "slice_id": kernel, "ts": base + ts + 1_000, "dur": 2_000,
+             "name": f"k{index}", "category": "kernel", "track_id": 1, "depth": 0,
+             "device": 0, "stream": 7, "correlation": 1_000 + index, "args": "{}"},
+        ]
+        rows["flows"].append({**common, "flow_id": 1_000 + index, "category": "ac2g",
+                              "slice_out": launch, "slice_in": kernel,
+                              "ts_out": base + ts + 100, "ts_in": base + ts + 1_000})
+    rows["traces"][0]["trace_end_ns"] = base + 20_000 + 10_000 * len(TRACELENS_CASES)
+    init_lake(root)
+    write_trace(root, rows)
+
+
+def test_flops_and_bytes_equal_tracelens_formulas(tmp_path: Path) -> None:
+    root = tmp_path / "warehouse"
+    _tracelens_lake(root)
+    assert run_dbt(["run", "--select", "+int_kernels_flops_attributed"], root) == EXIT_OK
+    rows = query_warehouse(root, """
+        select slice_id, op_name, flops, bytes, null_reason
+        from intermediate.int_kernels_flops_attributed
+        where slice_id >= 100
+        order by slice_id
+    """)
+    assert len(rows) == len(TRACELENS_CASES)
+    for (slice_id, op_name, flops, nbytes, reason), case in zip(rows, TRACELENS_CASES):
+        name, dims, _types, _concrete, (tl_flops, tl_bytes) = case
+        assert (op_name, reason) == (name, None), (slice_id, case)
+        assert flops == pytest.approx(tl_flops, rel=1e-12), (name, dims)
+        assert nbytes == pytest.approx(tl_bytes, rel=1e-12), (name, dims)
+
+
+# ----------------------------------------------------------------- kernels of real traces
+
+GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul",
+            "aten::linear")
+
+
+def test_every_gemm_kernel_under_a_shaped_op_has_flops_within_the_roof(
+        warehouse: Path) -> None:
+    """DLRM on V100 (record_shapes on): each GEMM kernel gets FLOPs, and no modelled
+    kernel runs faster than its GPU allows (one above the roof means a wrong
+    attribution: FLOPs given to the wrong kernel, or a wrong formula)."""
+    gemms = query_warehouse(warehouse, f"""
+        select cpu_op_name, flops, achieved_tflops, peak_tflops, roof_ratio, gpu_product
+        from fct_kernels
+        where run_id = 'dlrm_8rank' and cpu_op_name in {GEMM_OPS}
+    """)
+    assert len(gemms) >= 200  # mm, addmm and bmm on 8 ranks
+    assert {row[0] for row in gemms} == {"aten::mm", "aten::addmm", "aten::bmm"}
+    for op, flops, achieved, peak, roof, gpu in gemms:
+        assert flops is not None and flops > 0, op
+        assert gpu == "v100_sxm2" and peak == 15.7
+        assert achieved <= peak, (op, achieved, peak)
+        assert roof <= 1.0, (op, roof)
+    above = query_warehouse(warehouse, """
+        select cpu_op_name, name, dur_ns, flops, bytes, roof_ratio
+        from fct_kernels
+        where flops is not null and roof_ratio > 1
+    """)
+    assert not above, above
+
+
+def test_kernels_without_a_flop_model_say_why(warehouse: Path) -> None:
+    rows = dict(query_warehouse(warehouse, """
+        select run_id || ':' || flops_null_reason, count(*)
+        from fct_kernels
+        where flops is null
+        group by all
+    """))
+    # The A100 trace was recorded without shapes; NCCL kernels are not modelled.
+    assert rows["a100:no_shapes"] > 1000
+    assert rows["a100:communication"] == 21
+    assert rows["dlrm_8rank:communication"] == 64
+    assert rows["dlrm_8rank:unmodelled_op"] > 0  # fbgemm embedding ops, cat, sum
+    assert None not in rows  # a kernel without FLOPs always has a reason
+    modelled = query_warehouse(warehouse, """
+        select count(*) from fct_kernels
+        where flops is not null and flops_null_reason is not null
+    """)
+    assert modelled == [(0,)]
