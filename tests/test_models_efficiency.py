@@ -252,3 +252,22 @@ def test_kernels_without_a_flop_model_say_why(warehouse: Path) -> None:
         where flops is not null and flops_null_reason is not null
     """)
     assert modelled == [(0,)]
+
+
+def test_roofline_chart_draws_the_ops_under_their_roofs(warehouse: Path, tmp_path: Path) -> None:
+    import duckdb
+
+    from tracehouse.reports.base import ChartContext, NothingToShow
+    from tracehouse.reports.roofline import FAMILY
+    from tracehouse.warehouse import Warehouse
+
+    con = duckdb.connect(str(Warehouse(warehouse).database), read_only=True)
+    try:
+        [chart] = FAMILY.render(ChartContext(con=con, run_id="dlrm_8rank", out_dir=tmp_path))
+        with pytest.raises(NothingToShow, match="record_shapes"):
+            FAMILY.render(ChartContext(con=con, run_id="a100", out_dir=tmp_path))
+    finally:
+        con.close()
+    assert chart.png.stat().st_size > 10_000 and chart.svg.is_file()
+    assert "aten::mm" in chart.svg.read_text()
+    assert "59.7 % of the run's compute-kernel time" in chart.caption
