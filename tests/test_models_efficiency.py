@@ -271,3 +271,38 @@ def test_roofline_chart_draws_the_ops_under_their_roofs(warehouse: Path, tmp_pat
     assert chart.png.stat().st_size > 10_000 and chart.svg.is_file()
     assert "aten::mm" in chart.svg.read_text()
     assert "59.7 % of the run's compute-kernel time" in chart.caption
+
+
+# ----------------------------------------------------------------- model FLOPs and MFU
+
+#: bf16 dense peak of the simulated GPU (NVIDIA H100 80GB HBM3: seed gpu_peaks' h100_sxm).
+H100_BF16_TFLOPS = 989.4
+
+
+def test_simulated_run_flops_and_mfu_equal_the_simulators(tmp_path: Path) -> None:
+    """The simulator states the model FLOPs its cost model runs (model_config.json);
+    the warehouse's Megatron formula gives the same per iteration, and its MFU is
+    those FLOPs over the measured step x world x the H100's bf16 peak."""
+    from tracehouse.simulate import SimConfig, simulate_run
+
+    cfg = SimConfig(tp=2, pp=2, dp=2, microbatches=4, iterations=2, layers=4, hidden=1024,
+                    heads=8, seq_length=1024, vocab=32000, gpus_per_node=8)
+    run = simulate_run(cfg, tmp_path / "sim", jobs=1)
+    truth = run.ground_truth["efficiency"]["model_flops_per_iteration"]
+    root = ingest_and_build({"sim": run.out_dir}, tmp_path / "warehouse")
+    rows = query_warehouse(root, """
+        select iteration, step_ns, world_size, gpu_product, peak_tflops,
+               model_flops_per_iteration, stated_flops_per_iteration,
+               achieved_tflops_per_gpu, mfu
+        from fct_iteration_efficiency
+        order by iteration
+    """)
+    assert [row[0] for row in rows] == cfg.iteration_numbers
+    for _it, step_ns, world, gpu, peak, flops, stated, achieved, mfu in rows:
+        assert (world, gpu, peak) == (8, "h100_sxm", H100_BF16_TFLOPS)
+        assert stated == truth
+        assert flops == pytest.approx(truth, rel=0.01)
+        expected_mfu = truth / (step_ns * 1e-9 * world * H100_BF16_TFLOPS * 1e12)
+        assert mfu == pytest.approx(expected_mfu, rel=0.01)
+        assert achieved == pytest.approx(mfu * H100_BF16_TFLOPS, rel=1e-9)
+        assert 0 < mfu < 1
