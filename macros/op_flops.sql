@@ -213,15 +213,21 @@
 
 {#- The dense peak (TFLOP/s) a kernel's work is measured against: the GPU's
     (columns of int_trace_gpus_matched on `gpus`) for the op's compute unit
-    (`matrix` for GEMMs and attention, `vector` otherwise) and dtype. fp32
-    GEMMs are measured against the fp32 peak: PyTorch runs them without
-    TF32 unless allow_tf32 is set, which traces do not record. -#}
-{%- macro kernel_peak_tflops(gpus, unit, dtype) -%}
+    (`matrix` for GEMMs and attention, `vector` otherwise) and dtype. An
+    fp32 GEMM whose kernel name says it runs on TF32 tensor cores
+    (var('tf32_kernel_pattern'): cuBLAS/CUTLASS `s1688`/`tf32` kernels,
+    PyTorch's allow_tf32, which traces do not record) is measured against
+    the TF32 peak, other fp32 GEMMs against the fp32 peak. -#}
+{%- macro kernel_peak_tflops(gpus, unit, dtype, kernel_name) -%}
     case
         when {{ unit }} = 'vector' then {{ gpus }}.fp32_vector_tflops
         when {{ dtype }} like '%bfloat16%' then {{ gpus }}.bf16_tflops
         when {{ dtype }} like '%float8%' then {{ gpus }}.fp8_tflops
         when {{ dtype }} in ('half', 'c10::half', 'float16', '__half') then {{ gpus }}.fp16_tflops
+        when
+            {{ dtype }} in ('float', 'float32', 'c10::float')
+            and {{ regex_matches(kernel_name, "'" ~ var('tf32_kernel_pattern') ~ "'") }}
+            then {{ gpus }}.tf32_tflops
         when {{ dtype }} in ('float', 'float32', 'c10::float') then {{ gpus }}.fp32_matrix_tflops
     end
 {%- endmacro -%}

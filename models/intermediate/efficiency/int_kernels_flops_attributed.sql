@@ -16,7 +16,9 @@
     null_reason: `no_cpu_op` (the launch is not inside a CPU op),
     `no_shapes` (the trace was recorded without record_shapes),
     `unmodelled_op` (no row in op_flop_models), `no_causal_flag` (attention without
-    its is_causal input), `bad_shapes` (the dims do not fit the model).
+    its is_causal input), `bad_shapes` (the dims do not fit the model),
+    `helper_of_op` (a copy or fill of an op whose work its kernels do, e.g.
+    a GEMM's workspace memset).
 
     Per trace (macros/per_trace.sql): delete+insert on trace_id.
 #}
@@ -42,6 +44,7 @@ kernels as (
         rank,
         trace_id,
         slice_id,
+        category,
         launch_slice_id,
         dur_ns
     from {{ lake_scan('slices', pending) }}
@@ -297,10 +300,11 @@ kernel_ops as (
         op_costs.op_bytes,
         coalesce(op_costs.null_reason, case when op_costs.slice_id is null then 'no_cpu_op' end)
             as null_reason,
-        sum(kernels.dur_ns) over (
-            partition by kernels.trace_id, op_costs.slice_id
-        ) as op_kernel_ns,
-        count(*) over (partition by kernels.trace_id, op_costs.slice_id) as op_kernel_count
+        {#- Only an op that moves data (copy_, fill_) does its work in copies and
+            fills: a GEMM's cuBLAS workspace memset gets none of its FLOPs. #}
+        kernels.category = 'kernel'
+        or op_costs.flop_model = 'fill'
+        or op_costs.op_name = 'aten::copy_' as is_sharing
     from kernels
     left join launches
         on
@@ -310,6 +314,18 @@ kernel_ops as (
         on
             launches.trace_id = op_costs.trace_id
             and launches.parent_id = op_costs.slice_id
+),
+
+sharing as (
+    select
+        *,
+        sum(case when is_sharing then dur_ns end) over (
+            partition by trace_id, op_slice_id
+        ) as op_kernel_ns,
+        sum(case when is_sharing then 1 else 0 end) over (
+            partition by trace_id, op_slice_id
+        ) as op_kernel_count
+    from kernel_ops
 ),
 
 final as (
@@ -324,17 +340,20 @@ final as (
         compute_dtype,
         compute_unit,
         {#- The op's share by duration (by count when its kernels took no time). #}
-        op_flops * coalesce(
+        case when is_sharing then op_flops * coalesce(
             cast(dur_ns as double) / nullif(op_kernel_ns, 0), 1.0 / op_kernel_count
-        ) as flops,
-        op_bytes * coalesce(
+        ) end as flops,
+        case when is_sharing then op_bytes * coalesce(
             cast(dur_ns as double) / nullif(op_kernel_ns, 0), 1.0 / op_kernel_count
-        ) as bytes,
+        ) end as bytes,
         op_flops,
         op_bytes,
         op_kernel_count,
-        null_reason
-    from kernel_ops
+        case
+            when null_reason is not null then null_reason
+            when not is_sharing then 'helper_of_op'
+        end as null_reason
+    from sharing
 )
 
 select * from final

@@ -37,6 +37,7 @@ gpus as (
         gpu_product,
         fp32_vector_tflops,
         fp32_matrix_tflops,
+        tf32_tflops,
         bf16_tflops,
         fp16_tflops,
         fp8_tflops,
@@ -60,8 +61,9 @@ roofs as (
             else flops.null_reason
         end as flops_null_reason,
         gpus.gpu_product,
-        {{ kernel_peak_tflops('gpus', 'flops.compute_unit', 'flops.compute_dtype') }}
-            as peak_tflops,
+        {{ kernel_peak_tflops(
+            'gpus', 'flops.compute_unit', 'flops.compute_dtype', 'kernels.name'
+        ) }} as peak_tflops,
         gpus.hbm_tbps as peak_tbps
     from kernels
     left join flops
