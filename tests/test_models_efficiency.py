@@ -306,3 +306,16 @@ def test_simulated_run_flops_and_mfu_equal_the_simulators(tmp_path: Path) -> Non
         assert mfu == pytest.approx(expected_mfu, rel=0.01)
         assert achieved == pytest.approx(mfu * H100_BF16_TFLOPS, rel=1e-9)
         assert 0 < mfu < 1
+
+
+def test_a_lake_loaded_before_model_configs_existed_still_builds(make_lake) -> None:
+    """A lake without the model_configs table (written by an older ingest) builds:
+    the table's empty schema file is added, nothing else changes."""
+    lake = make_lake()
+    folder = lake.warehouse / "lake" / "model_configs"
+    shutil.rmtree(folder)
+    args = ["run", "--select", "stg_lake__model_configs", "int_model_flops_computed"]
+    assert run_dbt(args, lake.warehouse) == EXIT_OK
+    assert (folder / "_empty.parquet").is_file()
+    count = "select count(*) from intermediate.int_model_flops_computed"
+    assert query_warehouse(lake.warehouse, count) == [(0,)]

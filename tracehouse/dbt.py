@@ -127,6 +127,22 @@ def has_loaded_traces(warehouse: Path) -> bool:
     return any(path.name != "_empty.parquet" for path in traces.rglob("*.parquet"))
 
 
+def _add_new_lake_tables(warehouse: Warehouse) -> None:
+    """Give a lake written before a raw table existed that table's empty schema file.
+
+    Why: a staging view reads ``<table>/**/*.parquet``, which must match a
+    file; a lake loaded before ``model_configs`` existed has no folder for
+    it, and every build would fail until the next ingest created it. Only
+    the schema files are written (what any ingest writes first); the lake's
+    format is not touched (an older format is refused above).
+    """
+    from tracehouse.ingest.lake import EMPTY_FILE, init_lake
+    from tracehouse.ingest.schema import LAKE_TABLES
+
+    if any(not (warehouse.table_dir(table) / EMPTY_FILE).exists() for table in LAKE_TABLES):
+        init_lake(warehouse)
+
+
 def run_dbt(args: Sequence[str] = (), warehouse: Path | None = None) -> int:
     """Run a dbt command on a warehouse and return a tracehouse exit code.
 
@@ -202,6 +218,9 @@ def run_dbt(args: Sequence[str] = (), warehouse: Path | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_FAILED
+
+    if argv[0] in _COMMANDS_READING_LAKE and not lake_overridden:
+        _add_new_lake_tables(Warehouse(root))
 
     try:
         project = project_dir()
