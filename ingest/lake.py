@@ -79,6 +79,17 @@ def init_lake(warehouse: Warehouse) -> None:
         os.replace(tmp, marker)
 
 
+def schema_files_current(warehouse: Warehouse) -> bool:
+    """Whether every lake table has its ``_empty.parquet`` with the table's schema of now.
+
+    False for a lake written before a table or a column existed (the same
+    format: a new column of ``traces`` such as ``has_op_shapes`` is NULL in
+    older traces' files, but a reader sees it only through this file).
+    """
+    return all(_same_schema(warehouse.table_dir(table) / EMPTY_FILE, table_schema)
+               for table, table_schema in LAKE_TABLES.items())
+
+
 def _same_schema(summary: Path, table_schema: pa.Schema) -> bool:
     try:
         return pq.read_schema(summary).remove_metadata().equals(table_schema.remove_metadata())

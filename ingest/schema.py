@@ -56,6 +56,7 @@ TRACES = pa.schema(
         ("kineto_trace_id", pa.string()),
         ("distributed_info", pa.string()),  # JSON
         ("device_properties", pa.string()),  # JSON
+        ("has_op_shapes", pa.bool_()),  # CPU ops carry Input Dims (record_shapes)
         ("ingested_at", pa.timestamp("us", tz="UTC")),
         ("lake_format", pa.int64()),  # warehouse.LAKE_FORMAT when written; NULL: before 2
     ]

@@ -127,19 +127,22 @@ def has_loaded_traces(warehouse: Path) -> bool:
     return any(path.name != "_empty.parquet" for path in traces.rglob("*.parquet"))
 
 
-def _add_new_lake_tables(warehouse: Warehouse) -> None:
-    """Give a lake written before a raw table existed that table's empty schema file.
+def _refresh_lake_schema_files(warehouse: Warehouse) -> None:
+    """Give a lake written before a raw table or column existed the schema files of now.
 
     Why: a staging view reads ``<table>/**/*.parquet``, which must match a
     file; a lake loaded before ``model_configs`` existed has no folder for
-    it, and every build would fail until the next ingest created it. Only
-    the schema files are written (what any ingest writes first); the lake's
-    format is not touched (an older format is refused above).
+    it, and every build would fail until the next ingest created it. In the
+    same way a column added to a table (``traces.has_op_shapes``) exists for
+    the views only once the table's ``_empty.parquet`` has it (NULL in the
+    older traces' files). Only the schema files are written (what any
+    ingest writes first); the lake's format is not touched (an older format
+    is refused above).
     """
-    from tracehouse.ingest.lake import EMPTY_FILE, init_lake
-    from tracehouse.ingest.schema import LAKE_TABLES
+    from tracehouse.ingest.lake import init_lake, schema_files_current
 
-    if any(not (warehouse.table_dir(table) / EMPTY_FILE).exists() for table in LAKE_TABLES):
+    # A lake of a newer format is another version's: its files are left alone.
+    if warehouse.lake_format() == LAKE_FORMAT and not schema_files_current(warehouse):
         init_lake(warehouse)
 
 
@@ -220,7 +223,7 @@ def run_dbt(args: Sequence[str] = (), warehouse: Path | None = None) -> int:
         return EXIT_FAILED
 
     if argv[0] in _COMMANDS_READING_LAKE and not lake_overridden:
-        _add_new_lake_tables(Warehouse(root))
+        _refresh_lake_schema_files(Warehouse(root))
 
     try:
         project = project_dir()
