@@ -24,7 +24,7 @@ from conftest import (
     synthetic_trace,
     write_trace,
 )
-from tracehouse.dbt import EXIT_OK, run_dbt
+from tracehouse.dbt import DBT_ARTIFACTS_DIR, EXIT_OK, run_dbt
 
 pytestmark = pytest.mark.slow
 
@@ -252,6 +252,52 @@ def test_kernels_without_a_flop_model_say_why(warehouse: Path) -> None:
         where flops is not null and flops_null_reason is not null
     """)
     assert modelled == [(0,)]
+
+
+def test_only_the_traces_with_shapes_have_their_ops_read(warehouse: Path) -> None:
+    """The A100 trace was recorded without shapes (no header key, no Input Dims):
+    the FLOP model names none of its files (its trace id is nowhere in the SQL
+    dbt ran), and every kernel of it says no_shapes; the shaped traces' files
+    are read by name."""
+    traces = query_warehouse(warehouse, """
+        select run_id, trace_id, has_op_shapes from intermediate.int_traces order by all
+    """)
+    assert {(run, shapes) for run, _, shapes in traces} == {
+        ("a100", False), ("dlrm_8rank", True), ("sampled", True),
+    }
+    sql = (warehouse / DBT_ARTIFACTS_DIR / "target" / "run" / "tracehouse" / "models"
+           / "intermediate" / "efficiency" / "int_kernels_flops_attributed.sql").read_text()
+    for run, trace_id, shapes in traces:
+        if shapes:
+            assert f"run={run}/{trace_id}.parquet" in sql, run
+        else:
+            assert trace_id not in sql, run
+    reasons = query_warehouse(warehouse, """
+        select distinct flops.null_reason, flops.op_slice_id
+        from intermediate.int_kernels_flops_attributed as flops
+        inner join intermediate.int_traces as traces using (trace_id)
+        where not traces.has_op_shapes
+    """)
+    assert reasons == [("no_shapes", None)]
+
+
+def test_a_lake_written_before_has_op_shapes_reads_every_traces_ops(tmp_path: Path) -> None:
+    """A trace ingested before the column existed (no has_op_shapes in its traces
+    file) counts as shaped: run_dbt gives the lake's schema file the column
+    (NULL for that trace) and the model computes its FLOPs as before."""
+    import pyarrow.parquet as pq
+
+    root = tmp_path / "warehouse"
+    _tracelens_lake(root)
+    for path in (root / "lake" / "traces").rglob("*.parquet"):
+        pq.write_table(pq.read_table(path).drop_columns(["has_op_shapes"]), path)
+    assert run_dbt(["run", "--select", "+int_kernels_flops_attributed"], root) == EXIT_OK
+    rows = query_warehouse(root, """
+        select count(*), count(flops)
+        from intermediate.int_kernels_flops_attributed
+        where slice_id >= 100
+    """)
+    assert rows == [(len(TRACELENS_CASES), len(TRACELENS_CASES))]
 
 
 def test_roofline_chart_draws_the_ops_under_their_roofs(warehouse: Path, tmp_path: Path) -> None:

@@ -13,8 +13,16 @@
     models restated), applied once per distinct (op, shapes, dtypes,
     concrete inputs), not per row.
 
+    Only the traces recorded with shapes (int_traces.has_op_shapes, from
+    Kineto's `record_shapes`; NULL, ingested before that column, counts as
+    shaped) have their launches and CPU ops read: the ops' args are most of
+    a trace's bytes, and a trace without shapes has nothing for the model
+    (on a 256-rank simulated build the args read and the joins cost ~15% of
+    the build's CPU for no FLOP). Its kernels get `no_shapes` and no op.
+
     null_reason: `no_cpu_op` (the launch is not inside a CPU op),
-    `no_shapes` (the trace was recorded without record_shapes),
+    `no_shapes` (the trace was recorded without record_shapes; every kernel
+    of such a trace, launched inside an op or not),
     `unmodelled_op` (no row in op_flop_models), `no_causal_flag` (attention without
     its is_causal input), `bad_shapes` (the dims do not fit the model),
     `helper_of_op` (a copy or fill of an op whose work its kernels do, e.g.
@@ -32,6 +40,8 @@
 
 {%- set pending = traces_pending() %}
 {%- set new_traces = trace_filter(pending) %}
+{%- set shaped = traces_pending_where('loaded.has_op_shapes is not false') %}
+{%- set shaped_traces = trace_filter(shaped) %}
 {#- Inputs, and dims per input, read from `Input Dims` (macros/op_flops.sql reads as many). #}
 {%- set shape_inputs = 4 %}
 {%- set shape_dims = 6 %}
@@ -46,7 +56,8 @@ kernels as (
         slice_id,
         category,
         launch_slice_id,
-        dur_ns
+        dur_ns,
+        {{ shaped_traces }} as has_op_shapes
     from {{ lake_scan('slices', pending) }}
     where
         category in (
@@ -63,11 +74,11 @@ launches as (
         trace_id,
         slice_id,
         parent_id
-    from {{ lake_scan('slices', pending) }}
+    from {{ lake_scan('slices', shaped) }}
     where
         category in ('cuda_runtime', 'cuda_driver')
         and parent_id is not null
-        and {{ new_traces }}
+        and {{ shaped_traces }}
 ),
 
 ops as (
@@ -76,8 +87,8 @@ ops as (
         slice_id,
         name,
         args
-    from {{ lake_scan('slices', pending) }}
-    where category = 'cpu_op' and {{ new_traces }}
+    from {{ lake_scan('slices', shaped) }}
+    where category = 'cpu_op' and {{ shaped_traces }}
 ),
 
 op_models as (
@@ -298,8 +309,13 @@ kernel_ops as (
         op_costs.compute_unit,
         op_costs.op_flops,
         op_costs.op_bytes,
-        coalesce(op_costs.null_reason, case when op_costs.slice_id is null then 'no_cpu_op' end)
-            as null_reason,
+        coalesce(
+            op_costs.null_reason,
+            case
+                when not kernels.has_op_shapes then 'no_shapes'
+                when op_costs.slice_id is null then 'no_cpu_op'
+            end
+        ) as null_reason,
         {#- Only an op that moves data (copy_, fill_) does its work in copies and
             fills: a GEMM's cuBLAS workspace memset gets none of its FLOPs. #}
         kernels.category = 'kernel'
