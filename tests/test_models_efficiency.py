@@ -281,6 +281,38 @@ def test_only_the_traces_with_shapes_have_their_ops_read(warehouse: Path) -> Non
     assert reasons == [("no_shapes", None)]
 
 
+def test_an_incremental_build_reads_the_ops_of_the_new_shaped_trace_only(
+        warehouse: Path, tmp_path: Path) -> None:
+    """A shaped trace added to the built warehouse: the incremental run of the FLOP
+    model names its file and no other trace's, and its GEMM kernels get FLOPs."""
+    from tracehouse.ingest.runner import ingest_paths
+
+    copy = tmp_path / "warehouse"
+    shutil.copytree(warehouse, copy)
+    added = KINETO / "single_rank" / "sampled_128rank_job_rank-1.json.gz"
+    result = ingest_paths([added], warehouse=copy, run="sampled", progress=False)
+    assert not result.failed, result.failed
+    assert run_dbt(["build", "--select", "int_traces", "int_kernels_flops_attributed"],
+                   copy) == EXIT_OK
+    [(new_trace,)] = query_warehouse(copy, """
+        select trace_id from intermediate.int_traces where path like '%rank-1.json.gz'
+    """)
+    sql = (copy / DBT_ARTIFACTS_DIR / "target" / "run" / "tracehouse" / "models"
+           / "intermediate" / "efficiency" / "int_kernels_flops_attributed.sql").read_text()
+    named = {line.split("/")[-1].split(".parquet")[0] for line in sql.splitlines()
+             if "/slices/run=" in line}
+    assert named == {new_trace}
+    reasons = dict(query_warehouse(copy, f"""
+        select null_reason, count(*)
+        from intermediate.int_kernels_flops_attributed
+        where trace_id = '{new_trace}' and op_name in {GEMM_OPS}
+        group by all
+    """))
+    # Every GEMM kernel has FLOPs; only the GEMMs' workspace memsets have none.
+    assert reasons[None] > 0
+    assert set(reasons) <= {None, "helper_of_op"}, reasons
+
+
 def test_a_lake_written_before_has_op_shapes_reads_every_traces_ops(tmp_path: Path) -> None:
     """A trace ingested before the column existed (no has_op_shapes in its traces
     file) counts as shaped: run_dbt gives the lake's schema file the column
