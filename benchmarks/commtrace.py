@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tracehouse.commtrace import CommTraceConfig, run_commtrace  # noqa: E402
+from tracehouse.commtrace.run import CommTraceConfig, run_commtrace  # noqa: E402
 
 LAYOUTS: dict[str, CommTraceConfig] = {
     "small16": CommTraceConfig(tp=2, pp=4, dp=2, model="small"),

@@ -111,7 +111,7 @@ def _tracehouse_prepare(spec: dict):
         ingest_paths = getattr(importlib.import_module(mod), fn)
     else:
         # As `tracehouse ingest` does: keep pandas out of an ingest-only process.
-        from tracehouse.ingest.lean import keep_pandas_out
+        from tracehouse.ingest.no_pandas import keep_pandas_out
 
         keep_pandas_out()
         from tracehouse.ingest.runner import ingest_paths

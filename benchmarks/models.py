@@ -9,7 +9,7 @@ One command, prints figures (benchmarks/README.md says what each means):
 2. ingest the first iterations into a fresh warehouse (``-j 2``), and time
    ``dbt parse`` with an empty parse cache (the scratch folder's own), which
    the first build from a checkout pays once;
-3. ``tracehouse build`` (``tracehouse.dbt.run_dbt(["build"])``: every model
+3. ``tracehouse build`` (``tracehouse.build.dbt.run_dbt(["build"])``: every model
    and data test) in a child process pinned to ``--cores`` CPUs: wall time,
    peak RSS (the child's ``ru_maxrss`` from ``wait4``, exact, DuckDB included
    since it runs in process), rows in ``fct_kernels``, and rows per second
@@ -57,7 +57,7 @@ from typing import Any
 
 from dbt_statements import describe, read_logs, statement_seconds
 
-from tracehouse.dbt import PLAIN_BUILD_EXCLUDES
+from tracehouse.build.dbt import PLAIN_BUILD_EXCLUDES
 
 REPO = Path(__file__).resolve().parents[1]
 MIB = 1024 * 1024
@@ -128,7 +128,7 @@ class RunFigures:
     ingest_files: int = 0
     #: ``dbt parse`` on an empty warehouse with an empty parse cache: what the
     #: first build from a checkout spends parsing; every build timed here
-    #: starts from the parse it saved (tracehouse/parse_cache.py).
+    #: starts from the parse it saved (tracehouse/build/parse_cache.py).
     cold_parse: BuildFigures | None = None
     build: BuildFigures | None = None
     #: The same build again, nothing changed.
@@ -175,7 +175,7 @@ def _child_build(warehouse: str, cores: int, memory_limit: str, dbt_args: list[s
             *dbt_args[1:],
         ])  # fmt: skip
         return 0 if result.success else 1
-    from tracehouse.dbt import run_dbt
+    from tracehouse.build.dbt import run_dbt
 
     if dbt_args[:1] == ["parse"]:
         return run_dbt(["parse"], Path(warehouse))

@@ -12,7 +12,7 @@ One command, prints one line per run size and the growth between sizes:
    whole process tree (sampled every 0.2 s; for Spark that is the Python
    driver plus the JVM, which ``ru_maxrss`` of one process would miss);
 4. compare the marts of the two builds row for row
-   (:func:`tracehouse.spark_marts.compare_marts`).
+   (``compare_marts`` in tests/spark_marts.py).
 
 Sizes: ``--ranks 64 256 1024`` (default); a size whose simulation, ingest or
 either build fails or passes ``--timeout`` is reported and ends the ladder.
@@ -138,7 +138,8 @@ def measure(ranks: int, args: argparse.Namespace, scratch: Path) -> Size:
     size.spark = timed([TRACEHOUSE, "build", "--warehouse", str(wh), "--target", "spark"],
                        env, args.timeout, scratch / f"spark_{ranks}.log")
     if size.duckdb.ok and size.spark.ok:
-        from tracehouse.spark_marts import compare_marts
+        sys.path.insert(0, str(REPO / "tests"))  # the comparison is test code, not shipped
+        from spark_marts import compare_marts
 
         differences = compare_marts(wh)
         size.marts_equal = not differences

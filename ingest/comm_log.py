@@ -13,7 +13,7 @@ record as JSON. Bytes follow nccl-tests' "size": the full buffer of the
 collective (the gathered output of an all-gather, the input of a
 reduce-scatter), so bus-bandwidth factors apply directly. A file lands by
 one rename (``comm_log_events/run=<run>/<file_id>.parquet``) or not at all;
-a bad file raises :class:`~ingest.model.TraceError` naming the problem.
+a bad file raises :class:`~ingest.trace_types.TraceError` naming the problem.
 Reloads are incremental as for PP-timer logs (path, size, mtime, hash).
 """
 
@@ -26,11 +26,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tracehouse.warehouse import Warehouse
+from tracehouse.core.warehouse import Warehouse
 
-from .model import TraceError
 from .schema import COMM_LOG_EVENTS
 from .side_files import ManifestEntry, land_rows, read_manifest, read_text
+from .trace_types import TraceError
 
 __all__ = [
     "COMM_LOG_NAME",

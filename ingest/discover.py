@@ -34,11 +34,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .comm_log import is_comm_log_name
-from .model import TraceFile
 from .model_config import is_model_config_name
-from .nsys_read import NSYS_SUFFIXES, has_sqlite_magic
+from .nsys.read import NSYS_SUFFIXES, has_sqlite_magic
 from .pp_timer import is_pp_timer_name
 from .topology import TRACEVIZ_TXT_NAME, is_topology_name
+from .trace_types import TraceFile
 
 _MEGATRON = re.compile(r"^rank_(\d+)_iter_(\d+)\.pt\.trace\.json(\.gz)?$")
 # torch writes f"{worker_name}.{time_ms}.pt.trace.json"; older releases put the pid first.

@@ -16,7 +16,7 @@ What the parser guarantees:
 * slices that start inside a slice and end after it are kept and flagged
   (``is_partial_overlap``), never dropped (:mod:`ingest.nesting`).
 
-Anything malformed raises :class:`ingest.model.TraceError` naming the
+Anything malformed raises :class:`ingest.trace_types.TraceError` naming the
 problem; the caller adds the file name.
 """
 
@@ -35,9 +35,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import schema
-from .model import ParsedTrace, TraceError, TraceFile, display_path
+from .json_numbers import NotANumber, raws_to_ns
 from .nesting import bind_flow_endpoints, nest_slices
-from .numbers import NotANumber, raws_to_ns
+from .trace_types import ParsedTrace, TraceError, TraceFile, display_path
 
 INT64_MAX = 2**63 - 1
 _PROFILER_STEP = re.compile(r"ProfilerStep#(\d+)$")
@@ -51,7 +51,7 @@ class Event(msgspec.Struct, gc=False):
     cat: str | None = None
     pid: int | str | None = None
     tid: int | str | None = None
-    # Raw number text, converted exactly by ingest.numbers (a float64 is
+    # Raw number text, converted exactly by ingest.json_numbers (a float64 is
     # ~128 ns off at epoch microseconds); empty when absent.
     ts: msgspec.Raw = msgspec.Raw()
     dur: msgspec.Raw = msgspec.Raw()
@@ -218,7 +218,7 @@ def decode_events(raws: list[msgspec.Raw], offset: int, array_form: bool) -> lis
 def _to_ns(values: Sequence[msgspec.Raw], base_ns: int, what: str) -> np.ndarray:
     """Raw JSON numbers in microseconds → exact int64 nanoseconds (plus ``base_ns``).
 
-    The digits are read as text (:mod:`ingest.numbers`): float64 would be
+    The digits are read as text (:mod:`ingest.json_numbers`): float64 would be
     up to ~128 ns off at epoch microseconds (1.7e15 µs needs 19 digits).
     """
     try:

@@ -37,7 +37,7 @@ from .kineto import (
     _typed_columns,
     modern_categories,
 )
-from .model import TraceError
+from .trace_types import TraceError
 
 INT64_MIN = -INT64_MAX - 1
 _UNTYPED_CATEGORY_ARRAY = pa.array(sorted(_UNTYPED_CATEGORIES))

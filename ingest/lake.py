@@ -40,8 +40,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tracehouse.warehouse import Warehouse
+from tracehouse.core.warehouse import Warehouse
 
+from .annotation_context import annotation_ranges
 from .schema import LAKE_FORMAT, LAKE_TABLES, TRACE_TABLES
 from .slice_context import with_context
 
@@ -77,17 +78,6 @@ def init_lake(warehouse: Warehouse) -> None:
         tmp = marker.with_name(f".{marker.name}.{token}{TMP_SUFFIX}")
         tmp.write_text(f"{LAKE_FORMAT}\n")
         os.replace(tmp, marker)
-
-
-def schema_files_current(warehouse: Warehouse) -> bool:
-    """Whether every lake table has its ``_empty.parquet`` with the table's schema of now.
-
-    False for a lake written before a table or a column existed (the same
-    format: a new column of ``traces`` such as ``has_op_shapes`` is NULL in
-    older traces' files, but a reader sees it only through this file).
-    """
-    return all(_same_schema(warehouse.table_dir(table) / EMPTY_FILE, table_schema)
-               for table, table_schema in LAKE_TABLES.items())
 
 
 def _same_schema(summary: Path, table_schema: pa.Schema) -> bool:
@@ -133,10 +123,11 @@ def write_trace_tmp(
     """Write every table of one trace to temporaries; return (tmp, final) in commit order.
 
     ``tables`` are the parser's (``slices`` with :data:`~.schema.PARSED_SLICES`);
-    the lake's ``slices`` gains the slice context here (ingest/slice_context.py).
+    the lake's ``slices`` gains the slice context here (ingest/slice_context.py)
+    and ``annotation_ranges`` is derived from them (ingest/annotation_context.py).
     """
-    tables = {**tables, "slices": with_context(tables["slices"], tables["flows"],
-                                               tables["threads"])}
+    slices = with_context(tables["slices"], tables["flows"], tables["threads"])
+    tables = {**tables, "slices": slices, "annotation_ranges": annotation_ranges(slices)}
     pending = []
     try:
         for table in TRACE_TABLES:

@@ -26,11 +26,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tracehouse.warehouse import Warehouse
+from tracehouse.core.warehouse import Warehouse
 
-from .model import TraceError
 from .schema import MODEL_CONFIGS
 from .side_files import ManifestEntry, land_rows, read_manifest, read_text
+from .trace_types import TraceError
 
 __all__ = ["MODEL_CONFIG_FORMAT", "is_model_config_name", "load_model_config_file",
            "parse_model_config", "read_model_config_manifest"]

@@ -116,7 +116,7 @@ from .kineto import (
     resolve_rank,
     traces_row,
 )
-from .model import ParsedTrace, TraceError, TraceFile
+from .trace_types import ParsedTrace, TraceError, TraceFile
 
 ENV_BIN = "TRACE_PROCESSOR_BIN"
 ENV_REMOTE = "TRACE_PROCESSOR_REMOTE"

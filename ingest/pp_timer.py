@@ -17,7 +17,7 @@ rank's view of one iteration:
 Every file becomes one row per (vpp_chunk, microbatch, phase), written
 atomically as ``pp_timer_events/run=<run>/<file_id>.parquet`` (one rename,
 so a file is loaded whole or not at all). A file that does not parse raises
-:class:`~ingest.model.TraceError` naming the problem; nothing is written.
+:class:`~ingest.trace_types.TraceError` naming the problem; nothing is written.
 Reloading is incremental like traces: the rows carry the file's path, size,
 mtime and content hash, and :func:`read_pp_timer_manifest` gives them back.
 """
@@ -31,12 +31,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tracehouse.warehouse import Warehouse
+from tracehouse.core.warehouse import Warehouse
 
-from .model import TraceError
 from .schema import PP_TIMER_EVENTS
 from .side_files import ManifestEntry, land_rows, read_manifest, read_text
 from .side_files import file_id_for as side_file_id
+from .trace_types import TraceError
 
 __all__ = [
     "PP_TIMER_NAME",

@@ -34,22 +34,22 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from tracehouse.publish import build_lock
-from tracehouse.warehouse import Warehouse
+from tracehouse.core.publish import build_lock
+from tracehouse.core.warehouse import Warehouse
 
 from . import lake
 from .comm_log import load_comm_log_file, read_comm_log_manifest
 from .discover import Discovery, discover
 from .kineto import parse_kineto, scanner_available
-from .lean import keep_pandas_out
-from .model import TraceError, TraceFile, display_path
 from .model_config import load_model_config_file, read_model_config_manifest
-from .nsys_load import load_nsys_file
+from .no_pandas import keep_pandas_out
+from .nsys.load import load_nsys_file
 from .pp_timer import load_pp_timer_file, read_pp_timer_manifest
 from .progress import Progress
 from .shard import STALE_AFTER_S, Shard
 from .spark_tasks import run_tasks_in_spark
 from .topology import load_topology_file, read_topology_manifest
+from .trace_types import TraceError, TraceFile, display_path
 
 ENGINES = ("native", "perfetto", "spark")
 
@@ -327,7 +327,7 @@ def warehouse_lock(warehouse: Warehouse, stream: TextIO,
 class _BuildTurn:
     """The build lock, taken shared before this ingest's first lake write and
     kept to its end (``held``): a running build finishes first, and no build
-    starts until the ingest is done (tracehouse.publish.build_lock). An
+    starts until the ingest is done (tracehouse.core.publish.build_lock). An
     ingest whose traces are all unchanged waits for no build, unless it
     loads topology files (always reloaded) or changed side files."""
 

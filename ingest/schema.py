@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from tracehouse.warehouse import LAKE_FORMAT  # noqa: F401 - re-exported for the writers
+from tracehouse.core.warehouse import LAKE_FORMAT  # noqa: F401 - re-exported for the writers
 
+from .annotation_context import ANNOTATION_RANGES
 from .slice_context import CONTEXT_FIELDS
 
 TRACES = pa.schema(
@@ -314,6 +315,8 @@ TRACE_TABLES: dict[str, pa.Schema] = {
     "threads": THREADS,
     "processes": PROCESSES,
     "process_groups": PROCESS_GROUPS,
+    # Derived by the lake writer from the slices (ingest/annotation_context.py).
+    "annotation_ranges": ANNOTATION_RANGES,
     "traces": TRACES,
 }
 

@@ -21,10 +21,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from tracehouse.warehouse import Warehouse
+from tracehouse.core.warehouse import Warehouse
 
 from . import lake
-from .model import TraceError, display_path
+from .trace_types import TraceError, display_path
 
 __all__ = ["ManifestEntry", "file_id_for", "land_rows", "read_manifest", "read_text"]
 

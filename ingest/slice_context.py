@@ -28,6 +28,9 @@ documents for users:
   is not a CPU slice of the trace is no launch. The launch's slice id, name,
   track, start and duration are copied onto the GPU work, with
   ``launch_source`` (``flow`` or ``correlation``).
+* Annotation ranges (Kineto user annotations, Nsight NVTX push/pop ranges)
+  and the innermost one around each slice and each launch, along ingest's
+  parent chain: ingest/annotation_context.py.
 
 Written with numpy and pyarrow, never DuckDB: ingest workers do not import
 DuckDB (~40 MB of RSS and ~0.15 s each, see ``lake.read_manifest``).
@@ -38,6 +41,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from .annotation_context import ANNOTATION_FIELDS, annotation_context
 
 #: The flow category of a CPU launch -> GPU work edge (Kineto's and the Nsight loader's).
 LAUNCH_FLOW_CATEGORY = "ac2g"
@@ -54,6 +59,7 @@ CONTEXT_FIELDS: list[tuple[str, pa.DataType]] = [
     ("launch_track_id", pa.int64()),
     ("launch_ts", pa.int64()),  # absolute ns
     ("launch_dur", pa.int64()),  # ns
+    *ANNOTATION_FIELDS,  # ingest/annotation_context.py
 ]
 
 
@@ -62,7 +68,10 @@ def with_context(slices: pa.Table, flows: pa.Table, threads: pa.Table) -> pa.Tab
     is_gpu = _gpu_rows(slices, threads)
     columns = {"is_gpu": pa.array(is_gpu, pa.bool_())}
     columns.update(_frames(slices["name"]))
-    columns.update(_launches(slices, flows, is_gpu))
+    row_of = _row_lookup(_numpy(slices["slice_id"]))
+    launches, launch_row = _launches(slices, flows, is_gpu, row_of)
+    columns.update(launches)
+    columns.update(annotation_context(slices, row_of, is_gpu, launch_row))
     for name, type_ in CONTEXT_FIELDS:
         slices = slices.append_column(pa.field(name, type_), columns[name].cast(type_))
     return slices
@@ -116,8 +125,10 @@ def _frame_parts(distinct: pa.Array) -> dict[str, pa.Array]:
     return {"frame_kind": kind, "frame_file": file_, "frame_function": function}
 
 
-def _launches(slices: pa.Table, flows: pa.Table, is_gpu: np.ndarray) -> dict[str, pa.Array]:
-    """The launch columns of each slice: set on GPU work whose launch was found, else NULL."""
+def _launches(slices: pa.Table, flows: pa.Table, is_gpu: np.ndarray,
+              row_of) -> tuple[dict[str, pa.Array], np.ndarray]:
+    """The launch columns of each slice (set on GPU work whose launch was found, else NULL)
+    and each row's launch row (-1: none)."""
     n = slices.num_rows
     slice_ids = _numpy(slices["slice_id"])
     correlation = _numpy(slices["correlation"])
@@ -129,7 +140,6 @@ def _launches(slices: pa.Table, flows: pa.Table, is_gpu: np.ndarray) -> dict[str
     flow_in = _numpy(launch_flows["slice_in"])
     valid_flow = _valid(launch_flows["slice_out"]) & _valid(launch_flows["slice_in"])
     flow_out, flow_in = flow_out[valid_flow], flow_in[valid_flow]
-    row_of = _row_lookup(slice_ids)
     out_row, in_row = row_of(flow_out), row_of(flow_in)
 
     # CPU slices that can launch: those with a correlation id and the flows' sources.
@@ -197,7 +207,7 @@ def _launches(slices: pa.Table, flows: pa.Table, is_gpu: np.ndarray) -> dict[str
         "launch_track_id": launch_of("track_id"),
         "launch_ts": launch_of("ts"),
         "launch_dur": launch_of("dur"),
-    }
+    }, np.where(found, launch_row, -1)
 
 
 def _row_lookup(slice_ids: np.ndarray):

@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import TextIO, TypeVar
 
-from .model import TraceError
+from .trace_types import TraceError
 
 Task = TypeVar("Task")
 Outcome = TypeVar("Outcome")

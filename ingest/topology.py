@@ -14,7 +14,7 @@ Two formats are read, both found by discovery in a run's folder:
 Each file becomes one row per (kind, group) with the layout's sizes and
 order repeated on every row, written atomically as
 ``topology_groups/run=<run>/<topology_id>.parquet``. A file that does not
-parse raises :class:`~ingest.model.TraceError` naming the problem; the
+parse raises :class:`~ingest.trace_types.TraceError` naming the problem; the
 caller records it in ``ingest_errors`` and the traces still land.
 """
 
@@ -31,12 +31,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from tracehouse.warehouse import Warehouse
+from tracehouse.core.warehouse import Warehouse
 
 from . import lake
-from .model import TraceError, display_path
 from .schema import TOPOLOGY_GROUPS
 from .side_files import ManifestEntry, read_manifest, read_text
+from .trace_types import TraceError, display_path
 
 __all__ = [
     "TOPOLOGY_JSON_NAME",

@@ -8,7 +8,7 @@
     matches before a trace_id filter can prune any. On a 768-file lake, 256
     new traces' slices took 0.20 s through the glob with the filter, 0.25 s
     for every file, 0.079 s named file by file; at 1,024 ranks x 4
-    iterations an incremental `int_profiler_steps` cost as much for the
+    iterations an incremental `int_step_windows` cost as much for the
     1,024 new traces as a full build for all 5,120 (benchmarks/README.md).
     Every loaded trace has one file per table at
     `<lake_root>/<table>/run=<run_id>/<trace_id>.parquet` (ingest/lake.py),
@@ -69,6 +69,7 @@
         stream,
         launch_slice_id,
         launch_track_id,
+        annotation_slice_id,
 
         ---------- strings
         phase,
@@ -84,6 +85,7 @@
         frame_function,
         launch_source,
         launch_name,
+        annotation_kind,
 
         ---------- numerics
         depth,
@@ -164,6 +166,26 @@
 
         ---------- timestamps
         ingested_at
+    {%- elif table == 'annotation_ranges' -%}
+        ---------- ids
+        run_id,
+        rank,
+        trace_id,
+        slice_id,
+        track_id,
+        annotation_slice_id,
+
+        ---------- strings
+        annotation_kind,
+        name,
+
+        ---------- numerics
+        annotation_lineage,
+
+        ---------- times (ns, absolute clock)
+        ts as ts_ns,
+        dur as dur_ns,
+        ts + dur as end_ns
     {%- elif table == 'process_groups' -%}
         ---------- ids
         run_id,

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tracehouse.topology import DEFAULT_ORDER
+from tracehouse.core.topology import DEFAULT_ORDER
 
 from .profiling import (
     ProfilingConfig,

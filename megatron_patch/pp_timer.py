@@ -64,7 +64,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from tracehouse.pp_timer_format import (
+from tracehouse.core.pp_timer_format import (
     FORMAT,
     META_KEY,
     RankInfo,

@@ -7,7 +7,7 @@ was on. Here rank 0 writes the full layout right after
 ``parallel_state.initialize_model_parallel``:
 
 * ``topology.json``: the contract "Topology JSON" (ARCHITECTURE.md), built
-  by :func:`tracehouse.topology.build_topology` from the sizes and order
+  by :func:`tracehouse.core.topology.build_topology` from the sizes and order
   Megatron was initialised with;
 * ``unique_parallel_groups_<timestamp>.txt``: Megatron-TraceViz's text
   format, for its aggregator.
@@ -24,8 +24,8 @@ import datetime as dt
 from pathlib import Path
 from typing import Any
 
-from tracehouse.topology import DEFAULT_ORDER, GROUP_DESCRIPTIONS, build_topology
-from tracehouse.topology_files import format_traceviz_txt, topology_json
+from tracehouse.core.topology import DEFAULT_ORDER, GROUP_DESCRIPTIONS, build_topology
+from tracehouse.core.topology_files import format_traceviz_txt, topology_json
 
 __all__ = [
     "KIND_BY_DESCRIPTION",

@@ -224,8 +224,14 @@ STEP_PARTS = {
 #: How each step rule cuts the step, for the headline's note.
 STEP_RULES = {
     "gpu_projected_step": "GPU step: first kernel of a ProfilerStep to the first of the next",
+    "gpu_projected_nvtx_marker": "GPU step: first kernel of an NVTX iteration range to the first "
+                                 "of the next",
+    "gpu_projected_gap_rule": "GPU step: nsys-ai's gap rule (a new iteration after a gap without "
+                              "kernels), first kernel to the first of the next",
     "gpu_whole_trace": "no steps traced: each rank's first to last kernel",
     "profiler_step": "CPU step: the ProfilerStep range",
+    "nvtx_marker": "CPU step: the NVTX iteration range",
+    "gap_rule": "CPU step: nsys-ai's gap rule, first launch to the first of the next",
     "megatron_frames": "CPU step: first to last Megatron step frame",
 }
 

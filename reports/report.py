@@ -43,10 +43,10 @@ from typing import Any, TextIO
 
 import duckdb
 
+from tracehouse.core.warehouse import Warehouse
 from tracehouse.reports.base import ChartContext, ChartFamily, NothingToShow, RenderedChart
 from tracehouse.reports.files import publish_mode
 from tracehouse.reports.registry import FAMILY_MODULES
-from tracehouse.warehouse import Warehouse
 
 #: Name of the manifest that marks a folder as a tracehouse report and holds
 #: the fingerprints of the last rendering.

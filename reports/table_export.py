@@ -11,7 +11,7 @@ statement; the run filter and the output path are bound parameters.
 The raw lake tables (``slices``, ``traces``, …) are exported under those
 names with the lake's columns, before and after the first ``tracehouse
 build``, through the same views as ``tracehouse sql``
-(:func:`tracehouse.sql.connect`). A run filter naming a run the table does
+(:func:`tracehouse.query.sql.connect`). A run filter naming a run the table does
 not hold is an error listing the runs it does hold, never an empty file.
 """
 
@@ -23,9 +23,9 @@ from pathlib import Path
 
 import duckdb
 
+from tracehouse.core.warehouse import Warehouse
+from tracehouse.query.sql import connect, lake_tables, resolve_table, table_names
 from tracehouse.reports.files import publish_mode
-from tracehouse.sql import connect, lake_tables, resolve_table, table_names
-from tracehouse.warehouse import Warehouse
 
 #: Formats and the file suffixes that imply them.
 SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}

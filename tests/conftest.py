@@ -14,19 +14,25 @@ its result; the tests only use the :class:`Lake` it returns.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Sequence
+import shutil
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tracehouse.core.warehouse import ENV_VAR, Warehouse
+from tracehouse.ingest.annotation_context import annotation_ranges
 from tracehouse.ingest.schema import LAKE_FORMAT, LAKE_TABLES, PARSED_SLICES, TRACE_TABLES
 from tracehouse.ingest.slice_context import with_context
-from tracehouse.warehouse import ENV_VAR, Warehouse
+
+if TYPE_CHECKING:  # report_warehouse imports this module
+    from report_warehouse import ReportWarehouse
 
 #: The repository root (holds dbt_project.yml).
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -80,19 +86,23 @@ def write_trace(warehouse: Path, rows: Rows, *, commit: bool = True) -> None:
         if table == "slices":
             _write_slices(warehouse, trace["run_id"], trace["trace_id"], rows)
             continue
+        if table == "annotation_ranges":  # derived from the slices, as ingest does
+            continue
         write_rows(warehouse, table, trace["run_id"], trace["trace_id"], rows.get(table, []))
 
 
 def _write_slices(warehouse: Path, run_id: str, trace_id: str, rows: Rows) -> None:
-    """The trace's slices with the context ingest adds as it writes them (slice_context)."""
+    """The trace's slices with the context ingest adds as it writes them (slice_context),
+    and the annotation ranges derived from them (annotation_context)."""
     def table(name: str, schema: pa.Schema) -> pa.Table:
         return pa.Table.from_pylist(rows.get(name, []), schema=schema)
 
     slices = with_context(table("slices", PARSED_SLICES), table("flows", LAKE_TABLES["flows"]),
                           table("threads", LAKE_TABLES["threads"]))
-    folder = Warehouse(warehouse).partition_dir("slices", run_id)
-    folder.mkdir(parents=True, exist_ok=True)
-    pq.write_table(slices, folder / f"{trace_id}.parquet")
+    for name, derived in (("slices", slices), ("annotation_ranges", annotation_ranges(slices))):
+        folder = Warehouse(warehouse).partition_dir(name, run_id)
+        folder.mkdir(parents=True, exist_ok=True)
+        pq.write_table(derived, folder / f"{trace_id}.parquet")
 
 
 def synthetic_trace(run_id: str, trace_id: str, rank: int, world_size: int = 2) -> Rows:
@@ -337,17 +347,20 @@ class Lake:
             con.close()
 
 
-def query_warehouse(warehouse: Path, sql: str, params: Sequence[Any] | None = None) -> list[tuple]:
+def query_warehouse(warehouse: Path, sql: str,
+                    params: Sequence[Any] | Mapping[str, Any] | None = None) -> list[tuple]:
     """Rows of ``sql`` on the warehouse's published database, opened read-only.
 
     The one helper for tests that read a built warehouse (bound parameters,
-    connection closed after), as ``tracehouse sql`` would read it.
+    positional or named, connection closed after), as ``tracehouse sql``
+    would read it.
     """
     import duckdb
 
+    bound = dict(params) if isinstance(params, Mapping) else list(params or [])
     con = duckdb.connect(str(Warehouse(warehouse).database), read_only=True)
     try:
-        return con.execute(sql, list(params or [])).fetchall()
+        return con.execute(sql, bound).fetchall()
     finally:
         con.close()
 
@@ -364,24 +377,6 @@ def build_lake(warehouse: Path, run_id: str = "run_a", ranks: int = 2) -> Lake:
         write_trace(warehouse, synthetic_trace(run_id, trace_id, rank, world_size=ranks))
         lake.trace_ids.append(trace_id)
     return lake
-
-
-def ingest_and_build(sets: dict[str, Path], root: Path) -> Path:
-    """Ingest each shared trace set as its own run into ``root`` and build it.
-
-    Skips the calling test when a set is not on this machine (shared data).
-    """
-    from tracehouse.dbt import EXIT_OK, run_dbt
-    from tracehouse.ingest.runner import ingest_paths
-
-    missing = [str(p) for p in sets.values() if not p.exists()]
-    if missing:
-        pytest.skip(f"shared traces not found: {missing}")
-    for run, path in sets.items():
-        result = ingest_paths([path], warehouse=root, run=run, progress=False)
-        assert not result.failed, result.failed
-    assert run_dbt(["build"], root) == EXIT_OK
-    return root
 
 
 # --------------------------------------------------------------------------- fixtures
@@ -412,16 +407,135 @@ def make_lake(tmp_path: Path) -> Callable[..., Lake]:
     return make
 
 
-@pytest.fixture(scope="module")
-def module_lake(tmp_path_factory: pytest.TempPathFactory) -> Lake:
-    """A lake shared by the tests of one module (build it once; do not modify it)."""
-    return build_lake(tmp_path_factory.mktemp("warehouse"))
+# --------------------------------------------------------------------------- shared warehouses
+#
+# A real ingest plus a dbt build is most of the slow set's time, and many
+# modules read the same built state. Those warehouses are built here once per
+# session, on first use (the fast set never asks for one), and shared
+# read-only: a test that writes (a build, an ingest, other vars) works on
+# copy_warehouse() of one, and the session fails at its end when a file of a
+# shared warehouse changed, naming the file, so no test can make another
+# depend on the order they ran in.
 
 
-@pytest.fixture(scope="module")
-def built_warehouse(module_lake: Lake) -> Iterator[Lake]:
-    """The module's lake after a passing ``dbt build`` (one dbt run per module)."""
-    from tracehouse.dbt import build_warehouse
+def warehouse_fingerprint(root: Path) -> dict[str, tuple[int, int]]:
+    """Relative path -> (size, mtime_ns) of every file under ``root``."""
+    files = (path for path in root.rglob("*") if path.is_file())
+    return {str(path.relative_to(root)): (stat.st_size, stat.st_mtime_ns)
+            for path in files for stat in [path.stat()]}
 
-    build_warehouse(module_lake.warehouse)
-    yield module_lake
+
+def copy_warehouse(source: Path, target: Path) -> Path:
+    """A private copy of a built warehouse (database, lake, dbt state) at ``target``.
+
+    For a test that must write into a shared warehouse: copying a few files
+    costs a fraction of a second, a rebuild tens of seconds.
+    """
+    shutil.copytree(source, target, symlinks=True)
+    return target
+
+
+@contextmanager
+def shared_read_only(root: Path) -> Iterator[Path]:
+    """Hold ``root`` for the session's readers; at the end fail, naming the files,
+    if anything in it changed."""
+    before = warehouse_fingerprint(root)
+    yield root
+    after = warehouse_fingerprint(root)
+    changed = sorted(name for name in before.keys() | after.keys()
+                     if before.get(name) != after.get(name))
+    if changed:
+        pytest.fail(f"a test wrote into the shared warehouse {root}: {changed[:10]}; "
+                    "tests that write must work on copy_warehouse() of it", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def built_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
+    """The synthetic lake (:func:`build_lake`) after a passing ``dbt build``, once per
+    session; read-only (see :func:`shared_read_only`)."""
+    from tracehouse.build.dbt import build_warehouse
+
+    lake = build_lake(tmp_path_factory.mktemp("synthetic") / "warehouse")
+    build_warehouse(lake.warehouse)
+    with shared_read_only(lake.warehouse):
+        yield lake
+
+
+#: The real runs of the shared reference warehouse, each under its own name:
+#: run -> its traces under ``SHARED_DATA``. Readers filter by ``run_id``.
+REFERENCE_RUNS = {
+    "dlrm_8rank": Path("kineto/dlrm_8rank"),
+    "tp2_pp2_dp2": Path("kineto/megatron_cpu/tp2_pp2_dp2"),
+    "tp1_pp4_dp2": Path("kineto/megatron_cpu/tp1_pp4_dp2"),
+    "tp2_pp2_dp1_vpp2": Path("kineto/megatron_cpu/tp2_pp2_dp1_vpp2"),
+    "a100_nccl_pg_args": Path("kineto/single_rank/a100_nccl_pg_args.json.gz"),
+    "sampled_128rank_job_rank-0": Path("kineto/single_rank/sampled_128rank_job_rank-0.json.gz"),
+    "sampled_128rank_job_rank-1": Path("kineto/single_rank/sampled_128rank_job_rank-1.json.gz"),
+}
+#: Its simulated runs: run -> (SimConfig arguments, the subfolder ingested or "").
+REFERENCE_SIMULATIONS: dict[str, tuple[dict[str, Any], str]] = {
+    # test_models_distributed: rank 5 slowed 1.5x, 200 us of clock skew between nodes.
+    "sim_straggler_skew": (dict(layers=4, hidden=256, heads=8, seq_length=256, vocab=1024,
+                                tp=2, pp=2, dp=2, microbatches=4, iterations=2, gpus_per_node=2,
+                                stragglers=((5, 1.5),), clock_skew_us=200.0), ""),
+    # test_models_idle: ns timestamps on many streams; the one iteration's folder,
+    # which HTA reads as one trace per rank.
+    "simulated": (dict(tp=2, pp=2, dp=1, microbatches=4, iterations=1, layers=4, hidden=1024,
+                       heads=16, seq_length=1024, vocab=1024, gpus_per_node=4), "iteration_1"),
+    # test_reports_time_axis: an interleaved schedule, and a plain 1F1B one.
+    "sim_tp2_pp2_dp2_vpp2": (dict(tp=2, pp=2, dp=2, vpp=2, schedule="interleaved",
+                                  microbatches=4, iterations=1, layers=4, hidden=512, heads=8,
+                                  seq_length=512, vocab=8000, seed=0), ""),
+    "sim_tp1_pp2_1f1b": (dict(tp=1, pp=2, dp=1, schedule="1f1b", microbatches=4, iterations=1,
+                              layers=4, hidden=512, heads=8, seq_length=512, vocab=8000,
+                              seed=1), ""),
+}
+
+
+@dataclass(frozen=True)
+class ReferenceWarehouse:
+    """The shared reference warehouse: where it is, what each run was ingested from,
+    and each simulated run's ground truth."""
+
+    root: Path
+    sources: dict[str, Path]
+    truths: dict[str, dict]
+
+
+@pytest.fixture(scope="session")
+def reference_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceWarehouse]:
+    """dlrm_8rank, the three megatron_cpu runs, the single-rank GPU traces and two
+    simulated runs: each ingested under its own name and built by one plain
+    ``tracehouse build`` (the data tests of the marts), once per session; read-only."""
+    sources = {run: SHARED_DATA / path for run, path in REFERENCE_RUNS.items()}
+    missing = [str(path) for path in sources.values() if not path.exists()]
+    if missing:
+        pytest.skip(f"shared traces not found: {missing}")
+    from tracehouse.build.dbt import build_warehouse
+    from tracehouse.ingest.runner import ingest_paths
+    from tracehouse.simulate import SimConfig, simulate_run
+
+    base = tmp_path_factory.mktemp("reference")
+    truths = {}
+    for run, (config, folder) in REFERENCE_SIMULATIONS.items():
+        simulated = simulate_run(SimConfig(**config), base / run, jobs=1)
+        sources[run] = simulated.out_dir / folder
+        truths[run] = simulated.ground_truth
+    root = base / "warehouse"
+    for run, path in sources.items():
+        result = ingest_paths([path], warehouse=root, run=run, progress=False)
+        assert not result.failed, result.failed
+    build_warehouse(root)
+    with shared_read_only(root):
+        yield ReferenceWarehouse(root=root, sources=sources, truths=truths)
+
+
+@pytest.fixture(scope="session")
+def report_wh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReportWarehouse]:
+    """The report tests' warehouse (tests/report_warehouse.py: simulated, hostile,
+    CPU-only and real runs), built once per session; read-only."""
+    from report_warehouse import build_report_warehouse
+
+    built = build_report_warehouse(tmp_path_factory.mktemp("report_warehouse"))
+    with shared_read_only(built.root):
+        yield built

@@ -61,8 +61,9 @@ def write_export(path: Path, *, kernels: list[tuple[int, int, int, str, int]],
     return path
 
 
-def write_two_step_export(path: Path) -> Path:
-    """Two `ProfilerStep#N` ranges, each with a `forward` range launching a GEMM
+def write_two_step_export(path: Path, step_name: str = "ProfilerStep#{step}") -> Path:
+    """Two step ranges (`ProfilerStep#N`, or ``step_name`` with N for {step}), each
+    with a `forward` range launching a GEMM
     (stream 7, 100 us) and an NCCL all-reduce (stream 9, 100 us) that overlap
     by 50 us on the GPU. Per step: span 150 us, compute-only 50, NCCL-only 50,
     overlap 50. Whole capture: span 1150 us, compute-only 100, NCCL-only 100,
@@ -70,7 +71,7 @@ def write_two_step_export(path: Path) -> Path:
     kernels, launches, ranges = [], [], []
     for step in (1, 2):
         base = 1_000_000 * step
-        ranges += [(base, base + 500_000, f"ProfilerStep#{step}"),
+        ranges += [(base, base + 500_000, step_name.format(step=step)),
                    (base + 10_000, base + 200_000, "forward")]
         launches += [(base + 20_000, base + 21_000, 10 * step),
                      (base + 30_000, base + 31_000, 10 * step + 1)]

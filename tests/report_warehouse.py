@@ -1,11 +1,11 @@
 """One real warehouse for the report tests, built once per pytest session.
 
-Why a helper module and not a fixture in conftest.py: the report tests of two
-files (families and the HTML page) read the same runs, and one ``dbt build``
-over all of them is most of their cost. :func:`report_warehouse` memoises the
-built warehouse per session (keyed on pytest's base temporary folder), so
-whichever file runs first builds it and the other reuses it; nothing in it is
-ever modified by a test (reports go to each test's own folder).
+The report tests of six files (the page, the chart families, the summary
+marts, compare, the browser check and the README's examples) read the same
+runs, and one ``dbt build`` over all of them is most of their cost.
+:func:`build_report_warehouse` builds it; conftest's session fixture
+``report_wh`` calls it on first use and holds it read-only (reports go to
+each test's own folder).
 
 Runs, all through the real ingest and dbt build:
 
@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from conftest import SHARED_DATA
+from conftest import SHARED_DATA, query_warehouse
 
 HOSTILE_KERNEL = "<script>alert(1)</script>"
 QUOTED_KERNEL = "void f<\"a\" & 'b'>(int)"
@@ -46,14 +48,16 @@ class ReportWarehouse:
     root: Path
     runs: list[str] = field(default_factory=list)
 
+    def rows(self, sql: str,
+             params: Sequence[Any] | Mapping[str, Any] | None = None) -> list[tuple]:
+        """Rows of ``sql`` on the warehouse, opened read-only (conftest.query_warehouse)."""
+        return query_warehouse(self.root, sql, params)
+
     def need(self, run: str) -> str:
         """``run``, or skip the test when its traces were not available."""
         if run not in self.runs:
             pytest.skip(f"run {run} not loaded (shared traces missing under {SHARED_DATA})")
         return run
-
-
-_BUILT: dict[str, ReportWarehouse] = {}
 
 
 def hostile_trace(rank: int, world: int) -> dict:
@@ -108,16 +112,12 @@ def cpu_ops_trace(rank: int, world: int) -> dict:
     }
 
 
-def report_warehouse(tmp_path_factory: pytest.TempPathFactory) -> ReportWarehouse:
-    """The session's report warehouse, building it on first use (one dbt build)."""
-    key = str(tmp_path_factory.getbasetemp())
-    if key in _BUILT:
-        return _BUILT[key]
-    from tracehouse.dbt import build_warehouse
+def build_report_warehouse(base: Path) -> ReportWarehouse:
+    """Ingest the runs under ``base`` and build ``base/warehouse`` (one dbt build)."""
+    from tracehouse.build.dbt import build_warehouse
     from tracehouse.ingest.runner import ingest_paths
     from tracehouse.simulate import SimConfig, simulate_run
 
-    base = tmp_path_factory.mktemp("report_warehouse")
     root = base / "warehouse"
     built = ReportWarehouse(root=root)
 
@@ -156,5 +156,4 @@ def report_warehouse(tmp_path_factory: pytest.TempPathFactory) -> ReportWarehous
         load(NSYS_H100, "nsys_h100")
     # The models' unit tests are the model tests' business; the data tests still run.
     build_warehouse(root, ["--quiet", "--exclude-resource-type", "unit_test"])
-    _BUILT[key] = built
     return built

@@ -24,10 +24,10 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT, SHARED_DATA, query_warehouse
-from tracehouse.dbt import EXIT_OK, run_dbt
+from tracehouse.build.dbt import EXIT_OK, run_dbt
+from tracehouse.core.publish import building_database
+from tracehouse.core.warehouse import Warehouse
 from tracehouse.ingest.runner import ingest_paths
-from tracehouse.publish import building_database
-from tracehouse.warehouse import Warehouse
 
 pytestmark = pytest.mark.slow
 

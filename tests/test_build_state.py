@@ -1,4 +1,4 @@
-"""tracehouse.build_state: when a plain build may skip, narrow, or must build everything."""
+"""tracehouse.build.state: when a plain build may skip, narrow, or must build everything."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tracehouse.build_state import (
+from tracehouse.build.state import (
     BuildFingerprint,
     args_fingerprint,
     build_arguments,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import Lake
-from tracehouse.cli import _rank_list, main
+from tracehouse.cli.main import _rank_list, main
 
 pytestmark = pytest.mark.slow  # ingests or builds (README: the fast set is -m "not slow")
 

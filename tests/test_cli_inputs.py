@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tracehouse.cli import build_parser, main
+from tracehouse.cli.main import build_parser, main
 
 pytestmark = pytest.mark.slow  # ingests or builds (README: the fast set is -m "not slow")
 

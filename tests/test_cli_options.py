@@ -19,7 +19,7 @@ def dbt_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[list[str], Path]]:
         calls.append((list(args), Path(warehouse)))
         return 0
 
-    monkeypatch.setattr("tracehouse.dbt.run_dbt", fake_run_dbt)
+    monkeypatch.setattr("tracehouse.build.dbt.run_dbt", fake_run_dbt)
     return calls
 
 
@@ -136,7 +136,7 @@ def test_build_output_has_no_colour_codes_when_piped(
     import sys
     from types import SimpleNamespace
 
-    import tracehouse.dbt as dbt
+    import tracehouse.build.dbt as dbt
 
     invocations: list[list[str]] = []
 

@@ -56,11 +56,11 @@ with warnings.catch_warnings():
                         "(pip install -e '.[megatron]')")
 pytest.importorskip("torch.testing._internal.distributed.fake_pg")
 
-from tracehouse.commtrace import CommTraceConfig, run_commtrace  # noqa: E402
+from tracehouse.commtrace.run import CommTraceConfig, run_commtrace  # noqa: E402
+from tracehouse.core.topology import build_topology  # noqa: E402
 from tracehouse.ingest.comm_log import parse_comm_log  # noqa: E402
-from tracehouse.ingest.model import TraceError  # noqa: E402
 from tracehouse.ingest.runner import ingest_paths  # noqa: E402
-from tracehouse.topology import build_topology  # noqa: E402
+from tracehouse.ingest.trace_types import TraceError  # noqa: E402
 
 pytestmark = pytest.mark.slow  # ingests or builds (README: the fast set is -m "not slow")
 

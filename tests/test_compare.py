@@ -13,16 +13,17 @@ import json
 import pytest
 
 from conftest import query_warehouse
-from report_warehouse import ReportWarehouse, report_warehouse
+from report_warehouse import ReportWarehouse
 from tracehouse.cli import main
-from tracehouse.compare import compare_runs
+from tracehouse.query.compare_runs import compare_runs
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def wh(tmp_path_factory: pytest.TempPathFactory) -> ReportWarehouse:
-    return report_warehouse(tmp_path_factory)
+@pytest.fixture(scope="session")
+def wh(report_wh: ReportWarehouse) -> ReportWarehouse:
+    """The session's report warehouse (conftest), read-only."""
+    return report_wh
 
 
 def test_iteration_summary_names_the_straggler_and_its_slow_steps(wh: ReportWarehouse) -> None:

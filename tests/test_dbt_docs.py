@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tracehouse.dbt import DBT_ARTIFACTS_DIR, EXIT_OK, run_dbt
+from tracehouse.build.dbt import DBT_ARTIFACTS_DIR, EXIT_OK, run_dbt
 from tracehouse.ingest.runner import ingest_paths
 from tracehouse.simulate import SimConfig, simulate_run
 

@@ -1,4 +1,4 @@
-"""tracehouse.dbt_import: dbt imports without rfc3987-syntax's grammars, which
+"""tracehouse.build.dbt_import: dbt imports without rfc3987-syntax's grammars, which
 stay importable for everyone else."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ pytest.importorskip("rfc3987_syntax", reason="rfc3987-syntax is not installed he
 
 _PROBE = """
 import sys
-from tracehouse.dbt_import import import_dbt
+from tracehouse.build.dbt_import import import_dbt
 import_dbt()
 import dbt.cli.main, jsonschema
 print("grammars imported by dbt:", "rfc3987_syntax" in sys.modules)

@@ -19,13 +19,14 @@ from conftest import (
     Lake,
     build_lake,
     init_lake,
+    query_warehouse,
     synthetic_trace,
     write_rows,
     write_trace,
 )
-from tracehouse.dbt import DBT_ARTIFACTS_DIR, EXIT_FAILED, EXIT_OK, EXIT_USAGE, run_dbt
+from tracehouse.build.dbt import DBT_ARTIFACTS_DIR, EXIT_FAILED, EXIT_OK, EXIT_USAGE, run_dbt
+from tracehouse.core.warehouse import ENV_VAR, Warehouse
 from tracehouse.ingest.schema import LAKE_TABLES, TRACE_TABLES
-from tracehouse.warehouse import ENV_VAR, Warehouse
 
 pytestmark = pytest.mark.slow
 
@@ -38,14 +39,6 @@ UNCOMMITTED_TRACE = "run_a-rank9-uncommitted"
 def _run_results(warehouse: Path) -> list[dict]:
     path = warehouse / DBT_ARTIFACTS_DIR / "target" / "run_results.json"
     return json.loads(path.read_text())["results"]
-
-
-def _query(warehouse: Path, sql: str, params: list | None = None) -> list[tuple]:
-    con = duckdb.connect(str(Warehouse(warehouse).database), read_only=True)
-    try:
-        return con.execute(sql, params or []).fetchall()
-    finally:
-        con.close()
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +76,7 @@ def test_environment_is_restored_after_a_run(warehouse: Lake) -> None:
 
 @pytest.mark.parametrize("table", sorted(LAKE_TABLES))
 def test_staging_rows_equal_committed_lake_rows(warehouse: Lake, table: str) -> None:
-    [(count,)] = _query(warehouse.warehouse, f"select count(*) from {STAGING[table]}")
+    [(count,)] = query_warehouse(warehouse.warehouse, f"select count(*) from {STAGING[table]}")
     assert count == warehouse.row_count(table)
     if table in TRACE_TABLES:  # the lake fixture writes no errors or topology files
         assert count > 0
@@ -101,7 +94,7 @@ def test_partially_committed_trace_is_invisible(warehouse: Lake) -> None:
     for table, view in STAGING.items():
         if table not in TRACE_TABLES:  # ingest_errors, topology_groups: no trace_id
             continue
-        rows = _query(
+        rows = query_warehouse(
             warehouse.warehouse,
             f"select count(*) from {view} where trace_id = ?",
             [UNCOMMITTED_TRACE],
@@ -112,7 +105,7 @@ def test_partially_committed_trace_is_invisible(warehouse: Lake) -> None:
 def test_slices_times_are_renamed_to_ns_with_end(warehouse: Lake) -> None:
     columns = {
         row[0]
-        for row in _query(
+        for row in query_warehouse(
             warehouse.warehouse,
             "select column_name from information_schema.columns"
             " where table_name = 'stg_lake__slices'",
@@ -120,12 +113,12 @@ def test_slices_times_are_renamed_to_ns_with_end(warehouse: Lake) -> None:
     }
     assert {"ts_ns", "dur_ns", "end_ns"} <= columns
     assert not {"ts", "dur"} & columns
-    mismatched = _query(
+    mismatched = query_warehouse(
         warehouse.warehouse,
         "select count(*) from stg_lake__slices where end_ns != ts_ns + dur_ns",
     )
     assert mismatched == [(0,)]
-    flows = _query(
+    flows = query_warehouse(
         warehouse.warehouse,
         "select column_name from information_schema.columns where table_name = 'stg_lake__flows'",
     )
@@ -133,7 +126,7 @@ def test_slices_times_are_renamed_to_ns_with_end(warehouse: Lake) -> None:
 
 
 def test_partial_overlap_slices_are_kept_and_flagged(warehouse: Lake) -> None:
-    rows = _query(
+    rows = query_warehouse(
         warehouse.warehouse,
         "select trace_id, count(*) from stg_lake__slices where is_partial_overlap"
         " group by trace_id order by trace_id",
@@ -146,7 +139,7 @@ def test_views_read_the_lake_by_absolute_path(
 ) -> None:
     """The views work from any working directory (run_dbt passes an absolute path)."""
     monkeypatch.chdir(tmp_path)
-    assert _query(warehouse.warehouse, "select count(*) from stg_lake__traces") == [(2,)]
+    assert query_warehouse(warehouse.warehouse, "select count(*) from stg_lake__traces") == [(2,)]
 
 
 def test_tests_catch_broken_lake_rows(tmp_path: Path) -> None:
@@ -214,11 +207,11 @@ def test_real_ingest_staging_counts_equal_lake(tmp_path: Path) -> None:
     runner.ingest_paths([data], root, run="dlrm")
     assert run_dbt(["build"], root) == EXIT_OK
 
-    trace_ids = [row[0] for row in _query(root, "select trace_id from stg_lake__traces")]
+    trace_ids = [row[0] for row in query_warehouse(root, "select trace_id from stg_lake__traces")]
     assert len(trace_ids) == 8
     lake = Lake(warehouse=root, run_id="dlrm", trace_ids=trace_ids)
     for table, view in STAGING.items():
-        [(count,)] = _query(root, f"select count(*) from {view}")
+        [(count,)] = query_warehouse(root, f"select count(*) from {view}")
         assert count == lake.row_count(table), table
-    [(slices,)] = _query(root, "select count(*) from stg_lake__slices")
+    [(slices,)] = query_warehouse(root, "select count(*) from stg_lake__slices")
     assert slices > 8 * 1_000

@@ -34,12 +34,12 @@ import duckdb
 import pytest
 
 from conftest import query_warehouse as _query
-from tracehouse import dbt as dbt_module
-from tracehouse.dbt import EXIT_OK, project_dir, run_dbt
+from tracehouse.build import dbt as dbt_module
+from tracehouse.build.dbt import EXIT_OK, project_dir, run_dbt
+from tracehouse.core.warehouse import Warehouse
 from tracehouse.ingest import lake
 from tracehouse.ingest.runner import ingest_paths
 from tracehouse.simulate import SimConfig, simulate_run, trace_path
-from tracehouse.warehouse import Warehouse
 
 pytestmark = pytest.mark.slow
 
@@ -50,12 +50,14 @@ WORLD = 8
 COMPARED_MODELS = [
     "intermediate.int_traces",
     "intermediate.int_process_groups_reported",
-    "intermediate.int_profiler_steps",
+    "intermediate.int_step_windows",
     "intermediate.int_slices_contextualized",
     "intermediate.int_cpu_steps_classified",
     "intermediate.int_cpu_collectives_classified",
     "intermediate.int_kernel_names_classified",
     "intermediate.int_kernels_classified",
+    "intermediate.int_annotation_ranges_nested",
+    "intermediate.int_annotation_ranges_projected",
     "intermediate.int_comm_groups_matched",
     "intermediate.int_microbatch_steps_chunked",
     "intermediate.int_kernel_intervals_merged",
@@ -95,6 +97,7 @@ COMPARED_MODELS = [
     "main.fct_run_kernel_summary",
     "main.fct_iteration_summary",
     "main.fct_group_communication",
+    "main.fct_annotation_ranges",
 ]
 #: Build only the chain and what it needs, seeds included (the rest of the
 #: project and the dbt tests are covered by other tests).
@@ -104,7 +107,7 @@ SELECT = [
     "+fct_collectives", "+fct_collective_ranks", "+fct_stragglers", "+dim_rank_clock_offsets",
     "+fct_idle_breakdown", "+fct_kernel_launches",
     "+fct_run_summary", "+fct_rank_summary", "+fct_stage_summary", "+fct_run_kernel_summary",
-    "+fct_iteration_summary", "+fct_group_communication",
+    "+fct_iteration_summary", "+fct_group_communication", "+fct_annotation_ranges",
     "--resource-type", "seed", "--resource-type", "model",
 ]  # fmt: skip
 #: Per per-trace model: a column overwritten with a marker in iteration 1's
@@ -116,10 +119,12 @@ ITERATION_1_TRACES = (
 MARKERS = {
     "intermediate.int_traces": ("path", "'untouched'"),
     "intermediate.int_process_groups_reported": ("backend_config", "'untouched'"),
-    "intermediate.int_profiler_steps": ("end_ns", "-1"),
+    "intermediate.int_step_windows": ("end_ns", "-1"),
     "intermediate.int_slices_contextualized": ("name", "'untouched'"),
     "intermediate.int_cpu_steps_classified": ("function_name", "'untouched'"),
     "intermediate.int_kernels_classified": ("launch_name", "'untouched'"),
+    "intermediate.int_annotation_ranges_nested": ("annotation_path", "'untouched'"),
+    "intermediate.int_annotation_ranges_projected": ("kernel_count", "-1"),
     "intermediate.int_kernel_intervals_merged": ("interval_count", "-1"),
     "intermediate.int_rank_iterations_swept": ("overlap_ns", "-1"),
     "intermediate.int_stream_idle_categorized": ("gap_count", "-1"),
@@ -289,7 +294,7 @@ def test_incremental_build_names_the_new_traces_so_scans_skip_the_others(
         )
     }
     assert len(new_traces) == WORLD
-    for model in ("slices/int_slices_contextualized", "slices/int_profiler_steps",
+    for model in ("slices/int_slices_contextualized", "slices/int_step_windows",
                   "kernels/int_kernels_classified"):
         sql = (compiled / f"intermediate/{model}.sql").read_text()
         assert set(re.findall(r"'([0-9a-f]{16})'", sql)) == new_traces, model
@@ -298,7 +303,7 @@ def test_incremental_build_names_the_new_traces_so_scans_skip_the_others(
     # the staging views' glob over every file (macros/lake_scan.sql).
     for model, tables in (
         ("slices/int_slices_contextualized", ("slices",)),
-        ("slices/int_profiler_steps", ("slices",)),
+        ("slices/int_annotation_ranges_nested", ("annotation_ranges",)),
         ("collectives/int_collective_calls_sequenced", ("slices",)),
         ("slices/int_traces", ("traces",)),
     ):
@@ -317,7 +322,7 @@ def test_incremental_run_inserts_the_new_traces_without_a_temporary_table(
     # through dbt-duckdb's temporary table, delete and copy; rows equal to a
     # full refresh are checked by test_adding_an_iteration_matches_full_refresh...
     executed = Warehouse(iteration_2_built).root / "dbt/target/run/tracehouse/models/intermediate"
-    for model in ("slices/int_profiler_steps", "slices/int_slices_contextualized",
+    for model in ("slices/int_step_windows", "slices/int_slices_contextualized",
                   "kernels/int_kernels_classified", "collectives/int_collective_calls_sequenced"):
         sql = (executed / f"{model}.sql").read_text()
         table = model.split("/")[1]
@@ -365,7 +370,8 @@ def test_long_pending_lists_are_a_values_semi_join_or_a_subquery_with_the_same_r
     # two forms, compiled for the same pending traces, select the same rows.
     warehouse = _copy(iteration_2_ingested, tmp_path / "warehouse")
     compiled = Warehouse(warehouse).root / "dbt/target/compiled/tracehouse/models/intermediate"
-    models = ("slices/int_profiler_steps", "slices/int_slices_contextualized")
+    models = {"slices/int_annotation_ranges_nested": "annotation_ranges",
+              "slices/int_slices_contextualized": "slices"}
     # Above var('max_literal_traces') the list stays a subquery and the lake
     # is read through the staging views: a third form, the same rows.
     forms: dict[str, dict[str, str]] = {}
@@ -377,10 +383,11 @@ def test_long_pending_lists_are_a_values_semi_join_or_a_subquery_with_the_same_r
         forms[form] = {model: (compiled / f"{model}.sql").read_text() for model in models}
     con = duckdb.connect(str(Warehouse(warehouse).database), read_only=True)
     try:
-        for model in models:
+        for model, table in models.items():
             in_list, values, query = (forms[form][model] for form in ("in_list", "values", "query"))
             assert "pending_traces" not in in_list and "pending_traces" in values, model
-            assert "stg_lake__slices" not in in_list and "stg_lake__slices" in query, model
+            staging = f"stg_lake__{table}"
+            assert staging not in in_list and staging in query, model
             [(rows,)] = con.execute(f"select count(*) from ({in_list})").fetchall()
             assert rows > 0, model
             for left, right in ((in_list, values), (values, in_list),
@@ -510,7 +517,7 @@ def test_plain_build_narrows_to_what_reads_the_changed_lake_tables(
 ) -> None:
     """After a plain build, the next plain build of the same warehouse builds only the
     models (and tests) downstream of the lake tables whose files changed
-    (tracehouse.build_state.changed_lake_tables): here only the topology file
+    (tracehouse.build.state.changed_lake_tables): here only the topology file
     changes, so seeds, staging views and every model that reads no topology are
     left as they are, yet the run's kernels take the new group numbering and
     the chain equals a full refresh.

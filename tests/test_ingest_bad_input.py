@@ -25,10 +25,11 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from conftest import SHARED_DATA
 from tracehouse.ingest.runner import IngestResult, ingest_paths, trace_id_for
 from tracehouse.ingest.schema import LAKE_TABLES, TRACE_TABLES
 
-KINETO = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "kineto"
+KINETO = SHARED_DATA / "kineto"
 DLRM = KINETO / "dlrm_8rank"
 MEGATRON_ITER = KINETO / "megatron_cpu" / "tp2_pp2_dp1_vpp2" / "iteration_3"
 
@@ -440,8 +441,8 @@ def test_gzip_trailer_claiming_a_huge_size_is_not_trusted(tmp_path: Path) -> Non
     """The trailer sizes the output buffer only when deflate could reach that size:
     a damaged trailer claiming ~4 GiB costs no 4 GiB allocation, and the file is
     reported as damaged."""
-    from tracehouse.ingest.model import TraceError
     from tracehouse.ingest.runner import read_trace_bytes
+    from tracehouse.ingest.trace_types import TraceError
 
     data = gzip.compress(_encode(_doc(0)))
     path = tmp_path / "rank-0.json.gz"

@@ -1,4 +1,4 @@
-"""Ingest and build take turns on the lake (tracehouse.publish.build_lock).
+"""Ingest and build take turns on the lake (tracehouse.core.publish.build_lock).
 
 A build lists the loaded traces model by model, as each compiles; a trace
 landing, or a changed trace's files being replaced, halfway through would
@@ -19,13 +19,14 @@ from pathlib import Path
 
 import pytest
 
+from conftest import SHARED_DATA
+from tracehouse.core.publish import BUILD_LOCK, build_lock
+from tracehouse.core.warehouse import Warehouse
 from tracehouse.ingest.runner import ingest_paths
-from tracehouse.publish import BUILD_LOCK, build_lock
-from tracehouse.warehouse import Warehouse
 
 pytestmark = pytest.mark.slow  # ingests or builds (README: the fast set is -m "not slow")
 
-DLRM = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "kineto" / "dlrm_8rank"
+DLRM = SHARED_DATA / "kineto" / "dlrm_8rank"
 
 needs_dlrm = pytest.mark.skipif(not DLRM.is_dir(), reason=f"shared DLRM traces not found: {DLRM}")
 

@@ -30,12 +30,13 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from conftest import SHARED_DATA
 from tracehouse import cli
 from tracehouse.ingest import runner
 from tracehouse.ingest.runner import ingest_paths
 from tracehouse.ingest.schema import LAKE_TABLES, TRACE_TABLES
 
-KINETO = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "kineto"
+KINETO = SHARED_DATA / "kineto"
 DLRM = KINETO / "dlrm_8rank"
 MEGATRON = KINETO / "megatron_cpu"
 

@@ -22,8 +22,8 @@ from test_ingest_property import BASE_TRACE, Case, mutated_traces
 
 from conftest import SHARED_DATA
 from tracehouse.ingest import kineto
-from tracehouse.ingest.model import TraceError, TraceFile
 from tracehouse.ingest.runner import ingest_paths
+from tracehouse.ingest.trace_types import TraceError, TraceFile
 
 pytestmark = pytest.mark.slow  # ingests or builds (README: the fast set is -m "not slow")
 

@@ -25,8 +25,8 @@ from hypothesis import strategies as st
 
 from conftest import SHARED_DATA
 from tracehouse.ingest import kineto
-from tracehouse.ingest.model import TraceFile
-from tracehouse.ingest.numbers import json_number_to_ns
+from tracehouse.ingest.json_numbers import json_number_to_ns
+from tracehouse.ingest.trace_types import TraceFile
 
 pytestmark = pytest.mark.slow  # ingests or builds (README: the fast set is -m "not slow")
 

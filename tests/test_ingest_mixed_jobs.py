@@ -144,8 +144,8 @@ def test_a_trace_that_loads_clears_its_error_in_every_run(tmp_path: Path) -> Non
 def test_a_side_file_that_loads_clears_its_error_in_every_run(tmp_path: Path) -> None:
     """Item 8, for the files beside traces: a topology file that failed in its
     folder's run and then loads into another leaves no ``ingest_errors`` row."""
-    from tracehouse.topology import build_topology
-    from tracehouse.topology_files import topology_json
+    from tracehouse.core.topology import build_topology
+    from tracehouse.core.topology_files import topology_json
 
     folder = tmp_path / "job"
     folder.mkdir()

@@ -1,4 +1,4 @@
-"""Ingest of Nsight Systems SQLite exports into the lake (ingest/nsys.py).
+"""Ingest of Nsight Systems SQLite exports into the lake (ingest/nsys/parse.py).
 
 Real exports from ../shared/data/nsys: every kernel, copy, fill, runtime
 call and NVTX event lands (counts equal the SQLite's), one rank per GPU,

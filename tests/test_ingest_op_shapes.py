@@ -19,7 +19,7 @@ import pytest
 
 from conftest import SHARED_DATA
 from tracehouse.ingest import kineto
-from tracehouse.ingest.model import TraceFile
+from tracehouse.ingest.trace_types import TraceFile
 
 DLRM_RANK0 = (SHARED_DATA / "kineto" / "dlrm_8rank"
               / "worker0_step_12.1694128201545.pt.trace.json.gz")

@@ -15,10 +15,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from tracehouse.core.warehouse import Warehouse
 from tracehouse.ingest.discover import discover
 from tracehouse.ingest.runner import ingest_paths
 from tracehouse.megatron_patch.pp_timer import PerfCounterClock, PPTimer, RankInfo
-from tracehouse.warehouse import Warehouse
 
 pytestmark = pytest.mark.slow  # ingests or builds (README: the fast set is -m "not slow")
 

@@ -36,10 +36,11 @@ import pytest
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
+from conftest import SHARED_DATA
 from tracehouse.ingest.runner import ingest_paths
 from tracehouse.ingest.schema import LAKE_TABLES, TRACE_TABLES
 
-KINETO = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "kineto"
+KINETO = SHARED_DATA / "kineto"
 BASE_TRACE = KINETO / "dlrm_8rank" / "worker0_step_12.1694128201545.pt.trace.json.gz"
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(

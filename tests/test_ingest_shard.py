@@ -10,17 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT
+from conftest import SHARED_DATA
 from tracehouse.cli import main
+from tracehouse.core.warehouse import Warehouse
 from tracehouse.ingest import lake
 from tracehouse.ingest.discover import discover
 from tracehouse.ingest.runner import ingest_paths
 from tracehouse.ingest.shard import STALE_AFTER_S, Shard, shard_of
-from tracehouse.warehouse import Warehouse
 
 pytestmark = pytest.mark.slow  # ingests or builds (README: the fast set is -m "not slow")
 
-DLRM = REPO_ROOT.parent / "shared" / "data" / "kineto" / "dlrm_8rank"
+DLRM = SHARED_DATA / "kineto" / "dlrm_8rank"
 
 
 def _lake_files(warehouse: Path) -> list[str]:

@@ -11,21 +11,23 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Lake, build_lake, synthetic_trace, write_trace
+from conftest import Lake, copy_warehouse, synthetic_trace, write_trace
+from tracehouse.build.dbt import build_warehouse
+from tracehouse.build.freshness import lake_traces, unbuilt_traces
 from tracehouse.cli import main
-from tracehouse.dbt import build_warehouse
-from tracehouse.freshness import lake_traces, unbuilt_traces
-from tracehouse.warehouse import Warehouse
+from tracehouse.core.warehouse import Warehouse
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def stale(tmp_path_factory: pytest.TempPathFactory) -> Lake:
-    """A built warehouse, then one more trace of its run and a new run's trace in
-    the lake (ingested, not built), and a trace interrupted mid-commit."""
-    lake = build_lake(tmp_path_factory.mktemp("fresh") / "wh")
-    build_warehouse(lake.warehouse)
+def stale(built_warehouse: Lake, tmp_path_factory: pytest.TempPathFactory) -> Lake:
+    """A built warehouse (a copy of the session's synthetic one), then one more trace
+    of its run and a new run's trace in the lake (ingested, not built), and a trace
+    interrupted mid-commit."""
+    root = copy_warehouse(built_warehouse.warehouse, tmp_path_factory.mktemp("fresh") / "wh")
+    lake = Lake(warehouse=root, run_id=built_warehouse.run_id,
+                trace_ids=list(built_warehouse.trace_ids))
     write_trace(lake.warehouse, synthetic_trace(lake.run_id, "run_a-rank2", 2))
     write_trace(lake.warehouse, synthetic_trace("mixed", "mixed-rank0", 0))
     write_trace(lake.warehouse, synthetic_trace("mixed", "half", 1), commit=False)
@@ -82,16 +84,15 @@ def test_export_of_a_built_run_works_and_says_what_is_newer(
 
 
 def test_after_a_build_nothing_is_said(
-        make_lake, capsys: pytest.CaptureFixture[str]) -> None:
-    lake = make_lake(ranks=1)
-    build_warehouse(lake.warehouse)
+        built_warehouse: Lake, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    warehouse = copy_warehouse(built_warehouse.warehouse, tmp_path / "wh")
     capsys.readouterr()
-    assert main(["sql", "select 1", "--warehouse", str(lake.warehouse)]) == 0
+    assert main(["sql", "select 1", "--warehouse", str(warehouse)]) == 0
     assert "newer than the last build" not in _err(capsys)
-    write_trace(lake.warehouse, synthetic_trace("later", "later-rank0", 0))
-    assert main(["sql", "select 1", "--warehouse", str(lake.warehouse)]) == 0
+    write_trace(warehouse, synthetic_trace("later", "later-rank0", 0))
+    assert main(["sql", "select 1", "--warehouse", str(warehouse)]) == 0
     assert "(runs: later)" in _err(capsys)
-    build_warehouse(lake.warehouse)
+    build_warehouse(warehouse)
     capsys.readouterr()
-    assert main(["sql", "select 1", "--warehouse", str(lake.warehouse)]) == 0
+    assert main(["sql", "select 1", "--warehouse", str(warehouse)]) == 0
     assert "newer than the last build" not in _err(capsys)

@@ -47,7 +47,7 @@ def compiled_sql(tmp_path_factory: pytest.TempPathFactory) -> Path:
     SQL and left out. Compiling needs no lake: with the cache not populated
     dbt finds no table, so every per-trace model compiles as a full build.
     """
-    from tracehouse.dbt import run_dbt
+    from tracehouse.build.dbt import run_dbt
 
     warehouse = tmp_path_factory.mktemp("compiled")
     assert run_dbt(["compile", "--no-populate-cache"], warehouse) == 0, (

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from tracehouse.ingest.discover import discover
-from tracehouse.ingest.model import TraceError
 from tracehouse.ingest.model_config import is_model_config_name, parse_model_config
+from tracehouse.ingest.trace_types import TraceError
 from tracehouse.simulate import SimConfig
 from tracehouse.simulate.model_config import model_config
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import query_warehouse
-from tracehouse.dbt import EXIT_OK, run_dbt
+from tracehouse.build.dbt import EXIT_OK, run_dbt
 from tracehouse.ingest.runner import ingest_paths
 from tracehouse.simulate import SimConfig, simulate_run
 
@@ -163,9 +163,9 @@ def test_report_says_where_the_bubble_comes_from(warehouse: Path, tmp_path: Path
     """The bubbles family draws both charts and its caption names the theory and the waits."""
     import duckdb
 
+    from tracehouse.core.warehouse import Warehouse
     from tracehouse.reports.base import ChartContext
     from tracehouse.reports.bubbles import FAMILY
-    from tracehouse.warehouse import Warehouse
 
     con = duckdb.connect(str(Warehouse(warehouse).database), read_only=True)
     try:

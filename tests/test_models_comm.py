@@ -17,20 +17,18 @@ from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
-import duckdb
 import pytest
 
-from conftest import SHARED_DATA
-from tracehouse.dbt import EXIT_OK, run_dbt
+from conftest import SHARED_DATA, query_warehouse
+from tracehouse.build.dbt import EXIT_OK, run_dbt
 from tracehouse.ingest.runner import ingest_paths
-from tracehouse.warehouse import Warehouse
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     pytest.importorskip("megatron.core", reason="megatron-core is not installed "
                         "(pip install -e '.[megatron]')")
 
-from tracehouse.commtrace import CommTraceConfig, run_commtrace  # noqa: E402
+from tracehouse.commtrace.run import CommTraceConfig, run_commtrace  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -44,11 +42,6 @@ RUNS = {
     "tp1_pp4_dp2": CommTraceConfig(tp=1, pp=4, dp=2, microbatches=8, **TINY),
     "tp2_pp2_dp1_vpp2": CommTraceConfig(tp=2, pp=2, dp=1, vpp=2, microbatches=4, **TINY),
 }
-
-
-def _query(warehouse: Path, sql: str) -> list[tuple]:
-    with duckdb.connect(str(Warehouse(warehouse).database), read_only=True) as con:
-        return con.execute(sql).fetchall()
 
 
 @pytest.fixture(scope="module")
@@ -70,28 +63,28 @@ def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 def test_every_observed_cpu_collective_matches_an_expected_one(warehouse: Path) -> None:
-    statuses = dict(((run, status), count) for run, status, count in _query(warehouse, """
+    statuses = dict(((run, status), count) for run, status, count in query_warehouse(warehouse, """
         select run_id, status, count(*) from fct_comm_expected_vs_observed group by all"""))
     for run in RUNS:
         assert statuses.get((run, "observed_only"), 0) == 0, run
         assert statuses.get((run, "matched"), 0) > 0, run
     # Every c10d call of the profiles is in the mart, once.
-    observed = dict(_query(warehouse, """
+    observed = dict(query_warehouse(warehouse, """
         select run_id, count(*) from fct_cpu_collectives where event_type = 'call' group by 1"""))
-    lined_up = dict(_query(warehouse, """
+    lined_up = dict(query_warehouse(warehouse, """
         select run_id, count(*) from fct_comm_expected_vs_observed
         where observed_slice_id is not null group by 1"""))
     assert lined_up == observed
     # The one pass-2 match per last-stage rank and iteration: the loss all-reduce of
     # train_step, whose call site (the user's script) names no group.
-    by_order = _query(warehouse, """
+    by_order = query_warehouse(warehouse, """
         select distinct expected_call_site from fct_comm_expected_vs_observed
         where status = 'matched_by_order'""")
     assert by_order == [("megatron/training/training.py:train_step (emulated)",)]
 
 
 def test_unmatched_rows_name_their_difference(warehouse: Path) -> None:
-    rows = _query(warehouse, """
+    rows = query_warehouse(warehouse, """
         select status, difference from fct_comm_expected_vs_observed where status <> 'matched'""")
     assert rows and all(difference for _status, difference in rows)
 
@@ -118,7 +111,7 @@ def _genstack_ring_bytes() -> dict[tuple[int, int], float]:
 
 
 def test_traffic_matrix_is_every_rank_s_ring_plan(warehouse: Path) -> None:
-    matrix = {(src, dst): total for src, dst, total in _query(warehouse, """
+    matrix = {(src, dst): total for src, dst, total in query_warehouse(warehouse, """
         select src_rank, dst_rank, sum(bytes) from fct_comm_traffic_matrix
         where run_id = 'small_dp2_tp2_pp4'
             and algorithm in ('ring_all_reduce', 'ring_broadcast')
@@ -127,14 +120,14 @@ def test_traffic_matrix_is_every_rank_s_ring_plan(warehouse: Path) -> None:
     assert matrix.keys() == expected.keys()
     for edge, total in expected.items():
         assert matrix[edge] == pytest.approx(total), edge
-    p2p = _query(warehouse, """
+    p2p = query_warehouse(warehouse, """
         select src_rank, dst_rank, transfers from fct_comm_traffic_matrix
         where run_id = 'small_dp2_tp2_pp4' and algorithm = 'p2p' and src_rank = 0""")
     assert p2p == [(0, 4, 4)]  # rank 0 sends 4 microbatches' activations to stage 1
 
 
 def test_permutations_include_genstack_s_and_are_partial_permutations(warehouse: Path) -> None:
-    rows = _query(warehouse, """
+    rows = query_warehouse(warehouse, """
         select algorithm, group_kind, pairs, is_partial_permutation
         from fct_comm_permutations where run_id = 'small_dp2_tp2_pp4'""")
     assert rows and all(ok for *_rest, ok in rows)
@@ -148,11 +141,11 @@ def test_permutations_include_genstack_s_and_are_partial_permutations(warehouse:
 
 
 def test_bytes_per_group_kind(warehouse: Path) -> None:
-    kinds = {kind for (kind,) in _query(warehouse, """
+    kinds = {kind for (kind,) in query_warehouse(warehouse, """
         select distinct group_kind from fct_comm_group_bytes
         where run_id = 'small_dp2_tp2_pp4' and bytes > 0""")}
     assert {"tp", "dp", "p2p", "embedding", "model", "world"} <= kinds
-    tp, dp = _query(warehouse, """
+    tp, dp = query_warehouse(warehouse, """
         select sum(case when group_kind = 'tp' then bytes end),
                sum(case when group_kind = 'dp' then bytes end)
         from fct_comm_group_bytes where run_id = 'tp2_pp2_dp2'""")[0]
@@ -176,7 +169,7 @@ def test_comm_models_transpile_to_distributed_engines(warehouse: Path, dialect: 
     """The comm models' compiled SQL translates with sqlglot (no unsupported construct)."""
     import sqlglot
 
-    from tracehouse.dbt import DBT_ARTIFACTS_DIR
+    from tracehouse.build.dbt import DBT_ARTIFACTS_DIR
 
     compiled = warehouse / DBT_ARTIFACTS_DIR / "target" / "compiled"
     models = ["int_comm_calls_grouped", "int_comm_transfers_expanded", "int_comm_calls_matched",

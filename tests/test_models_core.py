@@ -12,14 +12,13 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-import duckdb
 import pytest
 import sqlglot
 
-from tracehouse.dbt import DBT_ARTIFACTS_DIR, EXIT_OK, run_dbt
+from conftest import query_warehouse
+from tracehouse.build.dbt import DBT_ARTIFACTS_DIR, EXIT_OK, run_dbt
 from tracehouse.ingest.runner import ingest_paths
 from tracehouse.simulate import SimConfig, simulate_run
-from tracehouse.warehouse import Warehouse
 
 pytestmark = pytest.mark.slow
 
@@ -31,7 +30,7 @@ CORE_MODELS = [
     "int_process_groups_resolved",
     "int_ranks_placed",
     "int_comm_groups_matched",
-    "int_profiler_steps",
+    "int_step_windows",
     "int_slices_contextualized",
     "int_kernel_names_classified",
     "int_kernels_classified",
@@ -51,14 +50,6 @@ CORE_MODELS = [
 ]
 #: Engines the models must transpile to (ARCHITECTURE.md, "Scale").
 PORTABLE_TO = ["spark", "trino"]
-
-
-def _query(warehouse: Path, sql: str, params: list | None = None) -> list[tuple]:
-    con = duckdb.connect(str(Warehouse(warehouse).database), read_only=True)
-    try:
-        return con.execute(sql, params or []).fetchall()
-    finally:
-        con.close()
 
 
 @pytest.fixture(scope="module")
@@ -112,18 +103,19 @@ def test_unit_and_internal_tests_pass(warehouse: Path) -> None:
 
 
 def test_every_rank_has_every_iteration(warehouse: Path) -> None:
-    rows = _query(
+    rows = query_warehouse(
         warehouse,
         "select rank, list(iteration order by iteration) from fct_rank_iterations "
         "group by rank order by rank",
     )
     assert rows == [(rank, ITERATIONS) for rank in range(WORLD)]
-    [(outside,)] = _query(warehouse, "select count(*) from fct_kernels where iteration is null")
+    [(outside,)] = query_warehouse(
+        warehouse, "select count(*) from fct_kernels where iteration is null")
     assert outside == 0
 
 
 def test_breakdown_adds_up_and_has_every_kind(warehouse: Path) -> None:
-    rows = _query(
+    rows = query_warehouse(
         warehouse,
         """
         select rank, iteration, span_ns, compute_ns, communication_ns, overlap_ns,
@@ -141,13 +133,14 @@ def test_breakdown_adds_up_and_has_every_kind(warehouse: Path) -> None:
 def test_straggler_has_more_compute(warehouse: Path) -> None:
     """Rank 1 runs its kernels 1.3x slower than its TP peer rank 0 (same stage, same work)."""
     rows = dict(
-        _query(warehouse, "select rank, sum(compute_ns) from fct_rank_iterations group by rank")
+        query_warehouse(
+            warehouse, "select rank, sum(compute_ns) from fct_rank_iterations group by rank")
     )
     assert rows[1] > 1.2 * rows[0]
 
 
 def test_summary_covers_every_kernel(warehouse: Path) -> None:
-    rows = _query(
+    rows = query_warehouse(
         warehouse,
         """
         select summary.rank, summary.kernels, summary.share, kernels.kernels
@@ -167,7 +160,7 @@ def test_summary_covers_every_kernel(warehouse: Path) -> None:
 
 
 def test_communication_kernels_are_nccl(warehouse: Path) -> None:
-    rows = _query(
+    rows = query_warehouse(
         warehouse,
         "select kind, bool_and(name ilike '%nccl%'), count(*) from fct_kernels group by kind",
     )
@@ -178,7 +171,7 @@ def test_communication_kernels_are_nccl(warehouse: Path) -> None:
 
 def test_every_microbatch_has_its_forward_and_backward(warehouse: Path) -> None:
     """Per rank and iteration: M forward and M backward microbatches, each with compute."""
-    rows = _query(
+    rows = query_warehouse(
         warehouse,
         """
         select rank, iteration, phase, list(microbatch order by microbatch)
@@ -192,10 +185,11 @@ def test_every_microbatch_has_its_forward_and_backward(warehouse: Path) -> None:
 
 
 def test_every_kernel_has_one_phase(warehouse: Path) -> None:
-    rows = dict(_query(warehouse, "select phase, count(*) from fct_kernels group by phase"))
+    rows = dict(query_warehouse(
+        warehouse, "select phase, count(*) from fct_kernels group by phase"))
     assert None not in rows
     assert {"forward", "backward", "optimizer", "pp_p2p", "dp_sync"} <= set(rows)
-    [(phased, kernels)] = _query(
+    [(phased, kernels)] = query_warehouse(
         warehouse,
         "select (select sum(kernel_count) from fct_microbatch_phases), "
         "(select count(*) from fct_kernels)",
@@ -204,7 +198,7 @@ def test_every_kernel_has_one_phase(warehouse: Path) -> None:
 
 
 def test_communication_kernels_have_their_group(warehouse: Path) -> None:
-    rows = _query(
+    rows = query_warehouse(
         warehouse,
         """
         select phase, list(distinct comm_group_kind order by comm_group_kind)
@@ -215,7 +209,7 @@ def test_communication_kernels_have_their_group(warehouse: Path) -> None:
     assert groups["forward"] == ["tp"] and groups["backward"] == ["tp"]
     assert groups["pp_p2p"] == ["pp"]
     assert "dp" in groups["dp_sync"]
-    [(missing,)] = _query(
+    [(missing,)] = query_warehouse(
         warehouse,
         "select count(*) from fct_kernels where kind = 'communication' and comm_group_kind is null",
     )

@@ -1,6 +1,7 @@
 """Distributed marts: collectives matched across ranks, stragglers, clock offsets.
 
-One warehouse per module, built by one real ``dbt build``, holds:
+The session's reference warehouse (conftest: one real ingest and build,
+shared read-only) holds, among other runs:
 
 * a simulated TP2 x PP2 x DP2 Megatron run with an injected straggler and
   per-node clock skew (two GPUs per node, so TP peers share a clock), whose
@@ -15,28 +16,23 @@ cover the attribution and offset arithmetic on hand-made rows.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
 import pytest
 import sqlglot
 
-from conftest import SHARED_DATA, query_warehouse
-from tracehouse.dbt import DBT_ARTIFACTS_DIR, EXIT_OK, run_dbt
-from tracehouse.ingest.runner import ingest_paths
+from conftest import ReferenceWarehouse, query_warehouse
+from tracehouse.build.dbt import DBT_ARTIFACTS_DIR
+from tracehouse.core.warehouse import Warehouse
 from tracehouse.reports import stragglers
 from tracehouse.reports.base import ChartContext
-from tracehouse.simulate import SimConfig, simulate_run
-from tracehouse.warehouse import Warehouse
 
 pytestmark = pytest.mark.slow
 
 SIM = "sim_straggler_skew"
-STRAGGLER = 5
+STRAGGLER = 5  # slowed 1.5x (conftest.REFERENCE_SIMULATIONS)
 DLRM = "dlrm_8rank"
-DLRM_DIR = SHARED_DATA / "kineto" / DLRM
-MEGATRON_CPU = SHARED_DATA / "kineto" / "megatron_cpu"
 CPU_RUNS = ("tp2_pp2_dp2", "tp1_pp4_dp2", "tp2_pp2_dp1_vpp2")
 #: The models this work adds; they must transpile like the core ones.
 MODELS = [
@@ -51,36 +47,15 @@ MODELS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict]]:
-    """(warehouse, simulated ground truth) after one ingest of every run and one build."""
-    for folder in (DLRM_DIR, MEGATRON_CPU):
-        if not folder.exists():
-            pytest.skip(f"shared traces not found: {folder}")
-    root = tmp_path_factory.mktemp("distributed")
-    config = SimConfig(
-        layers=4, hidden=256, heads=8, seq_length=256, vocab=1024,
-        tp=2, pp=2, dp=2, microbatches=4, iterations=2, gpus_per_node=2,
-        stragglers=((STRAGGLER, 1.5),), clock_skew_us=200.0,
-    )  # fmt: skip
-    sim = simulate_run(config, root / "sim", jobs=1)
-    warehouse = root / "warehouse"
-    runs = [(sim.out_dir, SIM), (DLRM_DIR, DLRM)] + [(MEGATRON_CPU / r, r) for r in CPU_RUNS]
-    for path, run in runs:
-        result = ingest_paths([path], warehouse=warehouse, run=run, progress=False)
-        assert not result.failed, result.failed
-    assert run_dbt(["build"], warehouse) == EXIT_OK
-    yield warehouse, sim.ground_truth
+@pytest.fixture
+def warehouse(reference_warehouse: ReferenceWarehouse) -> Path:
+    return reference_warehouse.root
 
 
-@pytest.fixture(scope="module")
-def warehouse(built: tuple[Path, dict]) -> Path:
-    return built[0]
-
-
-@pytest.fixture(scope="module")
-def truth(built: tuple[Path, dict]) -> dict:
-    return built[1]
+@pytest.fixture
+def truth(reference_warehouse: ReferenceWarehouse) -> dict:
+    """What the simulator injected into the straggler run (its ground_truth.json)."""
+    return reference_warehouse.truths[SIM]
 
 
 # --------------------------------------------------------------------------- simulated run
@@ -283,7 +258,7 @@ def test_ground_truth_records_skew_per_rank(truth: dict) -> None:
 def test_export_links_collective_members_and_writes_cpu_calls(warehouse: Path,
                                                                tmp_path: Path) -> None:
     """Flow arrows: one chain per matched instance, first arrival to last; CPU calls exported."""
-    from tracehouse.reports.perfetto_export import export_perfetto
+    from tracehouse.reports.perfetto import export_perfetto
 
     for run in (DLRM, "tp2_pp2_dp2"):
         out = tmp_path / f"{run}.json"

@@ -1,8 +1,9 @@
 """Efficiency on real traces: the GPU each trace ran on and its roofs.
 
-The shared Kineto sets are ingested (one run each) into one warehouse and
-built once; the tests read what the models made of them. The formulas
-themselves have dbt unit tests beside the models
+The tests read what the models made of the shared Kineto sets and the
+simulated runs in the session's reference warehouse (tests/conftest.py);
+those that build with other vars or add a trace work on a copy. The
+formulas themselves have dbt unit tests beside the models
 (models/intermediate/efficiency/_efficiency__models.yml), run by
 tests/test_models_core.py.
 """
@@ -10,69 +11,67 @@ tests/test_models_core.py.
 from __future__ import annotations
 
 import json
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from conftest import (
     SHARED_DATA,
-    ingest_and_build,
+    ReferenceWarehouse,
+    copy_warehouse,
     init_lake,
     query_warehouse,
     synthetic_trace,
     write_trace,
 )
-from tracehouse.dbt import DBT_ARTIFACTS_DIR, EXIT_OK, run_dbt
+from tracehouse.build.dbt import DBT_ARTIFACTS_DIR, EXIT_OK, run_dbt
 
 pytestmark = pytest.mark.slow
 
 KINETO = SHARED_DATA / "kineto"
-#: Run name -> trace set.
-SETS = {
-    "dlrm_8rank": KINETO / "dlrm_8rank",
-    "a100": KINETO / "single_rank" / "a100_nccl_pg_args.json.gz",
-    "sampled": KINETO / "single_rank" / "sampled_128rank_job_rank-0.json.gz",
-}
+#: The reference warehouse's runs these tests read (REFERENCE_RUNS in conftest).
+A100 = "a100_nccl_pg_args"
+SAMPLED = "sampled_128rank_job_rank-0"
+REAL_GPU_RUNS = ("dlrm_8rank", A100, SAMPLED)
 
 
-@pytest.fixture(scope="module")
-def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """The sets ingested (one run each) and built with the defaults."""
-    yield ingest_and_build(SETS, tmp_path_factory.mktemp("efficiency") / "warehouse")
+@pytest.fixture
+def warehouse(reference_warehouse: ReferenceWarehouse) -> Path:
+    """The session's reference warehouse, built with the defaults (read-only)."""
+    return reference_warehouse.root
 
 
 def test_gpu_product_is_matched_from_the_device_name(warehouse: Path) -> None:
     rows = query_warehouse(warehouse, """
         select run_id, gpu_name, gpu_product, gpu_match_source, count(*)
         from intermediate.int_trace_gpus_matched
+        where list_contains($1, run_id)
         group by all
         order by run_id
-    """)
+    """, [list(REAL_GPU_RUNS)])
     assert rows == [
-        ("a100", "NVIDIA A100-PG509-200", "a100_sxm4_40gb", "device_name", 1),
+        (A100, "NVIDIA A100-PG509-200", "a100_sxm4_40gb", "device_name", 1),
         ("dlrm_8rank", "Tesla V100-SXM2-32GB", "v100_sxm2", "device_name", 8),
         # No deviceProperties in the file: no GPU, unless the var names one.
-        ("sampled", None, None, None, 1),
+        (SAMPLED, None, None, None, 1),
     ]
 
 
 def test_var_names_the_gpu_of_every_trace(warehouse: Path, tmp_path: Path) -> None:
-    copy = tmp_path / "warehouse"
-    shutil.copytree(warehouse, copy, ignore=shutil.ignore_patterns("dbt"))
+    copy = copy_warehouse(warehouse, tmp_path / "warehouse")
     args = ["run", "--select", "int_trace_gpus_matched", "--vars", "{gpu_product: h100_sxm}"]
     assert run_dbt(args, copy) == EXIT_OK
     rows = query_warehouse(copy, """
         select run_id, gpu_product, gpu_match_source, bf16_tflops, hbm_tbps, count(*)
         from intermediate.int_trace_gpus_matched
+        where list_contains($1, run_id)
         group by all
         order by run_id
-    """)
+    """, [list(REAL_GPU_RUNS)])
     assert rows == [
-        ("a100", "h100_sxm", "var", 989.4, 3.35, 1),
+        (A100, "h100_sxm", "var", 989.4, 3.35, 1),
         ("dlrm_8rank", "h100_sxm", "var", 989.4, 3.35, 8),
-        ("sampled", "h100_sxm", "var", 989.4, 3.35, 1),
+        (SAMPLED, "h100_sxm", "var", 989.4, 3.35, 1),
     ]
 
 
@@ -242,8 +241,8 @@ def test_kernels_without_a_flop_model_say_why(warehouse: Path) -> None:
         group by all
     """))
     # The A100 trace was recorded without shapes; NCCL kernels are not modelled.
-    assert rows["a100:no_shapes"] > 1000
-    assert rows["a100:communication"] == 21
+    assert rows[f"{A100}:no_shapes"] > 1000
+    assert rows[f"{A100}:communication"] == 21
     assert rows["dlrm_8rank:communication"] == 64
     assert rows["dlrm_8rank:unmodelled_op"] > 0  # fbgemm embedding ops, cat, sum
     assert None not in rows  # a kernel without FLOPs always has a reason
@@ -262,8 +261,8 @@ def test_only_the_traces_with_shapes_have_their_ops_read(warehouse: Path) -> Non
     traces = query_warehouse(warehouse, """
         select run_id, trace_id, has_op_shapes from intermediate.int_traces order by all
     """)
-    assert {(run, shapes) for run, _, shapes in traces} == {
-        ("a100", False), ("dlrm_8rank", True), ("sampled", True),
+    assert {(run, shapes) for run, _, shapes in traces if run in REAL_GPU_RUNS} == {
+        (A100, False), ("dlrm_8rank", True), (SAMPLED, True),
     }
     sql = (warehouse / DBT_ARTIFACTS_DIR / "target" / "run" / "tracehouse" / "models"
            / "intermediate" / "efficiency" / "int_kernels_flops_attributed.sql").read_text()
@@ -284,24 +283,31 @@ def test_only_the_traces_with_shapes_have_their_ops_read(warehouse: Path) -> Non
 def test_an_incremental_build_reads_the_ops_of_the_new_shaped_trace_only(
         warehouse: Path, tmp_path: Path) -> None:
     """A shaped trace added to the built warehouse: the incremental run of the FLOP
-    model names its file and no other trace's, and its GEMM kernels get FLOPs."""
+    model names its file and no other trace's that has kernels, and its GEMM
+    kernels get FLOPs."""
     from tracehouse.ingest.runner import ingest_paths
 
-    copy = tmp_path / "warehouse"
-    shutil.copytree(warehouse, copy)
+    copy = copy_warehouse(warehouse, tmp_path / "warehouse")
     added = KINETO / "single_rank" / "sampled_128rank_job_rank-1.json.gz"
-    result = ingest_paths([added], warehouse=copy, run="sampled", progress=False)
+    result = ingest_paths([added], warehouse=copy, run="added", progress=False)
     assert not result.failed, result.failed
     assert run_dbt(["build", "--select", "int_traces", "int_kernels_flops_attributed"],
                    copy) == EXIT_OK
     [(new_trace,)] = query_warehouse(copy, """
-        select trace_id from intermediate.int_traces where path like '%rank-1.json.gz'
+        select trace_id from intermediate.int_traces where run_id = 'added'
     """)
     sql = (copy / DBT_ARTIFACTS_DIR / "target" / "run" / "tracehouse" / "models"
            / "intermediate" / "efficiency" / "int_kernels_flops_attributed.sql").read_text()
     named = {line.split("/")[-1].split(".parquet")[0] for line in sql.splitlines()
              if "/slices/run=" in line}
-    assert named == {new_trace}
+    # A trace without kernels (the CPU-only Megatron runs) has no rows in the
+    # model, so each build looks at it again (macros/per_trace.sql): cheap.
+    without_rows = {trace for (trace,) in query_warehouse(copy, """
+        select trace_id from intermediate.int_traces
+        anti join intermediate.int_kernels_flops_attributed using (trace_id)
+    """)}
+    assert new_trace in named
+    assert named - without_rows == {new_trace}
     reasons = dict(query_warehouse(copy, f"""
         select null_reason, count(*)
         from intermediate.int_kernels_flops_attributed
@@ -313,37 +319,18 @@ def test_an_incremental_build_reads_the_ops_of_the_new_shaped_trace_only(
     assert set(reasons) <= {None, "helper_of_op"}, reasons
 
 
-def test_a_lake_written_before_has_op_shapes_reads_every_traces_ops(tmp_path: Path) -> None:
-    """A trace ingested before the column existed (no has_op_shapes in its traces
-    file) counts as shaped: run_dbt gives the lake's schema file the column
-    (NULL for that trace) and the model computes its FLOPs as before."""
-    import pyarrow.parquet as pq
-
-    root = tmp_path / "warehouse"
-    _tracelens_lake(root)
-    for path in (root / "lake" / "traces").rglob("*.parquet"):
-        pq.write_table(pq.read_table(path).drop_columns(["has_op_shapes"]), path)
-    assert run_dbt(["run", "--select", "+int_kernels_flops_attributed"], root) == EXIT_OK
-    rows = query_warehouse(root, """
-        select count(*), count(flops)
-        from intermediate.int_kernels_flops_attributed
-        where slice_id >= 100
-    """)
-    assert rows == [(len(TRACELENS_CASES), len(TRACELENS_CASES))]
-
-
 def test_roofline_chart_draws_the_ops_under_their_roofs(warehouse: Path, tmp_path: Path) -> None:
     import duckdb
 
+    from tracehouse.core.warehouse import Warehouse
     from tracehouse.reports.base import ChartContext, NothingToShow
     from tracehouse.reports.roofline import FAMILY
-    from tracehouse.warehouse import Warehouse
 
     con = duckdb.connect(str(Warehouse(warehouse).database), read_only=True)
     try:
         [chart] = FAMILY.render(ChartContext(con=con, run_id="dlrm_8rank", out_dir=tmp_path))
         with pytest.raises(NothingToShow, match="record_shapes"):
-            FAMILY.render(ChartContext(con=con, run_id="a100", out_dir=tmp_path))
+            FAMILY.render(ChartContext(con=con, run_id=A100, out_dir=tmp_path))
     finally:
         con.close()
     assert chart.png.stat().st_size > 10_000 and chart.svg.is_file()
@@ -357,25 +344,22 @@ def test_roofline_chart_draws_the_ops_under_their_roofs(warehouse: Path, tmp_pat
 H100_BF16_TFLOPS = 989.4
 
 
-def test_simulated_run_flops_and_mfu_equal_the_simulators(tmp_path: Path) -> None:
+def test_simulated_run_flops_and_mfu_equal_the_simulators(
+        reference_warehouse: ReferenceWarehouse) -> None:
     """The simulator states the model FLOPs its cost model runs (model_config.json);
     the warehouse's Megatron formula gives the same per iteration, and its MFU is
     those FLOPs over the measured step x world x the H100's bf16 peak."""
-    from tracehouse.simulate import SimConfig, simulate_run
-
-    cfg = SimConfig(tp=2, pp=2, dp=2, microbatches=4, iterations=2, layers=4, hidden=1024,
-                    heads=8, seq_length=1024, vocab=32000, gpus_per_node=8)
-    run = simulate_run(cfg, tmp_path / "sim", jobs=1)
-    truth = run.ground_truth["efficiency"]["model_flops_per_iteration"]
-    root = ingest_and_build({"sim": run.out_dir}, tmp_path / "warehouse")
-    rows = query_warehouse(root, """
+    run = "sim_straggler_skew"
+    truth = reference_warehouse.truths[run]["efficiency"]["model_flops_per_iteration"]
+    rows = query_warehouse(reference_warehouse.root, """
         select iteration, step_ns, world_size, gpu_product, peak_tflops,
                model_flops_per_iteration, stated_flops_per_iteration,
                achieved_tflops_per_gpu, mfu
         from fct_iteration_efficiency
+        where run_id = $1
         order by iteration
-    """)
-    assert [row[0] for row in rows] == cfg.iteration_numbers
+    """, [run])
+    assert [row[0] for row in rows] == reference_warehouse.truths[run]["iterations"]
     for _it, step_ns, world, gpu, peak, flops, stated, achieved, mfu in rows:
         assert (world, gpu, peak) == (8, "h100_sxm", H100_BF16_TFLOPS)
         assert stated == truth
@@ -384,16 +368,3 @@ def test_simulated_run_flops_and_mfu_equal_the_simulators(tmp_path: Path) -> Non
         assert mfu == pytest.approx(expected_mfu, rel=0.01)
         assert achieved == pytest.approx(mfu * H100_BF16_TFLOPS, rel=1e-9)
         assert 0 < mfu < 1
-
-
-def test_a_lake_loaded_before_model_configs_existed_still_builds(make_lake) -> None:
-    """A lake without the model_configs table (written by an older ingest) builds:
-    the table's empty schema file is added, nothing else changes."""
-    lake = make_lake()
-    folder = lake.warehouse / "lake" / "model_configs"
-    shutil.rmtree(folder)
-    args = ["run", "--select", "stg_lake__model_configs", "int_model_flops_computed"]
-    assert run_dbt(args, lake.warehouse) == EXIT_OK
-    assert (folder / "_empty.parquet").is_file()
-    count = "select count(*) from intermediate.int_model_flops_computed"
-    assert query_warehouse(lake.warehouse, count) == [(0,)]

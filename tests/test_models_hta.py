@@ -1,7 +1,8 @@
 """Core marts cross-checked with Holistic Trace Analysis on real traces.
 
-Every shared Kineto trace set with GPU kernels is ingested into one temporary
-warehouse (one run per set) and built once. ``fct_rank_iterations`` summed
+Every shared Kineto trace set with GPU kernels is a run of the session's
+reference warehouse (conftest: ingested and built once, beside other runs,
+so every query keeps to these sets). ``fct_rank_iterations`` summed
 over iterations per rank is compared with HTA 0.6.1's ``get_comm_comp_overlap``
 and ``get_temporal_breakdown`` stored in ``../shared/data/reference/hta``
 (computed with ``include_last_profiler_step=True``).
@@ -14,33 +15,26 @@ by default, and reproduces HTA with ``--vars '{kernel_time_unit_ns: 1000}'``.
 from __future__ import annotations
 
 import json
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
-import duckdb
 import pytest
 
-from conftest import SHARED_DATA, ingest_and_build
-from tracehouse.dbt import EXIT_OK, run_dbt
-from tracehouse.warehouse import Warehouse
+from conftest import SHARED_DATA, ReferenceWarehouse, copy_warehouse, query_warehouse
+from tracehouse.build.dbt import EXIT_OK, run_dbt
 
 pytestmark = pytest.mark.slow
 
-KINETO = SHARED_DATA / "kineto"
 REFERENCE = SHARED_DATA / "reference" / "hta"
-#: Trace set (run name) -> path; the names are those of the reference files.
-SETS = {
-    "dlrm_8rank": KINETO / "dlrm_8rank",
-    "a100_nccl_pg_args": KINETO / "single_rank" / "a100_nccl_pg_args.json.gz",
-    "sampled_128rank_job_rank-0": KINETO / "single_rank" / "sampled_128rank_job_rank-0.json.gz",
-    "sampled_128rank_job_rank-1": KINETO / "single_rank" / "sampled_128rank_job_rank-1.json.gz",
-}
+#: Trace sets (runs of the reference warehouse), named as the HTA reference files.
+SETS = ("dlrm_8rank", "a100_nccl_pg_args", "sampled_128rank_job_rank-0",
+        "sampled_128rank_job_rank-1")
 #: Acceptance tolerances (issue 5): overlap in percentage points, compute relative.
 OVERLAP_PP = 1.0
 COMPUTE_REL = 0.01
 #: Sets whose timestamps have sub-microsecond digits, where HTA's rounding shows.
 NS_RESOLUTION = {"a100_nccl_pg_args"}
+#: The bound parameter of every query: these sets only.
+OURS = [list(SETS)]
 
 PER_RANK = """
     select
@@ -51,17 +45,10 @@ PER_RANK = """
         sum(idle_ns) / 1000.0 as idle_us,
         count(*) as iterations
     from fct_rank_iterations
+    where list_contains(?, run_id)
     group by run_id, rank
     order by run_id, rank
 """
-
-
-def _query(warehouse: Path, sql: str, params: list | None = None) -> list[tuple]:
-    con = duckdb.connect(str(Warehouse(warehouse).database), read_only=True)
-    try:
-        return con.execute(sql, params or []).fetchall()
-    finally:
-        con.close()
 
 
 def _reference() -> dict[tuple[str, int], dict]:
@@ -78,17 +65,18 @@ def _reference() -> dict[tuple[str, int], dict]:
     return out
 
 
-@pytest.fixture(scope="module")
-def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """The four sets ingested (one run each) and built with the defaults (ns)."""
-    yield ingest_and_build(SETS, tmp_path_factory.mktemp("hta") / "warehouse")
+@pytest.fixture
+def warehouse(reference_warehouse: ReferenceWarehouse) -> Path:
+    """The reference warehouse, built with the defaults (ns)."""
+    return reference_warehouse.root
 
 
 @pytest.fixture(scope="module")
-def warehouse_us(warehouse: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def warehouse_us(reference_warehouse: ReferenceWarehouse,
+                 tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of the warehouse with the interval models rebuilt at HTA's 1 us resolution."""
-    root = tmp_path_factory.mktemp("hta_us") / "warehouse"
-    shutil.copytree(warehouse, root, ignore=shutil.ignore_patterns("dbt"))
+    root = copy_warehouse(reference_warehouse.root,
+                          tmp_path_factory.mktemp("hta_us") / "warehouse")
     args = ["run", "--select", "+fct_rank_iterations", "--vars", "{kernel_time_unit_ns: 1000}"]
     assert run_dbt(args, root) == EXIT_OK
     return root
@@ -97,7 +85,7 @@ def warehouse_us(warehouse: Path, tmp_path_factory: pytest.TempPathFactory) -> P
 def _compare(warehouse: Path) -> list[tuple[str, int, float, float, float, float]]:
     """(set, rank, ours compute us, HTA compute us, ours overlap %, HTA overlap %)."""
     reference = _reference()
-    rows = _query(warehouse, PER_RANK)
+    rows = query_warehouse(warehouse, PER_RANK, OURS)
     assert {(run, rank) for run, rank, *_ in rows} == set(reference)
     return [
         (
@@ -132,22 +120,25 @@ def test_ns_resolution_matches_hta_where_traces_are_whole_microseconds(warehouse
 def test_idle_matches_hta_on_single_step_traces(warehouse: Path) -> None:
     """HTA's idle also counts gaps between iterations: compare it on one-step traces only."""
     reference = _reference()
-    for run, rank, _c, _o, idle_us, iterations in _query(warehouse, PER_RANK):
+    for run, rank, _c, _o, idle_us, iterations in query_warehouse(warehouse, PER_RANK, OURS):
         if run == "dlrm_8rank" and iterations == 1:
             assert idle_us == pytest.approx(reference[(run, rank)]["idle_us"], rel=COMPUTE_REL)
 
 
 def test_every_kernel_is_counted_once(warehouse: Path) -> None:
     """Kernels outside every ProfilerStep keep a NULL iteration and are still counted."""
-    [(in_lake, in_marts, outside)] = _query(
+    [(in_lake, in_marts, outside)] = query_warehouse(
         warehouse,
         """
         select
             (select count(*) from stg_lake__slices
-             where category in ('kernel', 'gpu_memcpy', 'gpu_memset')),
-            (select sum(kernel_count) from fct_rank_iterations),
-            (select count(*) from fct_kernels where iteration is null)
+             where category in ('kernel', 'gpu_memcpy', 'gpu_memset')
+                 and list_contains($1, run_id)),
+            (select sum(kernel_count) from fct_rank_iterations where list_contains($1, run_id)),
+            (select count(*) from fct_kernels
+             where iteration is null and list_contains($1, run_id))
         """,
+        OURS,
     )
     assert in_lake == in_marts
     # dlrm ranks 1 and 3 have 64 kernels each without a launch in the step.
@@ -155,10 +146,11 @@ def test_every_kernel_is_counted_once(warehouse: Path) -> None:
 
 
 def test_iterations_are_the_profiler_steps(warehouse: Path) -> None:
-    rows = _query(
+    rows = query_warehouse(
         warehouse,
         "select run_id, list(distinct iteration order by iteration) from fct_kernels "
-        "where iteration is not null group by run_id",
+        "where iteration is not null and list_contains(?, run_id) group by run_id",
+        OURS,
     )
     assert dict(rows) == {
         "dlrm_8rank": [10],
@@ -170,17 +162,18 @@ def test_iterations_are_the_profiler_steps(warehouse: Path) -> None:
 
 def test_kinds_of_real_kernels(warehouse: Path) -> None:
     rows = dict(
-        _query(
+        query_warehouse(
             warehouse,
             """
             select kind, list(distinct category order by category)
-            from fct_kernels group by kind
+            from fct_kernels where list_contains(?, run_id) group by kind
             """,
+            OURS,
         )
     )
     assert rows["memory"] == ["gpu_memcpy", "gpu_memset"]
     assert rows["communication"] == ["kernel"]
-    [(nccl_not_comm,)] = _query(
+    [(nccl_not_comm,)] = query_warehouse(
         warehouse,
         "select count(*) from fct_kernels where name ilike '%nccl%' and kind <> 'communication'",
     )
@@ -207,7 +200,7 @@ def test_comm_group_from_process_group_args(warehouse: Path) -> None:
     each is joined to its exact group (the world group the rank's pg_config lists).
     dlrm_8rank's kernels carry none and its traces list no groups, and no Megatron
     step holds them: no group, never a guessed one."""
-    rows = _query(
+    rows = query_warehouse(
         warehouse,
         """
         select run_id, comm_group_source, comm_process_group_kind, comm_group_index,

@@ -1,11 +1,12 @@
 """fct_idle_breakdown and fct_kernel_launches cross-checked with the installed HTA.
 
 The shared GPU trace sets and a small simulated Megatron run (ns-resolution
-timestamps) are ingested into one warehouse (one run per set) and built
-once; Holistic Trace Analysis (the ``traceinsight`` package, import name
-``hta``) loads the same files and computes ``get_idle_time_breakdown`` and
-``get_cuda_kernel_launch_stats`` for every rank. HTA runs with its ns
-rounding switched off (``HTA_DISABLE_NS_ROUNDING``), so both sides see the
+timestamps) are runs of the session's reference warehouse (conftest: one
+run per set, ingested and built once); Holistic Trace Analysis (the
+``traceinsight`` package, import name ``hta``) loads the same files and
+computes ``get_idle_time_breakdown`` and ``get_cuda_kernel_launch_stats`` for
+every rank. HTA runs with its ns rounding switched off
+(``HTA_DISABLE_NS_ROUNDING``), so both sides see the
 trace's own times; its results are in microseconds.
 
 The one deliberate difference (documented in int_stream_idle_categorized):
@@ -20,54 +21,35 @@ from __future__ import annotations
 
 import logging
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import SHARED_DATA, query_warehouse
-from tracehouse.dbt import EXIT_OK, run_dbt
+from conftest import SHARED_DATA, ReferenceWarehouse, query_warehouse
+from tracehouse.build.dbt import EXIT_OK, run_dbt
 from tracehouse.ingest.runner import ingest_paths
-from tracehouse.simulate import SimConfig, simulate_run
 
 pytestmark = pytest.mark.slow
 
 KINETO = SHARED_DATA / "kineto"
-SETS = {
-    "dlrm_8rank": KINETO / "dlrm_8rank",
-    "a100_nccl_pg_args": KINETO / "single_rank" / "a100_nccl_pg_args.json.gz",
-    "sampled_128rank_job_rank-0": KINETO / "single_rank" / "sampled_128rank_job_rank-0.json.gz",
-    "sampled_128rank_job_rank-1": KINETO / "single_rank" / "sampled_128rank_job_rank-1.json.gz",
-}
-#: A small simulated Megatron run too (ns-resolution timestamps, many streams):
-#: one iteration folder, which HTA reads as one trace per rank.
-SIM = SimConfig(
-    tp=2, pp=2, dp=1, microbatches=4, iterations=1, layers=4, hidden=1024, heads=16,
-    seq_length=1024, vocab=1024, gpus_per_node=4,
-)  # fmt: skip
+#: The shared GPU trace sets (runs of the reference warehouse).
+SETS = ("dlrm_8rank", "a100_nccl_pg_args", "sampled_128rank_job_rank-0",
+        "sampled_128rank_job_rank-1")
+#: A small simulated Megatron run too (conftest.REFERENCE_SIMULATIONS).
+SIMULATED = "simulated"
 #: Acceptance tolerance (issue 11): 1%.
 REL = 0.01
 
 
 @pytest.fixture(scope="module")
-def sets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The shared GPU sets plus the simulated run's iteration folder."""
-    missing = [str(p) for p in SETS.values() if not p.exists()]
-    if missing:
-        pytest.skip(f"shared traces not found: {missing}")
-    run = simulate_run(SIM, tmp_path_factory.mktemp("idle_sim") / "sim")
-    return {**SETS, "simulated": run.out_dir / "iteration_1"}
+def sets(reference_warehouse: ReferenceWarehouse) -> dict[str, Path]:
+    """The shared GPU sets plus the simulated run's iteration folder, as ingested."""
+    return {run: reference_warehouse.sources[run] for run in [*SETS, SIMULATED]}
 
 
-@pytest.fixture(scope="module")
-def warehouse(sets: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """The GPU sets ingested (one run each) and built once."""
-    root = tmp_path_factory.mktemp("idle") / "warehouse"
-    for run, path in sets.items():
-        result = ingest_paths([path], warehouse=root, run=run, progress=False)
-        assert not result.failed, result.failed
-    assert run_dbt(["build"], root) == EXIT_OK
-    yield root
+@pytest.fixture
+def warehouse(reference_warehouse: ReferenceWarehouse) -> Path:
+    return reference_warehouse.root
 
 
 @pytest.fixture(scope="module")
@@ -234,9 +216,9 @@ def test_cpu_only_runs_build_empty_idle_marts(tmp_path: Path) -> None:
 def test_report_draws_idle_by_cause(warehouse: Path, tmp_path: Path) -> None:
     import duckdb
 
+    from tracehouse.core.warehouse import Warehouse
     from tracehouse.reports.base import ChartContext
     from tracehouse.reports.idle import FAMILY
-    from tracehouse.warehouse import Warehouse
 
     con = duckdb.connect(str(Warehouse(warehouse).database), read_only=True)
     try:

@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from conftest import query_warehouse
-from tracehouse.dbt import EXIT_OK, run_dbt
+from tracehouse.build.dbt import EXIT_OK, run_dbt
 from tracehouse.ingest.runner import ingest_paths
 
 pytestmark = pytest.mark.slow

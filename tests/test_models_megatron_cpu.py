@@ -1,27 +1,22 @@
 """Megatron structure on real megatron-core traces captured on CPU (no kernels).
 
-The three runs in ../shared/data/kineto/megatron_cpu are ingested and built
-once. Every forward and backward step of every microbatch must be found with
-its phase and microbatch index, and the marts give CPU-side timings instead
-of empty rows.
+The three runs in ../shared/data/kineto/megatron_cpu are read from the
+session's reference warehouse (conftest: ingested and built once, beside
+other runs, so every query keeps to these three). Every forward and
+backward step of every microbatch must be found with its phase and
+microbatch index, and the marts give CPU-side timings instead of empty rows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
-import duckdb
 import pytest
 
-from conftest import SHARED_DATA
-from tracehouse.dbt import EXIT_OK, run_dbt
-from tracehouse.ingest.runner import ingest_paths
-from tracehouse.warehouse import Warehouse
+from conftest import ReferenceWarehouse, query_warehouse
 
 pytestmark = pytest.mark.slow
 
-MEGATRON_CPU = SHARED_DATA / "kineto" / "megatron_cpu"
 #: run -> (world size, traced iterations, forward/backward steps per rank and iteration).
 #: The interleaved run has M x vpp = 4 x 2 steps per rank.
 RUNS = {
@@ -33,35 +28,26 @@ RUNS = {
 VPP = {"tp2_pp2_dp2": 1, "tp1_pp4_dp2": 1, "tp2_pp2_dp1_vpp2": 2}
 
 
-def _query(warehouse: Path, sql: str) -> list[tuple]:
-    con = duckdb.connect(str(Warehouse(warehouse).database), read_only=True)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
+#: The bound parameter of every query: these runs only.
+OURS = [list(RUNS)]
 
 
-@pytest.fixture(scope="module")
-def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    if not MEGATRON_CPU.exists():
-        pytest.skip(f"shared traces not found: {MEGATRON_CPU}")
-    root = tmp_path_factory.mktemp("megatron_cpu") / "warehouse"
-    for run in RUNS:
-        result = ingest_paths([MEGATRON_CPU / run], warehouse=root, run=run, progress=False)
-        assert not result.failed, result.failed
-    assert run_dbt(["build"], root) == EXIT_OK
-    yield root
+@pytest.fixture
+def warehouse(reference_warehouse: ReferenceWarehouse) -> Path:
+    return reference_warehouse.root
 
 
 def test_every_microbatch_step_is_found(warehouse: Path) -> None:
-    rows = _query(
+    rows = query_warehouse(
         warehouse,
         """
         select run_id, rank, iteration, phase, list(microbatch order by microbatch)
         from fct_microbatch_phases
         where phase in ('forward', 'backward') and microbatch is not null
+            and list_contains(?, run_id)
         group by all
         """,
+        OURS,
     )
     found: dict[tuple[str, int, int, str], list[int]] = {
         (run, rank, it, phase): mbs for run, rank, it, phase, mbs in rows
@@ -75,14 +61,16 @@ def test_every_microbatch_step_is_found(warehouse: Path) -> None:
 
 
 def test_cpu_only_traces_give_cpu_timings(warehouse: Path) -> None:
-    [(kernels,)] = _query(warehouse, "select count(*) from fct_kernels")
+    [(kernels,)] = query_warehouse(
+        warehouse, "select count(*) from fct_kernels where list_contains(?, run_id)", OURS)
     assert kernels == 0
-    rows = _query(
+    rows = query_warehouse(
         warehouse,
         """
         select timing_source, phase, min(wall_ns), bool_and(busy_ns <= wall_ns)
-        from fct_microbatch_phases group by all
+        from fct_microbatch_phases where list_contains(?, run_id) group by all
         """,
+        OURS,
     )
     assert {source for source, *_ in rows} == {"cpu"}
     assert {phase for _, phase, *_ in rows} == {
@@ -93,10 +81,11 @@ def test_cpu_only_traces_give_cpu_timings(warehouse: Path) -> None:
 
 def test_optimizer_is_matched_on_the_function_not_the_package(warehouse: Path) -> None:
     """The original's `*optimizer*` matched every function under megatron/core/optimizer/."""
-    rows = _query(
+    rows = query_warehouse(
         warehouse,
         "select distinct function_name from intermediate.int_cpu_steps_classified"
-        " where phase = 'optimizer'",
+        " where phase = 'optimizer' and list_contains(?, run_id)",
+        OURS,
     )
     names = {name for (name,) in rows}
     assert names and names <= {"step", "step_with_ready_grads", "_step"}
@@ -104,7 +93,7 @@ def test_optimizer_is_matched_on_the_function_not_the_package(warehouse: Path) -
 
 def test_every_chunk_has_every_microbatch(warehouse: Path) -> None:
     """M microbatches per vpp chunk, stage and iteration; no chunk without VPP."""
-    rows = _query(
+    rows = query_warehouse(
         warehouse,
         """
         select run_id, rank, iteration, phase,
@@ -112,8 +101,10 @@ def test_every_chunk_has_every_microbatch(warehouse: Path) -> None:
                bool_and(vpp_chunk is null and chunk_microbatch = microbatch)
         from fct_microbatch_phases
         where phase in ('forward', 'backward') and microbatch is not null
+            and list_contains(?, run_id)
         group by all
         """,
+        OURS,
     )
     assert len(rows) == sum(world * len(its) * 2 for world, its, _ in RUNS.values())
     for run, rank, iteration, phase, pairs, count, no_chunk in rows:
@@ -131,7 +122,7 @@ def test_interleaved_order_matches_megatron(warehouse: Path) -> None:
     """The GPTModel_<chunk> frame of each forward step agrees with megatron-core's
     schedule table (groups of pp size through chunk 0..v-1), and backward steps
     run the chunks in reverse."""
-    rows = _query(
+    rows = query_warehouse(
         warehouse,
         """
         select phase, chunk_source, microbatch, vpp_chunk, schedule_chunk, chunk_microbatch
@@ -154,7 +145,7 @@ def test_cpu_collectives_land_on_their_group(warehouse: Path) -> None:
     """From the call stack: every PP send/recv (call and its gloo wait) on the rank's
     pp group, DDP grad reduce-scatter and param all-gather on its data-parallel
     group, the batch broadcast and TP mappings on its tp group."""
-    rows = _query(
+    rows = query_warehouse(
         warehouse,
         """
         select collectives.run_id, collectives.collective, collectives.event_type,
@@ -188,26 +179,30 @@ def test_cpu_collectives_land_on_their_group(warehouse: Path) -> None:
         assert (kind, group_kind, exact) == ("tp", "tp", True), run
     # Only the harness's own train_step all-reduce (one per rank and iteration)
     # has no Megatron call site.
-    unclassified = _query(
+    unclassified = query_warehouse(
         warehouse,
         """
         select run_id, rank, iteration, count(*), list(distinct call_site_function)
-        from fct_cpu_collectives where comm_group_kind is null group by all
+        from fct_cpu_collectives
+        where comm_group_kind is null and list_contains(?, run_id)
+        group by all
         """,
+        OURS,
     )
     assert all(n == 1 for *_, n, _ in unclassified), unclassified
 
 
 def test_cpu_pipeline_bubbles(warehouse: Path) -> None:
     """One row per pp group, iteration and stage, from the CPU step frames."""
-    rows = _query(
+    rows = query_warehouse(
         warehouse,
         """
         select run_id, count(*), count(distinct (pp_group_index, iteration, pp_stage)),
                bool_and(timing_source = 'cpu'), bool_and(bubble_ratio between 0 and 1),
                min(theoretical_bubble_ratio), max(theoretical_bubble_ratio)
-        from fct_pipeline_bubbles group by run_id
+        from fct_pipeline_bubbles where list_contains(?, run_id) group by run_id
         """,
+        OURS,
     )
     #: run -> (pp, vpp, microbatches per chunk)
     layouts = {"tp2_pp2_dp2": (2, 1, 4), "tp1_pp4_dp2": (4, 1, 8), "tp2_pp2_dp1_vpp2": (2, 2, 4)}

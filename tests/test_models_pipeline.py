@@ -20,13 +20,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import duckdb
 import pytest
 
-from tracehouse.dbt import EXIT_OK, run_dbt
+from conftest import query_warehouse
+from tracehouse.build.dbt import EXIT_OK, run_dbt
 from tracehouse.ingest.runner import ingest_paths
 from tracehouse.simulate import SimConfig, simulate_run
-from tracehouse.warehouse import Warehouse
 
 pytestmark = pytest.mark.slow
 
@@ -56,14 +55,6 @@ class Built:
     ground_truth: dict[str, dict]
 
 
-def _query(warehouse: Path, sql: str, params: list | None = None) -> list[tuple]:
-    con = duckdb.connect(str(Warehouse(warehouse).database), read_only=True)
-    try:
-        return con.execute(sql, params or []).fetchall()
-    finally:
-        con.close()
-
-
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
     root = tmp_path_factory.mktemp("pipeline")
@@ -81,7 +72,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
 def test_interleaved_chunks_have_every_microbatch(built: Built) -> None:
     """M microbatches per chunk, stage and phase; module frames agree with the schedule."""
     m, v = INTERLEAVED.microbatches, INTERLEAVED.vpp
-    rows = _query(
+    rows = query_warehouse(
         built.warehouse,
         """
         select rank, phase, list([vpp_chunk, chunk_microbatch] order by vpp_chunk, chunk_microbatch)
@@ -94,7 +85,7 @@ def test_interleaved_chunks_have_every_microbatch(built: Built) -> None:
     expected = [[chunk, mb] for chunk in range(v) for mb in range(m)]
     for rank, phase, pairs in rows:
         assert pairs == expected, (rank, phase)
-    [(disagreeing, module_chunks)] = _query(
+    [(disagreeing, module_chunks)] = query_warehouse(
         built.warehouse,
         """
         select count(*) filter (where vpp_chunk <> schedule_chunk),
@@ -107,7 +98,7 @@ def test_interleaved_chunks_have_every_microbatch(built: Built) -> None:
 
 
 def test_kernels_carry_their_chunk(built: Built) -> None:
-    rows = _query(
+    rows = query_warehouse(
         built.warehouse,
         """
         select run_id, bool_and(vpp_chunk is not null), bool_and(vpp_chunk is null),
@@ -123,7 +114,7 @@ def test_kernels_carry_their_chunk(built: Built) -> None:
 
 
 def test_bubble_grain_and_range(built: Built) -> None:
-    rows = _query(
+    rows = query_warehouse(
         built.warehouse,
         """
         select run_id, count(*), count(distinct (pp_group_index, iteration, pp_stage)),
@@ -141,7 +132,7 @@ def test_bubble_grain_and_range(built: Built) -> None:
 
 
 def test_bubbles_match_the_simulators_ground_truth(built: Built) -> None:
-    rows = _query(
+    rows = query_warehouse(
         built.warehouse,
         """
         select run_id, iteration, rank, bubble_ratio, group_span_ns
@@ -161,7 +152,7 @@ def test_bubbles_match_the_simulators_ground_truth(built: Built) -> None:
 def test_uniform_1f1b_bubble_is_near_the_theory(built: Built) -> None:
     p, m = UNIFORM_1F1B.pp, UNIFORM_1F1B.microbatches
     theory = (p - 1) / (m + p - 1)
-    rows = _query(
+    rows = query_warehouse(
         built.warehouse,
         """
         select pp_stage, bubble_ratio, theoretical_bubble_ratio, microbatches, vpp_size, pp_size
@@ -173,7 +164,7 @@ def test_uniform_1f1b_bubble_is_near_the_theory(built: Built) -> None:
         assert (microbatches, vpp, pp) == (m, 1, p)
         assert theoretical == pytest.approx(theory)
         assert abs(ratio - theory) <= THEORY_TOLERANCE, stage
-    [(theoretical,)] = _query(
+    [(theoretical,)] = query_warehouse(
         built.warehouse,
         "select distinct theoretical_bubble_ratio from fct_pipeline_bubbles "
         "where run_id = 'sim_vpp'",
@@ -186,7 +177,7 @@ def test_comm_kernels_find_their_exact_group(built: Built) -> None:
     """Simulated NCCL kernels carry Process Group Ranks/Name/Description: every one
     is joined to the dim_process_groups group with those ranks and that description,
     which holds the kernel's rank."""
-    rows = _query(
+    rows = query_warehouse(
         built.warehouse,
         """
         select kernels.run_id, kernels.comm_group_source, groups.group_kind is not null,
@@ -212,7 +203,7 @@ def test_comm_kernels_find_their_exact_group(built: Built) -> None:
             "process_group", True, True, True, True
         ), (run, count)  # fmt: skip
     kinds = dict(
-        _query(
+        query_warehouse(
             built.warehouse,
             """
             select comm_group_kind, count(*) from fct_kernels
@@ -221,7 +212,7 @@ def test_comm_kernels_find_their_exact_group(built: Built) -> None:
         )
     )
     assert {"tp", "pp", "dp"} <= set(kinds)
-    [(pp_kernels, in_pp_phase)] = _query(
+    [(pp_kernels, in_pp_phase)] = query_warehouse(
         built.warehouse,
         """
         select count(*), bool_and(phase = 'pp_p2p' and comm_group_kind = 'pp') from fct_kernels
@@ -237,7 +228,7 @@ def test_call_stack_groups_agree_with_kernel_args(built: Built) -> None:
     Both must give the same exact group, the grad-norm all-reduce's included
     (the distributed optimizer's instance group: the simulated runs use
     DistributedOptimizer)."""
-    rows = _query(
+    rows = query_warehouse(
         built.warehouse,
         """
         with kernels as (
@@ -277,7 +268,7 @@ def test_chunk_order_matches_megatrons_pp_timer(built: Built) -> None:
     (fct_pp_timer_events). Per rank, iteration and phase, the (chunk,
     microbatch) sequence found from the traces must be the logged one,
     backward included."""
-    rows = _query(
+    rows = query_warehouse(
         built.warehouse,
         """
         with timer as (

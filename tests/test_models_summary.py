@@ -11,40 +11,31 @@ tests/test_models_core.py with every other unit test.
 
 from __future__ import annotations
 
-import duckdb
 import pytest
 
-from report_warehouse import ReportWarehouse, report_warehouse
-from tracehouse.warehouse import Warehouse
+from report_warehouse import ReportWarehouse
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="session")
-def wh(tmp_path_factory: pytest.TempPathFactory) -> ReportWarehouse:
-    return report_warehouse(tmp_path_factory)
-
-
-def _rows(wh: ReportWarehouse, sql: str, params: list[object] | None = None) -> list[tuple]:
-    con = duckdb.connect(str(Warehouse(wh.root).database), read_only=True)
-    try:
-        return con.execute(sql, params or []).fetchall()
-    finally:
-        con.close()
+def wh(report_wh: ReportWarehouse) -> ReportWarehouse:
+    """The session's report warehouse (conftest), read-only."""
+    return report_wh
 
 
 def test_every_run_has_one_summary_with_its_timing_source(wh: ReportWarehouse) -> None:
-    sources = dict(_rows(wh, "select run_id, timing_source from fct_run_summary"))
+    sources = dict(wh.rows("select run_id, timing_source from fct_run_summary"))
     expected = {"sim_a": "gpu", "sim_b": "gpu", "hostile": "gpu", "cpu_ops": "none",
                 "dlrm_8rank": "gpu", "tp1_pp4_dp2": "cpu", "nsys_h100": "gpu"}
     assert {run: sources.get(run) for run in wh.runs} == {run: expected[run] for run in wh.runs}
     # The source follows the data: kernels -> gpu, else CPU step frames -> cpu.
-    independent = dict(_rows(wh, """
+    independent = dict(wh.rows("""
         select run_id, case
             when run_id in (select run_id from fct_kernels) then 'gpu'
             when run_id in (select run_id from fct_cpu_steps) then 'cpu'
             when run_id in (select traces.run_id from intermediate.int_traces as traces
-                            join intermediate.int_profiler_steps as p using (trace_id)) then 'cpu'
+                            join intermediate.int_step_windows as p using (trace_id)) then 'cpu'
             else 'none' end
         from dim_ranks group by run_id
     """))
@@ -58,16 +49,16 @@ SHARES = ", ".join(f"{part}_share" for part in PARTS)
 def test_summaries_read_the_one_step(wh: ReportWarehouse) -> None:
     """Iteration step = the slowest rank's step_ns of fct_rank_iterations; run mean = their mean."""
     for run in wh.runs:
-        got = _rows(wh, """
+        got = wh.rows("""
             select iteration, step_ns, slowest_rank, rank_step_total_ns
             from fct_iteration_summary where run_id = ? order by iteration""", [run])
-        want = _rows(wh, """
+        want = wh.rows("""
             select iteration, max(step_ns), arg_max(rank, step_ns * 1e6 - rank), sum(step_ns)
             from fct_rank_iterations where run_id = ? and step_ns is not null
             group by iteration order by iteration""", [run])
         assert got == want, run
-        [(mean_step,)] = _rows(wh, "select mean_step_ns from fct_run_summary where run_id = ?",
-                               [run])
+        [(mean_step,)] = wh.rows("select mean_step_ns from fct_run_summary where run_id = ?",
+                                 [run])
         steps = [row[1] for row in want]
         assert mean_step == (pytest.approx(sum(steps) / len(steps)) if steps else None), run
 
@@ -75,17 +66,17 @@ def test_summaries_read_the_one_step(wh: ReportWarehouse) -> None:
 def test_shares_add_up_to_one_at_every_grain(wh: ReportWarehouse) -> None:
     for mart in ("fct_run_summary", "fct_iteration_summary", "fct_rank_summary",
                  "fct_stage_summary"):
-        rows = _rows(wh, f"select {' + '.join(f'{p}_share' for p in PARTS)} from {mart} "
-                     "where compute_share is not null")
+        rows = wh.rows(f"select {' + '.join(f'{p}_share' for p in PARTS)} from {mart} "
+                       "where compute_share is not null")
         assert rows, mart
         assert all(total == pytest.approx(1.0, abs=1e-12) for (total,) in rows), mart
 
 
 def test_run_shares_equal_those_recomputed_from_iterations(wh: ReportWarehouse) -> None:
     """A run's share = the iterations' shares weighted by their summed steps (ratios of sums)."""
-    got = _rows(wh, f"select run_id, rank_step_total_ns, {SHARES} from fct_run_summary "
-                "where timing_source <> 'none' order by run_id")
-    want = _rows(wh, f"""
+    got = wh.rows(f"select run_id, rank_step_total_ns, {SHARES} from fct_run_summary "
+                  "where timing_source <> 'none' order by run_id")
+    want = wh.rows(f"""
         select run_id, sum(rank_step_total_ns),
                {", ".join(f"sum({p}_share * rank_step_total_ns) / sum(rank_step_total_ns)"
                           for p in PARTS)}
@@ -97,9 +88,9 @@ def test_run_shares_equal_those_recomputed_from_iterations(wh: ReportWarehouse) 
 
 
 def test_iteration_shares_equal_those_recomputed_from_ranks(wh: ReportWarehouse) -> None:
-    got = _rows(wh, f"select run_id, iteration, {SHARES} from fct_iteration_summary "
-                "order by run_id, iteration")
-    want = _rows(wh, f"""
+    got = wh.rows(f"select run_id, iteration, {SHARES} from fct_iteration_summary "
+                  "order by run_id, iteration")
+    want = wh.rows(f"""
         select run_id, iteration,
                {", ".join(f"sum(step_{p}_ns) / sum(step_ns)" for p in PARTS)}
         from fct_rank_iterations where step_ns is not null
@@ -111,14 +102,14 @@ def test_iteration_shares_equal_those_recomputed_from_ranks(wh: ReportWarehouse)
 
 
 def test_rank_and_stage_shares_are_ratios_of_sums(wh: ReportWarehouse) -> None:
-    got = _rows(wh, f"select run_id, rank, {SHARES} from fct_rank_summary order by 1, 2")
-    want = _rows(wh, f"""
+    got = wh.rows(f"select run_id, rank, {SHARES} from fct_rank_summary order by 1, 2")
+    want = wh.rows(f"""
         select run_id, rank, {", ".join(f"sum(step_{p}_ns) / sum(step_ns)" for p in PARTS)}
         from fct_rank_iterations where step_ns is not null group by 1, 2 order by 1, 2""")
     assert [row[:2] for row in got] == [row[:2] for row in want]
     assert all(row[2:] == pytest.approx(exp[2:]) for row, exp in zip(got, want))
-    got = _rows(wh, f"select run_id, pp_stage, {SHARES} from fct_stage_summary order by 1, 2")
-    want = _rows(wh, f"""
+    got = wh.rows(f"select run_id, pp_stage, {SHARES} from fct_stage_summary order by 1, 2")
+    want = wh.rows(f"""
         select run_id, pp_stage, {", ".join(f"sum(step_{p}_ns) / sum(step_ns)" for p in PARTS)}
         from fct_rank_iterations where step_ns is not null and pp_stage is not null
         group by 1, 2 order by 1, 2""")
@@ -128,21 +119,21 @@ def test_rank_and_stage_shares_are_ratios_of_sums(wh: ReportWarehouse) -> None:
 
 def test_cpu_only_run_is_timed_by_its_profiler_steps(wh: ReportWarehouse) -> None:
     run = wh.need("tp1_pp4_dp2")
-    [(source, rule, compute, frames, optimizer, overlap, memory)] = _rows(wh, """
+    [(source, rule, compute, frames, optimizer, overlap, memory)] = wh.rows("""
         select timing_source, step_rule, compute_share, exposed_communication_share,
                optimizer_share, overlap_share, exposed_memory_share
         from fct_run_summary where run_id = ?""", [run])
     assert (source, rule) == ("cpu", "profiler_step")
     assert compute > 0 and frames > 0 and optimizer > 0
     assert overlap == memory == 0
-    stages = _rows(wh, "select pp_stage, ranks from fct_stage_summary where run_id = ? "
-                   "order by pp_stage", [run])
+    stages = wh.rows("select pp_stage, ranks from fct_stage_summary where run_id = ? "
+                     "order by pp_stage", [run])
     assert stages == [(0, 2), (1, 2), (2, 2), (3, 2)]
 
 
 def test_most_compute_against_its_stage(wh: ReportWarehouse) -> None:
     """sim_a's rank 1 computes 1.5x: most compute against its stage (peer_group pp_stage)."""
-    rows = _rows(wh, """
+    rows = wh.rows("""
         select rank, peer_group, stage_ranks, compute_vs_peers, compute_ns / stage_median_compute_ns
         from fct_rank_summary where run_id = 'sim_a' order by compute_vs_peers desc, rank""")
     assert [r[0] for r in rows][:1] == [1]
@@ -153,14 +144,14 @@ def test_most_compute_against_its_stage(wh: ReportWarehouse) -> None:
 
 def test_the_straggler_is_fct_stragglers_rank_one(wh: ReportWarehouse) -> None:
     """One straggler per question: the run's is the rank that caused the most waiting."""
-    got = dict(_rows(wh, "select run_id, straggler_rank from fct_run_summary"))
-    want = dict(_rows(wh, """
+    got = dict(wh.rows("select run_id, straggler_rank from fct_run_summary"))
+    want = dict(wh.rows("""
         select run_id, arg_max(rank, wait_caused_ns) from (
             select run_id, rank, sum(wait_caused_ns) as wait_caused_ns
             from fct_stragglers group by 1, 2) where wait_caused_ns > 0 group by 1"""))
     assert {run: got[run] for run in wh.runs} == {run: want.get(run) for run in wh.runs}
     assert got["dlrm_8rank" if "dlrm_8rank" in wh.runs else "sim_a"] is not None
-    iterations = _rows(wh, """
+    iterations = wh.rows("""
         select summary.run_id, summary.iteration, summary.straggler_rank, s.rank
         from fct_iteration_summary as summary
         left join fct_stragglers as s on s.run_id = summary.run_id
@@ -170,20 +161,20 @@ def test_the_straggler_is_fct_stragglers_rank_one(wh: ReportWarehouse) -> None:
 
 def test_ranks_without_stages_are_compared_with_the_run(wh: ReportWarehouse) -> None:
     run = wh.need("dlrm_8rank")
-    rows = _rows(wh, """
+    rows = wh.rows("""
         select peer_group, stage_ranks, compute_vs_peers, compute_ns / median_compute_ns
         from fct_rank_summary where run_id = ?""", [run])
     assert len(rows) == 8
     assert {(r[0], r[1]) for r in rows} == {("run", None)}
     assert all(r[2] == pytest.approx(r[3]) for r in rows)
-    assert _rows(wh, "select count(*) from fct_stage_summary where run_id = ?", [run]) == [(0,)]
+    assert wh.rows("select count(*) from fct_stage_summary where run_id = ?", [run]) == [(0,)]
 
 
 def test_run_kernel_summary_covers_every_kernel(wh: ReportWarehouse) -> None:
-    got = _rows(wh, """
+    got = wh.rows("""
         select run_id, sum(calls), sum(total_ns), round(sum(share_ratio), 9)
         from fct_run_kernel_summary group by run_id order by run_id""")
-    want = _rows(wh, """
+    want = wh.rows("""
         select run_id, count(*), sum(dur_ns), 1.0 from fct_kernels
         group by run_id order by run_id""")
     assert got == [(run, calls, total, pytest.approx(share)) for run, calls, total, share in want]

@@ -18,14 +18,10 @@ import duckdb
 import pytest
 
 from conftest import Lake
-from tracehouse.dbt import EXIT_OK, run_dbt
 from tracehouse.notebook import NotebookError, chart_families, open_warehouse
 from tracehouse.reports import registry
 
 pytestmark = pytest.mark.slow
-
-#: Seeds and models only: the models' own tests run in test_models_*.py.
-BUILD_MODELS = ["build", "--exclude-resource-type", "test", "unit_test", "--quiet"]
 
 #: A chart family as a report engineer would write one: reads a mart, saves PNG + SVG.
 TEST_FAMILY = '''
@@ -57,10 +53,10 @@ FAMILY = KernelsPerRank()
 '''
 
 
-@pytest.fixture(scope="module")
-def built(module_lake: Lake) -> Lake:
-    assert run_dbt(BUILD_MODELS, module_lake.warehouse) == EXIT_OK
-    return module_lake
+@pytest.fixture
+def built(built_warehouse: Lake) -> Lake:
+    """The session's synthetic warehouse (conftest), built once with every model; read-only."""
+    return built_warehouse
 
 
 @pytest.fixture

@@ -34,7 +34,7 @@ def _runs(root: Path) -> list[tuple[str, str]]:
 @pytest.fixture
 def dbt_calls(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
     """Every dbt invocation, still run for real."""
-    import tracehouse.dbt as dbt
+    import tracehouse.build.dbt as dbt
 
     calls: list[list[str]] = []
     real = dbt.run_dbt
@@ -64,7 +64,7 @@ def test_a_file_in_the_warehouse_is_reused_and_not_rebuilt(
     # Issue 29 item 13: the build (seconds, dbt quiet) is announced on stderr.
     assert f"building the marts for the Nsight views in {root}" in captured.err
     assert _runs(root) == [("job", str(export.resolve()))]  # no run `nsys-steps`
-    # Only what `overlap` reads is built (nsys_cli.VIEW_MARTS): not the NVTX tree,
+    # Only what `overlap` reads is built (cli/nsys.py VIEW_MARTS): not the NVTX tree,
     # the costliest models on a large export.
     import duckdb
 
@@ -72,7 +72,7 @@ def test_a_file_in_the_warehouse_is_reused_and_not_rebuilt(
         built = {name for (name,) in con.execute(
             "select table_name from information_schema.tables").fetchall()}
     assert {"fct_kernels", "fct_rank_iterations"} <= built
-    assert "fct_nsys_nvtx_ranges" not in built and "fct_nsys_iterations" not in built
+    assert "fct_annotation_ranges" not in built and "fct_nsys_iterations" not in built
     assert len(dbt_calls) == 1
     assert [row["span_ms"] for row in first] == [1.15]
 

@@ -21,9 +21,9 @@ import pytest
 
 from conftest import SHARED_DATA
 from nsys_export import write_megatron_phases_export, write_two_step_export
+from tracehouse.build.dbt import build_warehouse
 from tracehouse.cli import main
-from tracehouse.dbt import build_warehouse
-from tracehouse.nsys_cli import ingest_file, query_view
+from tracehouse.cli.nsys import ingest_file, query_view
 
 NSYS = SHARED_DATA / "nsys"
 FILES = ("mfu_2gpu_before", "h100_2gpu_1s")
@@ -42,6 +42,8 @@ def nsys_warehouse(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict
     trace_ids = {name: ingest_file(NSYS / f"{name}.sqlite", root) for name in FILES}
     synthetic = write_two_step_export(tmp_path_factory.mktemp("nsys_synthetic") / "steps.sqlite")
     trace_ids["steps"] = ingest_file(synthetic, root)
+    markers = write_two_step_export(synthetic.with_name("markers.sqlite"), "train_step_{step}")
+    trace_ids["markers"] = ingest_file(markers, root)
     phases = write_megatron_phases_export(synthetic.with_name("phases.sqlite"))
     trace_ids["phases"] = ingest_file(phases, root)
     # The whole project with its data tests (grain, parts adding up) on Nsight data;
@@ -213,11 +215,17 @@ def test_kernel_nvtx_map_matches_sqlite(nsys_warehouse) -> None:
     root, trace_ids = nsys_warehouse
     expected = _innermost_ranges(NSYS / "mfu_2gpu_before.sqlite", 0)
     with duckdb.connect(str(root / "tracehouse.duckdb"), read_only=True) as con:
+        # fct_kernels.annotation_slice_id is each kernel's innermost range,
+        # fct_annotation_ranges gives its name, depth and path.
         rows = con.execute("""
-            select kernels.correlation, map.nvtx_name, map.nvtx_depth, map.nvtx_path
-            from fct_nsys_kernel_nvtx as map
-            inner join fct_kernels as kernels using (trace_id, slice_id)
-            where map.trace_id = ?""", [trace_ids["mfu_2gpu_before"][0]]).fetchall()
+            select kernels.correlation, ranges.name, ranges.annotation_depth,
+                ranges.annotation_path
+            from fct_kernels as kernels
+            left join fct_annotation_ranges as ranges
+                on kernels.trace_id = ranges.trace_id
+                and kernels.annotation_slice_id = ranges.slice_id
+            where kernels.trace_id = ? and kernels.category = 'kernel'""",
+                           [trace_ids["mfu_2gpu_before"][0]]).fetchall()
     ours = {c: (name, depth) for c, name, depth, _path in rows if name is not None}
     assert len(ours) == len(expected) > 1000
     assert ours == expected
@@ -292,6 +300,52 @@ def test_nvtx_tree_and_rank_iterations_of_an_export(nsys_warehouse) -> None:
     assert rows == [(1, 150_000, 100_000, 100_000, 50_000), (2, 150_000, 100_000, 100_000, 50_000)]
 
 
+def test_nvtx_markers_and_the_gap_rule_are_step_rules(nsys_warehouse) -> None:
+    import duckdb
+
+    root, trace_ids = nsys_warehouse
+    with duckdb.connect(str(root / "tracehouse.duckdb"), read_only=True) as con:
+        def run_of(name: str) -> str:
+            [(run,)] = con.execute("select distinct run_id from intermediate.int_traces "
+                                   "where trace_id = ?", [trace_ids[name][0]]).fetchall()
+            return run
+
+        def steps(name: str) -> list[tuple]:
+            return con.execute("""
+                select rank, iteration, step_rule, span_ns, compute_ns, communication_ns,
+                    overlap_ns
+                from fct_rank_iterations where run_id = ? order by rank, iteration""",
+                               [run_of(name)]).fetchall()
+
+        def nsys_iterations(name: str) -> list[tuple]:
+            return con.execute("""
+                select rank, count(*) from fct_nsys_iterations where run_id = ?
+                group by 1 order by 1""", [run_of(name)]).fetchall()
+
+        # NVTX iteration markers (seeds/nsys_iteration_markers.csv) time the
+        # steps as ProfilerStep ranges do, numbered from 0 as nsys-ai numbers them.
+        assert steps("markers") == [
+            (0, i, "gpu_projected_nvtx_marker", 150_000, 100_000, 100_000, 50_000)
+            for i in (0, 1)]
+        # The gap rule, where both GPUs of the export find as many iterations
+        # as nsys-ai does: every kernel in one step, the steps tiling the capture.
+        assert nsys_iterations("h100_2gpu_1s") == [(0, 28), (1, 28)]
+        h100 = steps("h100_2gpu_1s")
+        assert {(rank, rule) for rank, _i, rule, *_ in h100} == {
+            (0, "gpu_projected_gap_rule"), (1, "gpu_projected_gap_rule")}
+        assert [i for rank, i, *_ in h100 if rank == 0] == list(range(28))
+        [(outside,)] = con.execute("""
+            select count(*) from fct_kernels
+            where run_id = ? and (iteration is null or is_outside_steps)""",
+                                   [run_of("h100_2gpu_1s")]).fetchall()
+        assert outside == 0
+        # The MFU export's GPUs disagree (nsys-ai: 3 iterations on GPU 0, 1 on
+        # GPU 1): no step rule, one whole-capture step per GPU.
+        assert nsys_iterations("mfu_2gpu_before") == [(0, 3), (1, 1)]
+        assert [(rank, rule) for rank, _i, rule, *_ in steps("mfu_2gpu_before")] == [
+            (0, "gpu_whole_trace"), (1, "gpu_whole_trace")]
+
+
 def test_megatron_schedule_phases_and_emit_nvtx_steps(nsys_warehouse) -> None:
     import duckdb
 
@@ -320,12 +374,15 @@ def test_nsys_marts_name_the_nsys_traces_they_read(nsys_warehouse) -> None:
     import re
 
     # The scans live in the intermediate models (int_kernel_short_names,
-    # int_nsys_iterations_detected).
+    # int_nsys_iteration_windows); int_nsys_iterations_detected filters on them.
     root, trace_ids = nsys_warehouse
     compiled = root / "dbt/target/compiled/tracehouse/models/intermediate"
     nsys_traces = {trace_id for ids in trace_ids.values() for trace_id in ids}
-    for model in ("kernels/int_kernel_short_names", "nsys/int_nsys_iterations_detected"):
+    for model in ("kernels/int_kernel_short_names", "nsys/int_nsys_iteration_windows",
+                  "nsys/int_nsys_iterations_detected"):
         sql = (compiled / f"{model}.sql").read_text()
         assert set(re.findall(r"'([0-9a-f]{16})'", sql)) == nsys_traces, model
-        assert set(re.findall(r"/slices/run=[^/']+/([0-9a-f]{16})\.parquet'", sql)) == nsys_traces
         assert "stg_lake__slices" not in sql, model
+        if not model.endswith("_detected"):
+            scanned = re.findall(r"/slices/run=[^/']+/([0-9a-f]{16})\.parquet'", sql)
+            assert set(scanned) == nsys_traces, model

@@ -1,4 +1,4 @@
-"""dbt's parse of the project is shared between warehouses (tracehouse/parse_cache.py).
+"""dbt's parse of the project is shared between warehouses (tracehouse/build/parse_cache.py).
 
 * A new warehouse starts from the parse another warehouse saved: dbt's log
   says partial parsing was used, not that it started a full parse.
@@ -16,10 +16,11 @@ from pathlib import Path
 import click
 import pytest
 
-from conftest import build_lake
-from tracehouse import parse_cache
-from tracehouse.dbt import EXIT_OK, _absolute_path_options, project_dir, run_dbt
-from tracehouse.publish import DATABASE_ENV_VAR
+from conftest import Lake, build_lake, copy_warehouse
+from tracehouse.build import parse_cache
+from tracehouse.build.dbt import EXIT_OK, project_dir, run_dbt
+from tracehouse.build.dbt_arguments import absolute_path_options as _absolute_path_options
+from tracehouse.core.publish import DATABASE_ENV_VAR
 
 pytestmark = pytest.mark.slow  # ingests or builds (README: the fast set is -m "not slow")
 
@@ -36,6 +37,12 @@ def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "cache"
     monkeypatch.setenv(parse_cache.CACHE_ENV_VAR, str(path))
     return path
+
+
+@pytest.fixture
+def own_built(built_warehouse: Lake, tmp_path: Path) -> Path:
+    """A private copy of the session's built synthetic warehouse: these tests run dbt in it."""
+    return copy_warehouse(built_warehouse.warehouse, tmp_path / "built")
 
 
 def test_a_new_warehouse_starts_from_the_parse_another_saved(
@@ -58,10 +65,10 @@ def test_a_new_warehouse_starts_from_the_parse_another_saved(
 
 
 def test_a_build_and_a_reader_of_one_warehouse_share_the_parse(
-        built_warehouse, cache_dir: Path) -> None:
+        own_built: Path, cache_dir: Path) -> None:
     """A build (which writes a copy in .build/) and `dbt ls` (which reads the
     published file) present the same profile to dbt, so neither re-parses."""
-    warehouse = built_warehouse.warehouse
+    warehouse = own_built
     assert run_dbt(["ls", "--select", "fct_kernels"], warehouse) == EXIT_OK
     assert run_dbt(["build", "--select", "dim_ranks"], warehouse) == EXIT_OK
     last_run = _parse_lines(warehouse)[-1]
@@ -80,16 +87,14 @@ def test_a_parse_saved_under_another_profile_is_parsed_again(
 
 
 def test_dbt_runs_beside_the_database_and_puts_everything_back(
-        built_warehouse, cache_dir: Path, monkeypatch: pytest.MonkeyPatch,
+        own_built: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch,
         tmp_path: Path) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv(DATABASE_ENV_VAR, raising=False)
     monkeypatch.delenv(parse_cache.TEMP_DIR_ENV_VAR, raising=False)
     # A failing run (unknown model) must restore them too.
-    assert run_dbt(["build", "--select", "no_such_model_anywhere"],
-                   built_warehouse.warehouse) == EXIT_OK
-    assert run_dbt(["run", "--select", "dim_ranks", "--vars", "{broken"],
-                   built_warehouse.warehouse) != EXIT_OK
+    assert run_dbt(["build", "--select", "no_such_model_anywhere"], own_built) == EXIT_OK
+    assert run_dbt(["run", "--select", "dim_ranks", "--vars", "{broken"], own_built) != EXIT_OK
     assert Path.cwd() == tmp_path
     assert DATABASE_ENV_VAR not in os.environ
     assert parse_cache.TEMP_DIR_ENV_VAR not in os.environ

@@ -39,12 +39,12 @@ import pytest
 
 from conftest import SHARED_DATA
 from tracehouse.cli import main
+from tracehouse.core.warehouse import Warehouse
 from tracehouse.ingest import perfetto_engine
 from tracehouse.ingest.discover import discover
 from tracehouse.ingest.kineto import parse_kineto
-from tracehouse.ingest.model import TraceError
 from tracehouse.ingest.runner import read_trace_bytes
-from tracehouse.warehouse import Warehouse
+from tracehouse.ingest.trace_types import TraceError
 
 DLRM = SHARED_DATA / "kineto" / "dlrm_8rank"
 WASM_HOST = Path(__file__).resolve().parent / "perfetto_wasm" / "tp_wasm_host.js"

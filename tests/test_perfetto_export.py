@@ -25,16 +25,15 @@ import duckdb
 import pytest
 from test_perfetto_engine import trace_processor  # noqa: F401 - the fixture, reused
 
-from conftest import NASTY_NAME, SHARED_DATA
-from tracehouse.dbt import EXIT_OK, run_dbt
+from conftest import NASTY_NAME, SHARED_DATA, query_warehouse
+from tracehouse.build.dbt import EXIT_OK, run_dbt
+from tracehouse.core.warehouse import Warehouse
 from tracehouse.ingest import perfetto_engine
-from tracehouse.ingest.model import TraceFile
 from tracehouse.ingest.runner import ingest_paths
-from tracehouse.reports import perfetto_export
+from tracehouse.ingest.trace_types import TraceFile
 from tracehouse.reports.kernel_names import short_kernel_name
-from tracehouse.reports.perfetto_export import ExportError, export_perfetto
+from tracehouse.reports.perfetto import ExportError, export_perfetto, proto_writer, queries, slices
 from tracehouse.simulate import SimConfig, simulate_run, trace_path
-from tracehouse.warehouse import Warehouse
 
 pytestmark = pytest.mark.slow
 
@@ -81,19 +80,12 @@ def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     yield wh
 
 
-def _rows(warehouse: Path, sql: str, params: list[Any] | None = None) -> list[tuple]:
-    con = duckdb.connect(str(Warehouse(warehouse).database), read_only=True)
-    try:
-        return con.execute(sql, params or []).fetchall()
-    finally:
-        con.close()
-
-
 def _expected_names(warehouse: Path, run_id: str) -> dict[int, str]:
     """Process names as the issue spells them: ``rank 5 · pp1 tp1 dp0``."""
     names = {}
-    for rank, pp, tp, dp in _rows(warehouse, "select rank, pp_rank, tp_rank, dp_rank from "
-                                  "dim_ranks where run_id = ?", [run_id]):
+    for rank, pp, tp, dp in query_warehouse(
+        warehouse, "select rank, pp_rank, tp_rank, dp_rank from "
+        "dim_ranks where run_id = ?", [run_id]):
         coords = " ".join(f"{kind}{value}" for kind, value in
                           (("pp", pp), ("tp", tp), ("dp", dp)) if value is not None)
         names[rank] = f"rank {rank}" + (f" · {coords}" if coords else "")
@@ -101,19 +93,20 @@ def _expected_names(warehouse: Path, run_id: str) -> dict[int, str]:
 
 
 def _kernel_counts(warehouse: Path, run_id: str) -> dict[int, int]:
-    return dict(_rows(warehouse, "select rank, count(*) from fct_kernels where run_id = ? "
-                      "group by rank", [run_id]))
+    return dict(query_warehouse(
+        warehouse, "select rank, count(*) from fct_kernels where run_id = ? "
+        "group by rank", [run_id]))
 
 
 def _cpu_counts(warehouse: Path, run_id: str) -> dict[int, int]:
-    return dict(_rows(warehouse, "select rank, count(*) from fct_cpu_steps "
-                      "where run_id = ? group by rank", [run_id]))
+    return dict(query_warehouse(warehouse, "select rank, count(*) from fct_cpu_steps "
+                                "where run_id = ? group by rank", [run_id]))
 
 
 def _collective_counts(warehouse: Path, run_id: str) -> dict[int, int]:
     """CPU collective calls (c10d, gloo waits) per rank: written on their own tracks."""
-    return dict(_rows(warehouse, "select rank, count(*) from fct_cpu_collectives "
-                      "where run_id = ? group by rank", [run_id]))
+    return dict(query_warehouse(warehouse, "select rank, count(*) from fct_cpu_collectives "
+                                "where run_id = ? group by rank", [run_id]))
 
 
 # --------------------------------------------------------------------------- reading back
@@ -243,14 +236,14 @@ def test_text_that_protobuf_would_reject_is_replaced() -> None:
     """Ingest refuses invalid UTF-8, but Python text can still hold lone surrogates and NUL."""
     from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
-    text = perfetto_export.clean_text("a\udcffb\x00c<d>")
+    text = slices.clean_text("a\udcffb\x00c<d>")
     assert text == "a\ufffdb\ufffdc<d>"
     pb.EventName(iid=1, name=text).SerializeToString()  # would raise on a surrogate
     # Short names are the charts' (one helper, tracehouse.reports.kernel_names).
-    assert perfetto_export._kernel_names(
+    assert queries.kernel_names(
         "void at::native::vectorized_elementwise_kernel<4, at::native::Foo>(int, float*)"
     )[1] == "vectorized_elementwise_kernel<Foo…>"
-    assert perfetto_export._kernel_names("ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)")[1] == (
+    assert queries.kernel_names("ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)")[1] == (
         "ncclDevKernel_AllReduce_Sum_f32_RING_LL")
 
 
@@ -289,9 +282,10 @@ def test_kernel_slices_carry_phase_microbatch_group_and_exact_times(
     out, _ = sim_proto
     written = _by_key(read_proto(out))
     # Times on the reference clock: the rank's dim_rank_clock_offsets offset added.
-    rows = _rows(warehouse, "select trace_id, slice_id, name, kind, phase, microbatch, "
-                 "comm_group_kind, ts_ns + offset_ns, end_ns + offset_ns from fct_kernels "
-                 "inner join dim_rank_clock_offsets using (run_id, rank) where run_id = ?", [SIM])
+    rows = query_warehouse(
+        warehouse, "select trace_id, slice_id, name, kind, phase, microbatch, "
+        "comm_group_kind, ts_ns + offset_ns, end_ns + offset_ns from fct_kernels "
+        "inner join dim_rank_clock_offsets using (run_id, rank) where run_id = ?", [SIM])
     with_microbatch = 0
     for trace_id, slice_id, name, kind, phase, microbatch, group, ts, end in rows:
         item = written[(trace_id, slice_id)]
@@ -311,7 +305,7 @@ def test_kernel_slices_carry_phase_microbatch_group_and_exact_times(
 
 def test_hostile_kernel_name_round_trips(warehouse: Path, sim_proto: tuple[Path, Any],
                                          tmp_path: Path) -> None:
-    [(stored, phase, microbatch)] = _rows(
+    [(stored, phase, microbatch)] = query_warehouse(
         warehouse, "select name, phase, microbatch from fct_kernels where run_id = ? and "
         "name like '%<script>%'", [SIM])
     assert stored == NASTY_NAME + " tail"
@@ -323,7 +317,7 @@ def test_hostile_kernel_name_round_trips(warehouse: Path, sim_proto: tuple[Path,
         [hostile] = [item for item in timeline.slices if "<script>" in item.args.get("kernel", "")]
         assert hostile.args["kernel"] == stored
         # The charts' short name: parameters and the rest cut, no newline, no <script>.
-        short = short_kernel_name(stored, perfetto_export.SHORT_NAME_CHARS)
+        short = short_kernel_name(stored, queries.SHORT_NAME_CHARS)
         assert short == "at::native::<lambda>"
         assert hostile.name == f"{phase} mb{microbatch} · compute · {short}"
 
@@ -332,7 +326,7 @@ def test_selection_by_pp_group_replica_and_ranks(warehouse: Path, tmp_path: Path
     names = _expected_names(warehouse, SIM)
     kernels = _kernel_counts(warehouse, SIM)
     for selector, column in (("pp_group", "pp_group_index"), ("replica", "model_replica")):
-        [(value, wanted)] = _rows(
+        [(value, wanted)] = query_warehouse(
             warehouse, f"select {column}, list(rank order by rank) from dim_ranks "  # noqa: S608
             f"where run_id = ? group by 1 order by 1 desc limit 1", [SIM])
         out = tmp_path / f"{selector}.pftrace"
@@ -341,7 +335,7 @@ def test_selection_by_pp_group_replica_and_ranks(warehouse: Path, tmp_path: Path
         assert list(result.ranks) == wanted
         assert sorted(timeline.processes.values()) == sorted(names[r] for r in wanted)
         written = timeline.per_process("compute")
-        assert sum(written.values()) == int(_rows(
+        assert sum(written.values()) == int(query_warehouse(
             warehouse, "select count(*) from fct_kernels where run_id = ? and kind = 'compute'"
             " and list_contains(?, rank)", [SIM, wanted])[0][0])
     out = tmp_path / "ranks.pftrace"
@@ -376,9 +370,9 @@ def test_json_has_the_same_tracks_and_slices(warehouse: Path, sim_proto: tuple[P
 def test_interning_resets_and_small_batches_decode_the_same(
         warehouse: Path, sim_proto: tuple[Path, Any], tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(perfetto_export, "INTERN_LIMIT", 40)
-    monkeypatch.setattr(perfetto_export, "BATCH_PACKETS", 7)
-    monkeypatch.setattr(perfetto_export, "FETCH_ROWS", 13)
+    monkeypatch.setattr(proto_writer, "INTERN_LIMIT", 40)
+    monkeypatch.setattr(proto_writer, "BATCH_PACKETS", 7)
+    monkeypatch.setattr(queries, "FETCH_ROWS", 13)
     out = tmp_path / "small.pftrace"
     export_perfetto(warehouse, SIM, out)
     from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
@@ -491,8 +485,9 @@ def test_dlrm_8rank_real_traces(warehouse: Path, tmp_path: Path) -> None:
     assert timeline.per_process() == {names[r]: n for r, n in kernels.items()}
     assert result.kernel_slices == sum(kernels.values()) > 1000
     # One track per (GPU, stream) of each rank (plus overlap tracks, if any).
-    streams = _rows(warehouse, "select count(distinct (rank, device, stream)) from fct_kernels "
-                    "where run_id = ?", [DLRM])[0][0]
+    streams = query_warehouse(
+        warehouse, "select count(distinct (rank, device, stream)) from fct_kernels "
+        "where run_id = ?", [DLRM])[0][0]
     assert len(timeline.threads) == streams + result.overlap_tracks
 
 
@@ -515,8 +510,9 @@ def _load(env: dict[str, str], monkeypatch: pytest.MonkeyPatch, path: Path,
 
 def _flow_edges(warehouse: Path, run_id: str) -> int:
     """Arrows a trace processor draws: members - 1 per matched instance of two or more."""
-    return int(_rows(warehouse, "select coalesce(sum(ranks_matched - 1), 0) from fct_collectives "
-                     "where run_id = ? and ranks_matched > 1", [run_id])[0][0])
+    return int(query_warehouse(
+        warehouse, "select coalesce(sum(ranks_matched - 1), 0) from fct_collectives "
+        "where run_id = ? and ranks_matched > 1", [run_id])[0][0])
 
 
 TP_QUERIES = {
@@ -561,10 +557,11 @@ def test_trace_processor_reads_the_same_tracks_and_slices(
     assert answers["flows"] == [{"n": _flow_edges(warehouse, SIM)}]
     assert answers["hostile"] == [{"n": 1}]
     if fmt == "proto":  # one colour per kind (and communication group); JSON has cname
-        kinds = _rows(warehouse, "select distinct case when kind = 'communication' then "
-                      "trim('comm ' || coalesce(comm_group_kind, '')) else kind end "
-                      "from fct_kernels where run_id = ? union select distinct 'cpu ' || phase"
-                      " from fct_cpu_steps where run_id = ? union select distinct trim('comm ' ||"
-                      " coalesce(comm_group_kind, '')) from fct_cpu_collectives where run_id = ?",
-                      [SIM, SIM, SIM])
+        kinds = query_warehouse(
+            warehouse, "select distinct case when kind = 'communication' then "
+            "trim('comm ' || coalesce(comm_group_kind, '')) else kind end "
+            "from fct_kernels where run_id = ? union select distinct 'cpu ' || phase"
+            " from fct_cpu_steps where run_id = ? union select distinct trim('comm ' ||"
+            " coalesce(comm_group_kind, '')) from fct_cpu_collectives where run_id = ?",
+            [SIM, SIM, SIM])
         assert {row["colour"] for row in answers["colours"]} == {kind for (kind,) in kinds}

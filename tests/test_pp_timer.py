@@ -208,7 +208,7 @@ def test_rank_info_from_megatron_parallel_state() -> None:
         parallel_state = pytest.importorskip("megatron.core.parallel_state")
     dist = pytest.importorskip("torch.distributed")
     fake_pg = pytest.importorskip("torch.testing._internal.distributed.fake_pg")
-    from tracehouse.topology import build_topology
+    from tracehouse.core.topology import build_topology
 
     world, tp, pp, vpp = 16, 2, 4, 2
     topology = build_topology(world, tp, pp, 1, 1, None, vpp)

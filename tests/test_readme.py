@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT
-from tracehouse.cli import build_parser, main
+from report_warehouse import ReportWarehouse
+from tracehouse.cli.main import build_parser, main
 
 
 def test_ci_runs_the_readme_test_command() -> None:
@@ -72,13 +73,10 @@ def _python_examples() -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def dlrm_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def dlrm_warehouse(report_wh: ReportWarehouse) -> Path:
     """The session's report warehouse (real ingest + dbt build), holding ``dlrm_8rank``."""
-    from report_warehouse import report_warehouse
-
-    built = report_warehouse(tmp_path_factory)
-    built.need("dlrm_8rank")
-    return built.root
+    report_wh.need("dlrm_8rank")
+    return report_wh.root
 
 
 def test_readme_has_examples() -> None:

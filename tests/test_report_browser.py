@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from report_warehouse import HOSTILE_KERNEL, report_warehouse
+from report_warehouse import HOSTILE_KERNEL, ReportWarehouse
 from tracehouse.cli import main
 
 pytestmark = pytest.mark.slow  # ingests or builds (README: the fast set is -m "not slow")
@@ -35,11 +35,10 @@ def _chromium() -> str | None:
 
 
 @pytest.fixture(scope="module")
-def report_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def report_dir(report_wh: ReportWarehouse, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The report of the ``hostile`` run (real Kineto JSON with a ``<script>`` kernel)."""
-    built = report_warehouse(tmp_path_factory)
     out = tmp_path_factory.mktemp("browser") / "report"
-    assert main(["report", "--warehouse", str(built.root), "--run", built.need("hostile"),
+    assert main(["report", "--warehouse", str(report_wh.root), "--run", report_wh.need("hostile"),
                  "--out", str(out)]) == 0
     return out
 

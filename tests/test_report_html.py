@@ -23,17 +23,18 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from report_warehouse import HOSTILE_KERNEL, QUOTED_KERNEL, ReportWarehouse, report_warehouse
+from report_warehouse import HOSTILE_KERNEL, QUOTED_KERNEL, ReportWarehouse
+from tracehouse.core.warehouse import Warehouse
 from tracehouse.reports import heatmaps, html, report
 from tracehouse.reports.report import ReportError, render_report
-from tracehouse.warehouse import Warehouse
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="session")
-def wh(tmp_path_factory: pytest.TempPathFactory) -> ReportWarehouse:
-    return report_warehouse(tmp_path_factory)
+def wh(report_wh: ReportWarehouse) -> ReportWarehouse:
+    """The session's report warehouse (conftest), read-only."""
+    return report_wh
 
 
 class Page(HTMLParser):
@@ -71,12 +72,10 @@ def _render(wh: ReportWarehouse, out: Path, run: str, **kwargs: object) -> repor
     return result
 
 
-def _query(wh: ReportWarehouse, sql: str, params: list[object]) -> tuple:
-    con = duckdb.connect(str(Warehouse(wh.root).database), read_only=True)
-    try:
-        return con.execute(sql, params).fetchone()
-    finally:
-        con.close()
+def _first_row(wh: ReportWarehouse, sql: str,
+               params: list[object] | dict[str, object]) -> tuple | None:
+    """The first row of ``sql`` (None without one)."""
+    return next(iter(wh.rows(sql, params)), None)
 
 
 # --------------------------------------------------------------------------- the page
@@ -119,7 +118,7 @@ PARTS = ("compute", "overlap", "exposed_communication", "exposed_memory", "optim
 
 def _independent_run(wh: ReportWarehouse, run: str) -> dict[str, object]:
     """The run's headline figures recomputed from fct_rank_iterations and fct_stragglers."""
-    row = _query(wh, f"""
+    row = _first_row(wh, f"""
         select {", ".join(f"sum(step_{p}_ns) / sum(step_ns)" for p in PARTS)},
                sum(overlap_ns) / sum(communication_ns),
                (select avg(step_ns) from (
@@ -127,8 +126,8 @@ def _independent_run(wh: ReportWarehouse, run: str) -> dict[str, object]:
                     where run_id = $run and step_ns is not null group by iteration)),
                count(distinct iteration)
         from fct_rank_iterations where run_id = $run and step_ns is not null
-    """, {"run": run})  # type: ignore[arg-type]
-    straggler = _query(wh, """
+    """, {"run": run})
+    straggler = _first_row(wh, """
         select rank, sum(wait_caused_ns) from fct_stragglers where run_id = ?
         group by rank having sum(wait_caused_ns) > 0
         order by sum(wait_caused_ns) desc, sum(times_last) desc, rank limit 1""", [run])
@@ -165,7 +164,7 @@ def test_headline_numbers_are_the_marts_numbers(wh: ReportWarehouse, tmp_path: P
     assert _names_straggler(shown, straggler, caused)
     # Most compute against its stage peers: the simulator's slow rank 1 (compute x1.5),
     # named as what it is, not as the straggler.
-    slow_rank, slow_ns, stage_ratio, peers = _query(wh, """
+    slow_rank, slow_ns, stage_ratio, peers = _first_row(wh, """
         with per_rank as (
             select rank, pp_stage, avg(step_compute_ns + step_overlap_ns) as compute_ns
             from fct_rank_iterations where run_id = ? and step_ns is not null
@@ -218,15 +217,15 @@ def test_report_and_compare_name_the_same_slowest_rank_and_straggler(
         [str(tracehouse), "compare", "sim_a", "sim_b", "--warehouse", str(wh.root),
          "--format", "json"], capture_output=True, text=True, timeout=120, check=True)
     rows = json.loads(compared.stdout)
-    iterations = {r[0]: r[1:] for r in _query_all(wh, """
+    iterations = {r[0]: r[1:] for r in wh.rows("""
         select iteration, slowest_rank, straggler_rank, step_ns from fct_iteration_summary
         where run_id = 'sim_a' order by iteration""")}
     for row in rows[:-1]:
         slowest, straggler, _step = iterations[row["iter A"]]
         assert (row["slowest rank A"], row["straggler A"]) == (slowest, straggler)
     [run_row] = rows[-1:]
-    (run_straggler,) = _query(wh, "select straggler_rank from fct_run_summary "
-                              "where run_id = 'sim_a'", [])
+    (run_straggler,) = _first_row(wh, "select straggler_rank from fct_run_summary "
+                                  "where run_id = 'sim_a'", [])
     assert run_row["straggler A"] == run_straggler
     result = _render(wh, tmp_path / "report", "sim_a")
     [heatmap] = [c for c in result.charts if c.slug == "heatmaps-rank-iteration"]
@@ -239,14 +238,6 @@ def test_report_and_compare_name_the_same_slowest_rank_and_straggler(
     assert ms == pytest.approx(iterations[worst_iteration][2] / 1e6, abs=0.005)
 
 
-def _query_all(wh: ReportWarehouse, sql: str) -> list[tuple]:
-    con = duckdb.connect(str(Warehouse(wh.root).database), read_only=True)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
-
-
 def test_cpu_only_run_gets_a_useful_report(wh: ReportWarehouse, tmp_path: Path) -> None:
     run = wh.need("tp1_pp4_dp2")
     result = _render(wh, tmp_path / "report", run)
@@ -255,7 +246,7 @@ def test_cpu_only_run_gets_a_useful_report(wh: ReportWarehouse, tmp_path: Path) 
     assert mine == []
     shown = Page(result.index_html.read_text()).shown
     assert "CPU" in shown and "no GPU kernels" in shown
-    (step,) = _query(wh, """
+    (step,) = _first_row(wh, """
         select avg(step_ns) from (
             select iteration, max(step_ns) as step_ns from fct_rank_iterations
             where run_id = ? and step_ns is not null group by iteration)
@@ -271,8 +262,8 @@ def test_run_without_timings_says_so_and_still_counts_its_ranks(wh: ReportWareho
     run = wh.need("cpu_ops")
     result = _render(wh, tmp_path / "report", run)
     shown = Page(result.index_html.read_text()).shown
-    timing, ranks, step = _query(wh, "select timing_source, ranks, mean_step_ns "
-                                 "from fct_run_summary where run_id = ?", [run])
+    timing, ranks, step = _first_row(wh, "select timing_source, ranks, mean_step_ns "
+                                     "from fct_run_summary where run_id = ?", [run])
     assert (timing, ranks, step) == ("none", 2, None)
     assert "neither GPU kernels nor Megatron step frames" in shown
     assert "ranks2" in re.sub(r"\s+", "", shown).lower()
@@ -456,7 +447,7 @@ def test_without_a_run_the_newest_is_chosen_and_named(wh: ReportWarehouse,
                                                       tmp_path: Path) -> None:
     stream = io.StringIO()
     result = render_report(wh.root, tmp_path / "report", stream=stream)
-    newest = _query(wh, """
+    newest = _first_row(wh, """
         select run_id from (
             select run_id, last_end_ns from fct_rank_iterations
             union all select run_id, last_end_ns from fct_microbatch_phases)

@@ -20,22 +20,26 @@ import matplotlib.image as mpimg
 import numpy as np
 import pytest
 
-from report_warehouse import HOSTILE_KERNEL, ReportWarehouse, report_warehouse
+from report_warehouse import HOSTILE_KERNEL, ReportWarehouse
+from tracehouse.core.warehouse import Warehouse
 from tracehouse.reports import comm_groups, compare, heatmaps, kernels
 from tracehouse.reports.base import ChartContext, NothingToShow, RenderedChart
 from tracehouse.reports.kernels import plain_text, short_kernel_name, unique_labels
-from tracehouse.warehouse import Warehouse
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="session")
-def wh(tmp_path_factory: pytest.TempPathFactory) -> ReportWarehouse:
-    return report_warehouse(tmp_path_factory)
+def wh(report_wh: ReportWarehouse) -> ReportWarehouse:
+    """The session's report warehouse (conftest), read-only."""
+    return report_wh
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def con(wh: ReportWarehouse) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A read-only connection for this module's tests, closed at its end: an open one
+    holds DuckDB's instance of the file in this process, so a later module's connection
+    with other settings (`tracehouse compare`'s allowed_directories) would be refused."""
     connection = duckdb.connect(str(Warehouse(wh.root).database), read_only=True)
     yield connection
     connection.close()
@@ -155,12 +159,13 @@ def test_kernel_names_are_shortened_sensibly() -> None:
 def test_one_short_name_helper_for_charts_page_and_perfetto() -> None:
     """A kernel has one short name everywhere: charts, the report table, the timeline."""
     from conftest import REPO_ROOT
-    from tracehouse.reports import html, kernel_names, perfetto_export
+    from tracehouse.reports import html, kernel_names
+    from tracehouse.reports.perfetto import queries as perfetto_queries
 
     assert kernels.short_kernel_name is kernel_names.short_kernel_name
     assert html.unique_labels is kernel_names.unique_labels
-    assert perfetto_export.short_kernel_name is kernel_names.short_kernel_name
-    own = [path.name for path in (REPO_ROOT / "reports").glob("*.py")
+    assert perfetto_queries.short_kernel_name is kernel_names.short_kernel_name
+    own = [path.name for path in (REPO_ROOT / "reports").rglob("*.py")
            if path.name != "kernel_names.py"
            and "def short_kernel_name" in path.read_text(encoding="utf-8")]
     assert own == []

@@ -1,10 +1,10 @@
 """The time-axis chart families (timeline, microbatch, pipeline, replica) on real warehouses.
 
-One warehouse per module, built the way a user builds one: a simulated
+The session's reference warehouse (conftest: ingested and built the way a
+user builds one, once, shared read-only) holds, among other runs, a simulated
 TP2 x PP2 x DP2 interleaved run (VPP 2, with its PP-timer logs), a simulated
-plain 1F1B PP2 run, the real
-8-GPU DLRM traces and the real CPU-only megatron-core TP1 x PP4 x DP2 traces,
-ingested and built with dbt. Each family renders each run into a temporary
+plain 1F1B PP2 run, the real 8-GPU DLRM traces and the real CPU-only
+megatron-core TP1 x PP4 x DP2 traces. Each family renders each run into a temporary
 folder; the tests check that every PNG is a real, non-blank image and every
 SVG parses, that runs without pipelines yield no pipeline charts, that the
 bubble figures in the titles are the marts' numbers, and that the
@@ -25,7 +25,7 @@ import pandas as pd
 import pytest
 from matplotlib import image as mpimg
 
-from conftest import SHARED_DATA
+from conftest import ReferenceWarehouse
 from tracehouse.reports import microbatch, pipeline, replica, timeline
 from tracehouse.reports.base import MAX_ROWS_PER_AXIS, ChartContext, RenderedChart
 from tracehouse.reports.style import KIND_COLORS, PHASE_COLORS
@@ -57,36 +57,10 @@ EXPECTED_SLUGS: dict[tuple[str, str], set[str] | None] = {
 
 
 @pytest.fixture(scope="module")
-def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Simulated + two real runs, ingested and built (models and seeds, not their tests)."""
-    kineto = SHARED_DATA / "kineto"
-    if not (kineto / DLRM_RUN).is_dir() or not (kineto / "megatron_cpu" / CPU_RUN).is_dir():
-        pytest.skip(f"shared traces not found under {kineto}")
-    from tracehouse.dbt import build_warehouse
-    from tracehouse.ingest.runner import ingest_paths
-    from tracehouse.simulate import SimConfig, simulate_run
-    from tracehouse.warehouse import Warehouse
-
-    root = tmp_path_factory.mktemp("time_axis")
-    config = SimConfig(tp=2, pp=2, dp=2, vpp=2, schedule="interleaved", microbatches=4,
-                       iterations=1, layers=4, hidden=512, heads=8, seq_length=512,
-                       vocab=8000, seed=0)
-    run = simulate_run(config, root / "runs" / SIM_RUN, jobs=1)
-    plain = simulate_run(SimConfig(tp=1, pp=2, dp=1, schedule="1f1b", microbatches=4,
-                                   iterations=1, layers=4, hidden=512, heads=8, seq_length=512,
-                                   vocab=8000, seed=1), root / "runs" / SIM_1F1B_RUN, jobs=1)
-    wh = Warehouse.at(root / "warehouse")
-    for path, run_id in ((run.out_dir, SIM_RUN), (plain.out_dir, SIM_1F1B_RUN),
-                         (kineto / DLRM_RUN, DLRM_RUN),
-                         (kineto / "megatron_cpu" / CPU_RUN, CPU_RUN)):
-        result = ingest_paths([path], warehouse=wh, run=run_id, jobs=1, force=True,
-                              progress=False)
-        assert not result.failed, result.failed
-    # The charts need the marts, not the models' own tests (tests/test_models_*
-    # run those); skipping them keeps this fixture fast and independent.
-    build_warehouse(wh.root, ["--quiet", "--exclude-resource-type", "unit_test",
-                              "--exclude-resource-type", "test"])
-    return wh.root
+def warehouse(reference_warehouse: ReferenceWarehouse) -> Path:
+    """The session's reference warehouse (conftest): the simulated runs and the two real
+    ones, among others, ingested and built once."""
+    return reference_warehouse.root
 
 
 @pytest.fixture(scope="module")

@@ -15,10 +15,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from tracehouse.dbt import EXIT_OK, run_dbt
+from tracehouse.build.dbt import EXIT_OK, run_dbt
+from tracehouse.core.warehouse import Warehouse
 from tracehouse.ingest.runner import ingest_paths
 from tracehouse.simulate import SimConfig, SimulatedRun, simulate_run
-from tracehouse.warehouse import Warehouse
 
 pytestmark = pytest.mark.slow  # ingests or builds (README: the fast set is -m "not slow")
 

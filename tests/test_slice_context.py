@@ -19,11 +19,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import SHARED_DATA, build_lake
-from tracehouse.dbt import DBT_ARTIFACTS_DIR, EXIT_FAILED, EXIT_OK, run_dbt
+from tracehouse.build.dbt import DBT_ARTIFACTS_DIR, EXIT_FAILED, EXIT_OK, run_dbt
+from tracehouse.core.warehouse import Warehouse
 from tracehouse.ingest.runner import ingest_paths
 from tracehouse.ingest.schema import LAKE_FORMAT, LAKE_TABLES, PARSED_SLICES, SLICES
 from tracehouse.ingest.slice_context import CONTEXT_FIELDS, with_context
-from tracehouse.warehouse import Warehouse
 
 pytestmark = pytest.mark.slow  # ingests or builds (README: the fast set is -m "not slow")
 

@@ -26,12 +26,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT, query_warehouse
+from conftest import REPO_ROOT, SHARED_DATA, query_warehouse
+from spark_marts import compare_marts, spark_marts, spark_table_dir
 from tracehouse.ingest.shard import shard_of
 from tracehouse.simulate.run import trace_path
-from tracehouse.spark_marts import compare_marts, spark_marts, spark_table_dir
 
-DLRM = REPO_ROOT.parent / "shared" / "data" / "kineto" / "dlrm_8rank"
+DLRM = SHARED_DATA / "kineto" / "dlrm_8rank"
 
 
 def _spark_missing() -> str | None:

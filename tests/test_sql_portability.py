@@ -2,7 +2,7 @@
 
 `dbt compile --target spark` renders each model with the Spark
 implementations of the dispatched macros (macros/portable.sql); sqlglot
-then parses the result in the spark dialect (tracehouse/portability.py
+then parses the result in the spark dialect (tests/spark_portability.py
 says what is checked beyond parsing). A failure names the model and the
 construct. Compiling needs dbt-spark but no Spark: with the cache not
 populated and the per-trace models rebuilt whole on Spark
@@ -18,8 +18,8 @@ import json
 import pytest
 
 from conftest import REPO_ROOT
-from tracehouse.dbt import run_dbt
-from tracehouse.portability import check_spark_sql, spark_functions
+from spark_portability import check_spark_sql, spark_functions
+from tracehouse.build.dbt import run_dbt
 
 pytestmark = pytest.mark.slow  # ingests or builds (README: the fast set is -m "not slow")
 

@@ -15,32 +15,16 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from conftest import NASTY_NAME, Lake
-from tracehouse.dbt import EXIT_OK, run_dbt
+from conftest import NASTY_NAME, Lake, query_warehouse
 from tracehouse.reports.table_export import ExportError, export_table
-from tracehouse.warehouse import Warehouse
 
 pytestmark = pytest.mark.slow
 
 
-#: Seeds and models only: the models' own data and unit tests run in
-#: test_models_*.py; here they would only double the build time.
-BUILD_MODELS = ["build", "--exclude-resource-type", "test", "unit_test", "--quiet"]
-
-
-@pytest.fixture(scope="module")
-def built(module_lake: Lake) -> Lake:
-    """The module's synthetic lake (conftest) with every model built by a real dbt run."""
-    assert run_dbt(BUILD_MODELS, module_lake.warehouse) == EXIT_OK
-    return module_lake
-
-
-def _rows(lake: Lake, sql: str, params: list | None = None) -> list[tuple]:
-    con = duckdb.connect(str(Warehouse(lake.warehouse).database), read_only=True)
-    try:
-        return con.execute(sql, params or []).fetchall()
-    finally:
-        con.close()
+@pytest.fixture
+def built(built_warehouse: Lake) -> Lake:
+    """The session's synthetic warehouse (conftest), built once with every model; read-only."""
+    return built_warehouse
 
 
 def test_csv_round_trips_hostile_names(built: Lake, tmp_path: Path) -> None:
@@ -49,8 +33,9 @@ def test_csv_round_trips_hostile_names(built: Lake, tmp_path: Path) -> None:
                         run_id=built.run_id)
     with out.open(newline="", encoding="utf-8") as handle:
         records = list(csv.DictReader(handle))
-    expected = _rows(built, "select name from stg_lake__slices where run_id = ?",
-                     [built.run_id])
+    expected = query_warehouse(
+        built.warehouse, "select name from stg_lake__slices where run_id = ?",
+        [built.run_id])
     assert rows == len(records) == len(expected) > 0
     assert sorted(record["name"] for record in records) == sorted(name for (name,) in expected)
     assert NASTY_NAME in {record["name"] for record in records}
@@ -67,7 +52,8 @@ def test_parquet_keeps_rows_and_types(built: Lake, tmp_path: Path) -> None:
                                  "(describe select * from read_parquet(?))", [str(out)]).fetchall())
     finally:
         con.close()
-    expected = _rows(built, "select * from fct_rank_iterations order by rank, iteration")
+    expected = query_warehouse(
+        built.warehouse, "select * from fct_rank_iterations order by rank, iteration")
     assert rows == len(written) == len(expected) > 0
     assert written == expected
     assert types["span_ns"] == "BIGINT" and types["overlap_ratio"] == "DOUBLE"
@@ -87,7 +73,7 @@ def test_parquet_keeps_rows_and_types(built: Lake, tmp_path: Path) -> None:
 
 
 def test_run_filter_is_bound(built: Lake, tmp_path: Path) -> None:
-    [(total,)] = _rows(built, "select count(*) from fct_kernels")
+    [(total,)] = query_warehouse(built.warehouse, "select count(*) from fct_kernels")
     wh = built.warehouse
     assert export_table(wh, "fct_kernels", tmp_path / "a.csv", run_id=built.run_id) \
         == total > 0

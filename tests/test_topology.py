@@ -1,4 +1,4 @@
-"""tracehouse.topology reproduces megatron-core's rank groups and process-group names.
+"""tracehouse.core.topology reproduces megatron-core's rank groups and process-group names.
 
 The references are the ``topology.json`` files real megatron-core 0.16.1 wrote
 for the runs in ``../shared/data/kineto/megatron_cpu`` (every group read back
@@ -14,7 +14,7 @@ import json
 import pytest
 
 from conftest import SHARED_DATA
-from tracehouse.topology import (
+from tracehouse.core.topology import (
     RankGenerator,
     build_topology,
     generate_masked_orthogonal_rank_groups,
@@ -153,7 +153,7 @@ def test_group_descriptions_equal_the_seed() -> None:
     import csv
     from pathlib import Path
 
-    from tracehouse.topology import GROUP_DESCRIPTIONS
+    from tracehouse.core.topology import GROUP_DESCRIPTIONS
 
     seed = Path(__file__).resolve().parent.parent / "seeds" / "process_group_kinds.csv"
     with seed.open(newline="") as handle:

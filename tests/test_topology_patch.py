@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tracehouse.core.topology import build_topology
 from tracehouse.ingest.discover import classify
 from tracehouse.ingest.topology import parse_topology_json, parse_traceviz_txt
 from tracehouse.megatron_patch.profiling import (
@@ -24,7 +25,6 @@ from tracehouse.megatron_patch.profiling import (
     trace_path,
 )
 from tracehouse.megatron_patch.topology_dump import dump_topology
-from tracehouse.topology import build_topology
 
 pytestmark = pytest.mark.slow  # ingests or builds (README: the fast set is -m "not slow")
 

@@ -20,13 +20,13 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from conftest import SHARED_DATA
-from tracehouse.dbt import EXIT_OK, run_dbt
+from conftest import SHARED_DATA, query_warehouse
+from tracehouse.build.dbt import EXIT_OK, run_dbt
+from tracehouse.core.topology import build_topology
+from tracehouse.core.warehouse import Warehouse
 from tracehouse.ingest.lake import error_file
 from tracehouse.ingest.runner import ingest_paths
 from tracehouse.megatron_patch.topology_dump import format_traceviz_txt
-from tracehouse.topology import build_topology
-from tracehouse.warehouse import Warehouse
 
 pytestmark = pytest.mark.slow
 
@@ -36,17 +36,10 @@ RUNS = ("tp2_pp2_dp2", "tp1_pp4_dp2", "tp2_pp2_dp1_vpp2")
 SELECT = ["--select", "+dim_ranks", "+dim_process_groups", "stg_lake__topology_groups"]
 
 
-def _query(warehouse: Path, sql: str, params: list | None = None) -> list[tuple]:
-    con = duckdb.connect(str(Warehouse(warehouse).database), read_only=True)
-    try:
-        return con.execute(sql, params or []).fetchall()
-    finally:
-        con.close()
-
-
 def _groups(warehouse: Path, run_id: str) -> dict[str, list[list[int]]]:
-    rows = _query(warehouse, "select group_kind, ranks from dim_process_groups where run_id = ? "
-                  "order by group_kind, group_index", [run_id])
+    rows = query_warehouse(
+        warehouse, "select group_kind, ranks from dim_process_groups where run_id = ? "
+        "order by group_kind, group_index", [run_id])
     groups: dict[str, list[list[int]]] = {}
     for kind, ranks in rows:
         groups.setdefault(kind, []).append(list(ranks))
@@ -54,7 +47,7 @@ def _groups(warehouse: Path, run_id: str) -> dict[str, list[list[int]]]:
 
 
 def _sources(warehouse: Path, run_id: str) -> set[str]:
-    return {row[0] for row in _query(
+    return {row[0] for row in query_warehouse(
         warehouse, "select distinct source from dim_process_groups where run_id = ?", [run_id])}
 
 
@@ -84,8 +77,8 @@ def test_topology_json_lands_in_the_warehouse(megatron_warehouse: Path, run: str
         assert groups[kind] == expected, kind
     assert groups["model_replica"] == reference["replicas"]
     assert groups["world"] == [list(range(reference["sizes"]["world"]))]
-    by_kind = dict(_query(megatron_warehouse, "select distinct group_kind, source from "
-                          "dim_process_groups where run_id = ?", [run]))
+    by_kind = dict(query_warehouse(megatron_warehouse, "select distinct group_kind, source from "
+                                   "dim_process_groups where run_id = ?", [run]))
     assert {by_kind[kind] for kind in reference["groups"]} == {"topology_json"}
     # Kinds this dump leaves out (e.g. tp_dp_cp) come from the traces' pg_config.
     assert set(by_kind.values()) <= {"topology_json", "pg_config"}
@@ -107,7 +100,7 @@ def test_groups_from_pg_config_equal_the_topology_json(megatron_warehouse: Path,
     """
     kinds = {*reference["groups"], "world"}
     dumped, traced = (
-        [row for row in _query(megatron_warehouse, names, [run_id]) if row[0] in kinds]
+        [row for row in query_warehouse(megatron_warehouse, names, [run_id]) if row[0] in kinds]
         for run_id in (run, f"{run}_traces")
     )
     assert dumped == traced
@@ -118,8 +111,9 @@ def test_rank_coordinates_equal_megatrons(megatron_warehouse: Path, run: str) ->
     reference = json.loads((MEGATRON_CPU / run / "topology.json").read_text())
     columns = "rank, tp_rank, cp_rank, dp_rank, pp_rank, ep_rank, etp_rank, edp_rank"
     for run_id in (run, f"{run}_traces"):
-        rows = _query(megatron_warehouse,
-                      f"select {columns} from dim_ranks where run_id = ? order by rank", [run_id])
+        rows = query_warehouse(
+            megatron_warehouse,
+            f"select {columns} from dim_ranks where run_id = ? order by rank", [run_id])
         assert len(rows) == reference["sizes"]["world"]
         for rank, tp, cp, dp, pp, ep, etp, edp in rows:
             coords = reference["ranks"][str(rank)]
@@ -127,9 +121,10 @@ def test_rank_coordinates_equal_megatrons(megatron_warehouse: Path, run: str) ->
             for name, value in (("ep", ep), ("etp", etp), ("edp", edp)):
                 if name in coords:
                     assert value == coords[name], (rank, name)
-    stages = _query(megatron_warehouse, "select rank, pp_stage, is_first_stage, is_last_stage, "
-                    "model_replica, host_name, has_trace from dim_ranks where run_id = ? "
-                    "order by rank", [run])
+    stages = query_warehouse(
+        megatron_warehouse, "select rank, pp_stage, is_first_stage, is_last_stage, "
+        "model_replica, host_name, has_trace from dim_ranks where run_id = ? "
+        "order by rank", [run])
     pp = reference["sizes"]["pp"]
     replica_of = {r: i for i, group in enumerate(reference["replicas"]) for r in group}
     for rank, stage, first, last, replica, host, has_trace in stages:
@@ -166,16 +161,17 @@ def test_traceviz_text_and_conflicts(tmp_path: Path) -> None:
     reference = build_topology(8, tp=2, pp=2)["groups"]
     for kind in ("tp", "pp", "dp", "model_replica"):
         assert viz[kind] == reference[kind], kind
-    rows = _query(root, "select group_kind, source, conflicting_sources from dim_process_groups "
-                  "where run_id = 'viz' order by all")
+    rows = query_warehouse(
+        root, "select group_kind, source, conflicting_sources from dim_process_groups "
+        "where run_id = 'viz' order by all")
     assert {(kind, source) for kind, source, _ in rows if kind in ("tp", "pp", "dp")} == {
         ("tp", "traceviz_txt"), ("pp", "traceviz_txt"), ("dp", "traceviz_txt")}
     assert ("cp", "pg_config") in {(kind, source) for kind, source, _ in rows}
     assert all(conflict is None for _, _, conflict in rows)
 
-    conflicts = _query(root, "select group_kind, ranks_key, conflicting_sources from "
-                       "dim_process_groups where run_id = 'wrong' and conflicting_sources "
-                       "is not null order by all")
+    conflicts = query_warehouse(root, "select group_kind, ranks_key, conflicting_sources from "
+                                "dim_process_groups where run_id = 'wrong' and conflicting_sources "
+                                "is not null order by all")
     assert {kind for kind, _, _ in conflicts} >= {"pp", "dp"}
     pp = next(c for k, key, c in conflicts if k == "pp" and key == "0,2")
     assert "pg_config (traces) has [0,4]" in pp.split("; ")

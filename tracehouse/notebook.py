@@ -14,7 +14,7 @@ a running ``tracehouse build``, or how a chart family is called. ::
            ["demo"]).df()
     wh.chart("heatmaps", run_id="demo")       # shows the PNGs inline
 
-The connection is read-only (:func:`tracehouse.sql.connect`: the built
+The connection is read-only (:func:`tracehouse.query.sql.connect`: the built
 database, else an in-memory one), so a notebook can never change the
 warehouse; the raw lake tables (``slices``, ``traces``, ``ingest_errors``,
 …) are views of the same names and columns before and after a build, as in
@@ -36,7 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 
-from tracehouse.sql import (
+from tracehouse.core.warehouse import Warehouse
+from tracehouse.query.sql import (
     add_lake_views,
     connect,
     lake_tables,
@@ -44,7 +45,6 @@ from tracehouse.sql import (
     resolve_table,
     table_names,
 )
-from tracehouse.warehouse import Warehouse
 
 if TYPE_CHECKING:
     import pandas as pd

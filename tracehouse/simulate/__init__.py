@@ -7,7 +7,7 @@ known. A simulated run has the structure of a real megatron-core GPU run
 that follows from the schedule's dependencies; ``ground_truth.json`` says
 what was injected.
 
-Modules: :mod:`.config` (the run), :mod:`.topology` (in ``tracehouse``),
+Modules: :mod:`.config` (the run), :mod:`tracehouse.core.topology` (the groups),
 :mod:`.program` / :mod:`.builder` (a stage's CPU tape and GPU ops),
 :mod:`.schedules` / :mod:`.model` / :mod:`.training` (megatron-core's
 train step, replayed), :mod:`.costs` (durations), :mod:`.timing` (the

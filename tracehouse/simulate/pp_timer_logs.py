@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tracehouse.pp_timer_format import RankInfo, event_key, write_event_times
+from tracehouse.core.pp_timer_format import RankInfo, event_key, write_event_times
 
 from .config import SimConfig
 from .program import KERNEL, MEMOP

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..topology import build_topology
+from ..core.topology import build_topology
 from .config import SimConfig
 from .model_config import cost_model_flops_per_iteration, write_model_config
 from .pp_timer_logs import write_pp_timer_logs

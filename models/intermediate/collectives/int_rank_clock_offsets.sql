@@ -53,7 +53,7 @@ steps as (
         trace_id,
         step_number,
         ts_ns
-    from {{ ref('int_profiler_steps') }}
+    from {{ ref('int_step_windows') }}
 ),
 
 traces as (

@@ -62,6 +62,7 @@ kernels as (
         launch_track_id,
         launch_ts_ns,
         launch_end_ns,
+        annotation_slice_id,
         iteration,
         is_outside_steps,
         ts_ns,
@@ -77,24 +78,8 @@ kernels as (
                 '{{ category }}'{{ "," if not loop.last }}
             {%- endfor %}
         )
-        and {{ new_traces }}
-        {#- var('capture_window_*'): GPU work wholly inside the window of the
-            capture clock (ns since the trace's base time), as nsys-ai's
-            --trim counts kernels; unset (the default) reads everything. #}
-        {%- if var('capture_window_start_ns') is not none %}
-            and ts_ns - (
-                select traces.base_time_ns from {{ ref('int_traces') }} as traces
-                where traces.trace_id = contextualized.trace_id
-            )
-            >= {{ var('capture_window_start_ns') | int }}
-        {%- endif %}
-        {%- if var('capture_window_end_ns') is not none %}
-            and end_ns - (
-                select traces.base_time_ns from {{ ref('int_traces') }} as traces
-                where traces.trace_id = contextualized.trace_id
-            )
-            <= {{ var('capture_window_end_ns') | int }}
-        {%- endif %}
+        {#- var('capture_window_*'): macros/capture_window.sql. #}
+        and {{ new_traces }}{{ capture_window_conditions('contextualized') }}
 ),
 
 kernel_names as (
@@ -284,6 +269,7 @@ final as (
         kernels.launch_track_id,
         kernels.launch_ts_ns,
         kernels.launch_end_ns,
+        kernels.annotation_slice_id,
         kernels.ts_ns,
         kernels.dur_ns,
         kernels.end_ns

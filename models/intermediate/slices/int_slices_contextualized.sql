@@ -19,11 +19,12 @@
     Computing these here took three scans of the lake and the launch joins:
     a third of a full build's serial start (benchmarks/README.md).
 
-    Iteration, the one rule: a trace with `ProfilerStep#N` ranges
-    (int_profiler_steps) gives a CPU slice the N of the step holding its
-    start, and a GPU slice that of its launch; a slice outside every step
-    (or GPU work without launch) gets NULL and `is_outside_steps`. A trace
-    without steps is one iteration: its `iteration_N` folder, else
+    Iteration, the one rule: a trace with step windows (int_step_windows:
+    `ProfilerStep#N` ranges, else an Nsight trace's NVTX iteration markers
+    or gap rule) gives a CPU slice the N of the window holding its start,
+    and a GPU slice that of its launch; a slice outside every window (or
+    GPU work without launch) gets NULL and `is_outside_steps`. A trace
+    without windows is one iteration: its `iteration_N` folder, else
     var('default_iteration').
     Per trace (macros/per_trace.sql): delete+insert on trace_id.
 #}
@@ -43,22 +44,24 @@
 
 with
 
-traces as (
-    select
-        trace_id,
-        iteration,
-        min_profiler_step
-    from {{ lake_scan('traces', pending) }}
-    where {{ new_traces }}
-),
-
-profiler_steps as (
+step_windows as (
     select
         trace_id,
         step_number,
         ts_ns,
-        window_end_ns
-    from {{ ref('int_profiler_steps') }}
+        window_end_ns,
+        gpu_ts_ns,
+        gpu_window_end_ns
+    from {{ ref('int_step_windows') }}
+    where {{ new_traces }}
+),
+
+traces as (
+    select
+        trace_id,
+        iteration,
+        trace_id in (select step_windows.trace_id from step_windows) as has_steps
+    from {{ lake_scan('traces', pending) }}
     where {{ new_traces }}
 ),
 
@@ -82,6 +85,7 @@ kept as (
         launch_track_id,
         launch_ts_ns,
         launch_end_ns,
+        annotation_slice_id,
         correlation,
         device,
         stream,
@@ -108,30 +112,40 @@ kept as (
         )
 ),
 
-{# A CPU slice is placed in time by its own start, GPU work by its launch's;
-   the step windows of a trace never overlap (int_profiler_steps), so the
-   range join finds at most one. A trace without steps is one iteration. #}
+{# A CPU slice is placed in time by its own start, GPU work by its launch's,
+   or by its own start in windows with GPU bounds (the gap rule, on the GPU
+   timeline); the windows of a trace never overlap (int_step_windows), so
+   the range join finds at most one. A trace without windows is one
+   iteration. #}
 final as (
     select
         kept.*,
         case
-            when traces.min_profiler_step is null
+            when not traces.has_steps
                 then coalesce(traces.iteration, {{ var('default_iteration') }})
-            else profiler_steps.step_number
+            else step_windows.step_number
         end as iteration,
-        (
-            traces.min_profiler_step is not null and profiler_steps.step_number is null
-        ) as is_outside_steps
+        (traces.has_steps and step_windows.step_number is null) as is_outside_steps
     from kept
     inner join traces
         on kept.trace_id = traces.trace_id
-    left join profiler_steps
+    left join step_windows
         on
-            kept.trace_id = profiler_steps.trace_id
-            and case when kept.is_gpu then kept.launch_ts_ns else kept.ts_ns end
-            >= profiler_steps.ts_ns
-            and case when kept.is_gpu then kept.launch_ts_ns else kept.ts_ns end
-            < profiler_steps.window_end_ns
+            kept.trace_id = step_windows.trace_id
+            and (
+                (
+                    (not kept.is_gpu or step_windows.gpu_ts_ns is null)
+                    and case when kept.is_gpu then kept.launch_ts_ns else kept.ts_ns end
+                    >= step_windows.ts_ns
+                    and case when kept.is_gpu then kept.launch_ts_ns else kept.ts_ns end
+                    < step_windows.window_end_ns
+                )
+                or (
+                    kept.is_gpu
+                    and kept.ts_ns >= step_windows.gpu_ts_ns
+                    and kept.ts_ns < step_windows.gpu_window_end_ns
+                )
+            )
 )
 
 select * from final

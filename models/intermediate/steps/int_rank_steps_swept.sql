@@ -7,15 +7,19 @@
     the first kernel (earliest start) launched in step N to the first
     kernel launched in step N + 1 of the same trace; the trace's last step
     ends at the end of its last kernel. So a trace's GPU steps tile its
-    kernel timeline. A trace without ProfilerSteps (Nsight exports, plain
-    captures) has its kernels in the trace's own iteration (its folder's,
-    ingest's iteration hint) or in none: one window from its first
-    kernel's start to its last kernel's end (step_rule 'gpu_whole_trace';
-    iteration NULL when no kernel has one). Parts: every kernel, copy and fill
+    kernel timeline. The steps are int_step_windows': ProfilerStep ranges,
+    else an Nsight trace's NVTX iteration markers or gap rule (step_rule
+    'gpu_projected_nvtx_marker', 'gpu_projected_gap_rule'). A trace
+    without them (plain captures, an Nsight export whose GPUs disagree on
+    the gap rule) has its kernels in the trace's own iteration (its
+    folder's, ingest's iteration hint) or in none: one window from its
+    first kernel's start to its last kernel's end (step_rule
+    'gpu_whole_trace'; iteration NULL when no kernel has one). Parts: every kernel, copy and fill
     running inside the window, whatever step launched it (the islands of
     int_kernel_intervals_merged, so kernel_time_unit_ns applies).
-    CPU window (timing_source 'cpu'): the `ProfilerStep#N` range, cut at
-    the next step's start (step_rule 'profiler_step'), else first start to
+    CPU window (timing_source 'cpu'): the step window, cut at the next
+    one's start (step_rule 'profiler_step', 'nvtx_marker' or 'gap_rule'),
+    else first start to
     last end of the iteration's Megatron step frames, cut at the next
     iteration's first frame ('megatron_frames'). Parts: the Megatron step
     frames (int_cpu_steps_classified) inside the window, swept only for a
@@ -62,11 +66,20 @@ kernel_islands as (
 profiler_steps as (
     select
         trace_id,
+        step_rule,
         step_number as iteration,
         ts_ns as start_ns,
         window_end_ns as end_ns
-    from {{ ref('int_profiler_steps') }}
+    from {{ ref('int_step_windows') }}
     where {{ trace_filter(pending) }}
+),
+
+{# A trace's windows come from one rule (int_step_windows). #}
+step_rules as (
+    select distinct
+        trace_id,
+        step_rule
+    from profiler_steps
 ),
 
 step_frames as (
@@ -116,21 +129,26 @@ whole_trace_kernels as (
 
 gpu_windows as (
     select
-        trace_id,
+        kernel_iterations.trace_id,
         'gpu' as timing_source,
-        iteration,
+        kernel_iterations.iteration,
         case
-            when trace_id in (select profiler_steps.trace_id from profiler_steps)
-                then 'gpu_projected_step'
+            when step_rules.step_rule = 'profiler_step' then 'gpu_projected_step'
+            when step_rules.step_rule is not null then 'gpu_projected_' || step_rules.step_rule
             else 'gpu_whole_trace'
         end as step_rule,
-        kernel_count,
-        first_start_ns as start_ns,
+        kernel_iterations.kernel_count,
+        kernel_iterations.first_start_ns as start_ns,
         coalesce(
-            lead(first_start_ns) over (partition by trace_id order by first_start_ns, iteration),
-            last_end_ns
+            lead(kernel_iterations.first_start_ns) over (
+                partition by kernel_iterations.trace_id
+                order by kernel_iterations.first_start_ns, kernel_iterations.iteration
+            ),
+            kernel_iterations.last_end_ns
         ) as end_ns
     from kernel_iterations
+    left join step_rules
+        on kernel_iterations.trace_id = step_rules.trace_id
     union all
     select
         trace_id,
@@ -161,7 +179,7 @@ cpu_windows as (
         trace_id,
         'cpu' as timing_source,
         iteration,
-        'profiler_step' as step_rule,
+        step_rule,
         cast(0 as bigint) as kernel_count,
         start_ns,
         end_ns

@@ -129,6 +129,7 @@ final as (
         kernels.launch_slice_id,
         kernels.launch_source,
         kernels.launch_name,
+        kernels.annotation_slice_id,
         kernels.ts_ns,
         kernels.dur_ns,
         kernels.end_ns,

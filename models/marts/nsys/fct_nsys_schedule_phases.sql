@@ -5,7 +5,9 @@
     "<name> forward"/"<name> backward" ranges, as matched by
     seeds/nsys_phase_markers.csv (the best-priority pattern wins). Each
     phase carries the range's CPU interval and its GPU projection from
-    fct_nsys_nvtx_ranges (kernels launched inside it or a descendant).
+    fct_annotation_ranges (its NVTX rows: kernels launched inside it or a
+    descendant; read there, so `tracehouse nsys`, which builds the Nsight
+    marts and what they read, builds that mart too).
     Empty for exports without such ranges (Megatron-LM --nvtx-ranges off).
 #}
 
@@ -18,15 +20,16 @@ ranges as (
         trace_id,
         slice_id,
         name,
-        nvtx_depth,
-        nvtx_path,
+        annotation_depth as nvtx_depth,
+        annotation_path as nvtx_path,
         ts_ns,
         end_ns,
         kernel_count,
         gpu_start_ns,
         gpu_end_ns,
         gpu_span_ns
-    from {{ ref('fct_nsys_nvtx_ranges') }}
+    from {{ ref('fct_annotation_ranges') }}
+    where annotation_kind = 'nvtx'
 ),
 
 markers as (

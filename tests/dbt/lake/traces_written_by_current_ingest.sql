@@ -1,6 +1,6 @@
 {#
     Traces written by an ingest older than lake format 2 (traces.lake_format
-    NULL: tracehouse.warehouse.LAKE_FORMAT): their slices lack the context
+    NULL: tracehouse.core.warehouse.LAKE_FORMAT): their slices lack the context
     ingest now computes (is_gpu, frames, launches), so their kernels and
     frames are missing from the marts. A warning naming each, not an error:
     the other traces still build. `tracehouse ingest` on their paths parses

@@ -1,0 +1,579 @@
+"""Nsight Systems SQLite exports into the same lake tables Kineto traces fill.
+
+One export becomes one trace per GPU (one rank per GPU): an export of a
+node with 8 GPUs gives 8 ranks of one run, and a run may be many exports,
+one per node. Ranks are ``rank hint + GPU index``: the hint is the rank in
+the file name (``rank8.sqlite``, ``node_rank-8.sqlite``), else 0, and GPUs
+are numbered in CUDA device order, so one file per node named for its
+first rank, or one file per rank, both give global ranks. Two files that
+would give the same rank are reported as a duplicate, never merged.
+
+What lands where, so every model, mart and chart works unchanged:
+
+* ``CUPTI_ACTIVITY_KIND_KERNEL`` → ``slices`` category ``kernel`` on a GPU
+  track per (device, stream), named by the demangled name (as Kineto does;
+  the short name is in ``args."short name"``). NCCL kernels are kernels
+  whose name says NCCL, classified as communication by the models' seed.
+* ``MEMCPY``/``MEMSET`` → ``gpu_memcpy``/``gpu_memset``, named as Kineto
+  names them (``Memcpy DtoD (Device -> Device)``, ``Memset (Device)``).
+* ``RUNTIME``/``DRIVER`` → ``cuda_runtime``/``cuda_driver`` on the calling
+  thread's track (the ``_v7000`` version suffix dropped, as Kineto shows
+  them), and an ``ac2g`` flow from the call to every GPU record with its
+  ``correlationId`` (one per kernel of a CUDA graph launch, too).
+* ``NVTX_EVENTS`` push/pop ranges → category ``nvtx`` on the thread's track
+  (so kernels launched inside them nest like Kineto's ``cpu_op`` frames);
+  start/end ranges, which may cross threads and overlap, on one track per
+  process and domain; marks as instants. Text is ``text``, else
+  ``StringIds[textId]``; domain, event type and payload stay in ``args``.
+* ``CUPTI_ACTIVITY_KIND_GRAPH_TRACE`` (whole-graph records, when the
+  capture has them) → ``cuda_graph`` on the GPU track.
+* Processes and threads from ``PROCESSES``/``ThreadNames``; GPU details
+  from ``TARGET_INFO_GPU``/``TARGET_INFO_CUDA_DEVICE`` into
+  ``traces.device_properties``.
+
+CPU rows go to the rank of the GPU their process launches most work on;
+processes that launch nothing (launchers, data loaders) go to the first
+rank, so nothing in the file is dropped. Times are put on the UTC clock
+(``TARGET_INFO_SESSION_START_TIME``: ``utcEpochNs - systemClockNs`` is
+``traces.base_time_ns``), so exports of different nodes line up.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .. import schema
+from ..nesting import nest_slices
+from ..trace_types import ParsedTrace, TraceError, TraceFile, display_path
+from .read import NsysDatabase
+
+FILE_FORMAT = "nsys_sqlite"
+LAYOUT = "nsys"
+#: NVTX_EVENTS.eventType values (ENUM_NSYS_EVENT_TYPE).
+NVTX_MARK, NVTX_PUSH_POP, NVTX_START_END, NVTX_DOMAIN_CREATE = 34, 59, 60, 75
+_PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+
+
+#: Columns read as something other than integers (every other column is int64).
+_COLUMN_TYPES = {"text": pa.string(), "jsonText": pa.string(), "doubleValue": pa.float64(),
+                 "floatValue": pa.float64()}
+
+
+@dataclass(frozen=True)
+class _Source:
+    """One activity table of the export and the columns we read from it."""
+
+    base: str
+    columns: tuple[str, ...]
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The columns' types, whatever SQLite held: the ADBC driver types a column
+        by its values, so a TEXT column that is all NULL (NVTX ``text`` in exports
+        that name ranges by ``textId``) or one this export lacks arrives as int64."""
+        return pa.schema([(c, _COLUMN_TYPES.get(c, pa.int64())) for c in self.columns])
+
+
+_KERNEL = _Source("CUPTI_ACTIVITY_KIND_KERNEL", (
+    "start", "end", "deviceId", "streamId", "correlationId", "globalPid", "demangledName",
+    "shortName", "gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ",
+    "registersPerThread", "staticSharedMemory", "dynamicSharedMemory", "graphId",
+    "graphNodeId", "launchType"))
+_MEMCPY = _Source("CUPTI_ACTIVITY_KIND_MEMCPY", (
+    "start", "end", "deviceId", "streamId", "correlationId", "globalPid", "bytes", "copyKind",
+    "srcKind", "dstKind", "graphNodeId"))
+_MEMSET = _Source("CUPTI_ACTIVITY_KIND_MEMSET", (
+    "start", "end", "deviceId", "streamId", "correlationId", "globalPid", "bytes", "value",
+    "memKind", "graphNodeId"))
+_GRAPH = _Source("CUPTI_ACTIVITY_KIND_GRAPH_TRACE", (
+    "start", "end", "deviceId", "streamId", "correlationId", "globalPid", "graphId"))
+_RUNTIME = _Source("CUPTI_ACTIVITY_KIND_RUNTIME", (
+    "start", "end", "globalTid", "correlationId", "nameId", "returnValue"))
+_DRIVER = _Source("CUPTI_ACTIVITY_KIND_DRIVER", (
+    "start", "end", "globalTid", "correlationId", "nameId", "returnValue"))
+_NVTX = _Source("NVTX_EVENTS", (
+    "start", "end", "eventType", "rangeId", "category", "text", "globalTid", "endGlobalTid",
+    "textId", "domainId", "uint64Value", "int64Value", "doubleValue", "uint32Value",
+    "int32Value", "floatValue", "jsonText"))
+
+_MEMCPY_KIND = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD",
+                7: "DtoA", 8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "HtoD (Unified)",
+                12: "DtoH (Unified)", 13: "DtoD (Unified)"}
+_MEM_KIND = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed",
+             5: "Device Static", 6: "Managed Static", 7: "Unknown"}
+
+
+def _read(db: NsysDatabase, source: _Source) -> pa.Table | None:
+    """The table's columns we use (NULL for those this export lacks); None if absent."""
+    table = db.table(source.base)
+    if table is None:
+        return None
+    present = db.columns(table)
+    select = ", ".join(f'"{c}"' if c in present else f'null as "{c}"' for c in source.columns)
+    return _typed(db.query(f'select {select} from "{table}"'), source.schema)
+
+
+def _typed(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` with ``schema``'s types, so the SQL below binds one way on every export."""
+    try:
+        return table.cast(schema)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise TraceError("invalid_sqlite", f"a column holds values of an unexpected type: {exc}",
+                         "export the report again with `nsys export --type sqlite`") from exc
+
+
+def read_export(db: NsysDatabase) -> dict[str, pa.Table]:
+    """Every table of the export that ingest maps, as Arrow (absent ones left out)."""
+    tables: dict[str, pa.Table] = {}
+    for key, source in (("kernel", _KERNEL), ("memcpy", _MEMCPY), ("memset", _MEMSET),
+                        ("graph", _GRAPH), ("runtime", _RUNTIME), ("driver", _DRIVER),
+                        ("nvtx", _NVTX)):
+        table = _read(db, source)
+        if table is not None:
+            tables[key] = table
+    tables["strings"] = db.query('select id, value from "StringIds"')
+    if "PROCESSES" in db.tables:
+        tables["processes"] = db.query('select globalPid, pid, name from "PROCESSES"')
+    if "ThreadNames" in db.tables:
+        tables["thread_names"] = db.query('select nameId, globalTid from "ThreadNames"')
+    if "TARGET_INFO_SESSION_START_TIME" in db.tables:
+        tables["session"] = db.query(
+            'select utcEpochNs, systemClockNs from "TARGET_INFO_SESSION_START_TIME"')
+    gpu = db.table("TARGET_INFO_GPU")
+    cuda_device = db.table("TARGET_INFO_CUDA_DEVICE")
+    if gpu is not None:
+        tables["gpu_info"] = db.query(f'select * from "{gpu}"')
+    if cuda_device is not None:
+        tables["cuda_device"] = db.query(f'select * from "{cuda_device}"')
+    if "META_DATA_EXPORT" in db.tables:
+        tables["export_meta"] = db.query('select name, value from "META_DATA_EXPORT"')
+    return tables
+
+
+# ---- the mapping, in DuckDB over the Arrow tables --------------------------------------
+
+_PID = "((({col}) >> 24) & 16777215)"
+_TID = "(({col}) & 16777215)"
+
+
+def _empty_like(source: _Source) -> pa.Table:
+    return source.schema.empty_table()
+
+
+def _gpu_slices_sql(tables: dict[str, pa.Table]) -> str:
+    """Kernels, copies, fills and graph records: one row each, still device-wide."""
+    parts = [f"""
+        select 'kernel' as category, k.start, k."end", k.deviceId as device,
+            k.streamId as stream, k.correlationId as correlation,
+            {_PID.format(col='k.globalPid')} as pid,
+            coalesce(demangled.value, short.value, 'kernel') as name,
+            to_json({{
+                'short name': short.value, 'grid': [k.gridX, k.gridY, k.gridZ],
+                'block': [k.blockX, k.blockY, k.blockZ],
+                'registers per thread': k.registersPerThread,
+                'shared memory': k.staticSharedMemory + k.dynamicSharedMemory,
+                'graph id': k.graphId, 'graph node id': k.graphNodeId,
+                'launch type': k.launchType}})::varchar as args
+        from kernel as k
+        left join strings as demangled on k.demangledName = demangled.id
+        left join strings as short on k.shortName = short.id"""]
+    parts.append(f"""
+        select 'gpu_memcpy', m.start, m."end", m.deviceId, m.streamId, m.correlationId,
+            {_PID.format(col='m.globalPid')},
+            'Memcpy ' || coalesce(copy_kind.label, 'Unknown') || ' ('
+                || coalesce(src.label, 'Unknown') || ' -> '
+                || coalesce(dst.label, 'Unknown') || ')',
+            to_json({{'bytes': m.bytes, 'copy kind': m.copyKind,
+                      'graph node id': m.graphNodeId}})::varchar
+        from memcpy as m
+        left join copy_kinds as copy_kind on m.copyKind = copy_kind.id
+        left join mem_kinds as src on m.srcKind = src.id
+        left join mem_kinds as dst on m.dstKind = dst.id""")
+    parts.append(f"""
+        select 'gpu_memset', m.start, m."end", m.deviceId, m.streamId, m.correlationId,
+            {_PID.format(col='m.globalPid')},
+            'Memset (' || coalesce(mem.label, 'Unknown') || ')',
+            to_json({{'bytes': m.bytes, 'value': m.value,
+                      'graph node id': m.graphNodeId}})::varchar
+        from memset as m
+        left join mem_kinds as mem on m.memKind = mem.id""")
+    if "graph" in tables:
+        parts.append(f"""
+            select 'cuda_graph', g.start, g."end", g.deviceId, g.streamId, g.correlationId,
+                {_PID.format(col='g.globalPid')}, 'CUDA graph ' || coalesce(g.graphId, -1),
+                to_json({{'graph id': g.graphId}})::varchar
+            from graph as g""")
+    return " union all ".join(parts)
+
+
+def _cpu_slices_sql(tables: dict[str, pa.Table]) -> str:
+    """Runtime and driver calls and NVTX events, with the track each belongs on."""
+    parts = []
+    for key, category in (("runtime", "cuda_runtime"), ("driver", "cuda_driver")):
+        if key not in tables:
+            continue
+        parts.append(f"""
+            select '{category}' as category, 'X' as phase, r.start, r."end",
+                {_PID.format(col='r.globalTid')} as pid, r.globalTid as track_key,
+                'thread' as track_kind, r.correlationId as correlation,
+                regexp_replace(coalesce(names.value, 'cuda call'), '_v[0-9]+$', '') as name,
+                to_json({{'return value': r.returnValue,
+                          'api name': names.value}})::varchar as args
+            from {key} as r
+            left join strings as names on r.nameId = names.id""")
+    parts.append(f"""
+        select
+            case when n.eventType = {NVTX_MARK} then 'nvtx_mark' else 'nvtx' end as category,
+            case when n.eventType = {NVTX_MARK} then 'i' else 'X' end as phase,
+            n.start, coalesce(n."end", n.start) as "end",
+            {_PID.format(col='n.globalTid')} as pid,
+            case when n.eventType = {NVTX_START_END}
+                then ({_PID.format(col='n.globalTid')} << 32) | coalesce(n.domainId, 0)
+                else n.globalTid end as track_key,
+            case when n.eventType = {NVTX_START_END} then 'nvtx_async' else 'thread' end
+                as track_kind,
+            null::bigint as correlation,
+            coalesce(n.text, texts.value, '') as name,
+            to_json({{'domain id': n.domainId, 'domain': domains.name,
+                      'event type': n.eventType, 'range id': n.rangeId,
+                      'category': n.category, 'end thread': n.endGlobalTid,
+                      'is unterminated': n."end" is null and n.eventType != {NVTX_MARK},
+                      'payload': coalesce(n.uint64Value::varchar, n.int64Value::varchar,
+                                          n.doubleValue::varchar, n.uint32Value::varchar,
+                                          n.int32Value::varchar, n.floatValue::varchar),
+                      'json': n.jsonText}})::varchar as args
+        from nvtx as n
+        left join strings as texts on n.textId = texts.id
+        left join domains on n.domainId = domains.domain_id
+        where n.eventType in ({NVTX_MARK}, {NVTX_PUSH_POP}, {NVTX_START_END})""")
+    return " union all ".join(parts)
+
+
+def _register(con: duckdb.DuckDBPyConnection, tables: dict[str, pa.Table]) -> None:
+    for key, source in (("kernel", _KERNEL), ("memcpy", _MEMCPY), ("memset", _MEMSET),
+                        ("runtime", _RUNTIME), ("nvtx", _NVTX)):
+        con.register(key, tables.get(key, _empty_like(source)))
+    for key in ("graph", "driver"):
+        if key in tables:
+            con.register(key, tables[key])
+    con.register("strings", tables["strings"])
+    con.register("copy_kinds", pa.table({"id": list(_MEMCPY_KIND),
+                                         "label": list(_MEMCPY_KIND.values())}))
+    con.register("mem_kinds", pa.table({"id": list(_MEM_KIND), "label": list(_MEM_KIND.values())}))
+    con.execute(f"""
+        create temp table domains as
+        select coalesce(domainId, 0) as domain_id, min(coalesce(text, texts.value)) as name
+        from nvtx left join strings as texts on nvtx.textId = texts.id
+        where eventType = {NVTX_DOMAIN_CREATE} group by 1""")
+
+
+def _base_time_ns(tables: dict[str, pa.Table]) -> int:
+    session = tables.get("session")
+    if session is None or session.num_rows == 0:
+        return 0
+    utc = session.column("utcEpochNs")[0].as_py()
+    system = session.column("systemClockNs")[0].as_py()
+    return int(utc) - int(system) if utc is not None and system is not None else 0
+
+
+def _device_properties(tables: dict[str, pa.Table], device: int) -> str | None:
+    """Kineto-shaped ``deviceProperties`` for one CUDA device, when the export has them."""
+    gpus = tables.get("gpu_info")
+    if gpus is None or gpus.num_rows == 0:
+        return None
+    gpu_rows = gpus.to_pylist()
+    links = tables.get("cuda_device")
+    gpu_id = None
+    if links is not None and {"cudaId", "gpuId"} <= set(links.column_names):
+        for row in links.to_pylist():
+            if row["cudaId"] == device:
+                gpu_id = row["gpuId"]
+    match = [r for r in gpu_rows if r.get("id") == gpu_id] if gpu_id is not None else []
+    if not match and "cuDevice" in gpus.column_names:
+        match = [r for r in gpu_rows if r.get("cuDevice") == device]
+    if not match:
+        return None
+    row = match[0]
+    props = {"id": device, "name": row.get("name"), "totalGlobalMem": row.get("totalMemory"),
+             "numSms": row.get("smCount"), "busLocation": row.get("busLocation"),
+             "chipName": row.get("chipName"), "memoryBandwidth": row.get("memoryBandwidth")}
+    return json.dumps([props], default=str)
+
+
+def parse_nsys_export(db: NsysDatabase, source: TraceFile, *, content_hash: str,
+                      id_for: Callable[[int], str],
+                      ingested_at: object) -> Iterator[ParsedTrace]:
+    """Turn one open export into one :class:`ParsedTrace` per GPU, in rank order.
+
+    A generator, so that the caller writes each GPU's rows before the next
+    is built: memory holds the export's Arrow tables once (DuckDB reads them
+    in place) plus one GPU's output. ``id_for(device_index)`` gives each GPU's ``trace_id``. Raises
+    :class:`TraceError` for an export without GPU activity.
+    """
+    tables = read_export(db)
+    con = duckdb.connect()
+    try:
+        _register(con, tables)
+        # Views over the Arrow tables: the JSON args and joined names of a row are
+        # built only when that GPU's rows are taken, never held for the whole file.
+        con.execute(f"create temp view gpu as {_gpu_slices_sql(tables)}")
+        con.execute(f"create temp view cpu as {_cpu_slices_sql(tables)}")
+        names = _thread_and_process_names(con, tables)
+        base_ns = _base_time_ns(tables)
+        con.execute(f"""
+            create temp table gpu_work as
+            select deviceId as device, {_PID.format(col='globalPid')} as pid from kernel
+            union all select deviceId, {_PID.format(col='globalPid')} from memcpy
+            union all select deviceId, {_PID.format(col='globalPid')} from memset""")
+        devices = [row[0] for row in con.execute(
+            "select distinct device from gpu_work where device is not null order by 1"
+        ).fetchall()]
+        if not devices:
+            raise TraceError("empty", "the export has no CUDA kernels, copies or fills",
+                             "profile with `nsys profile --trace=cuda,nvtx` and export again")
+        # The GPU each process launches most work on; ties go to the lower device.
+        con.execute("""
+            create temp table process_device as
+            select pid, arg_max(device, n) as device from (
+                select pid, device, count(*) * 1000000 - device as n
+                from gpu_work where pid is not null group by 1, 2
+            ) group by 1""")
+        # Views take no bind parameters; the device ids are ints we read, never text.
+        con.execute(f"""
+            create temp view cpu_device as
+            select cpu.*, coalesce(process_device.device, {int(devices[0])}) as device
+            from cpu left join process_device on cpu.pid = process_device.pid""")
+        first_rank = source.rank_hint if source.rank_hint is not None else 0
+        world = len(devices) if source.rank_hint is None else None
+        for index, device in enumerate(devices):
+            yield _one_gpu(con, source, device, first_rank + index, world, base_ns, names,
+                           trace_id=id_for(index), content_hash=content_hash,
+                           ingested_at=ingested_at,
+                           device_properties=_device_properties(tables, device))
+    finally:
+        con.close()
+
+
+@dataclass
+class _Names:
+    processes: dict[int, str]
+    threads: dict[int, str]
+
+
+def _thread_and_process_names(con: duckdb.DuckDBPyConnection,
+                              tables: dict[str, pa.Table]) -> _Names:
+    processes: dict[int, str] = {}
+    if "processes" in tables:
+        for row in tables["processes"].to_pylist():
+            if row["pid"] is not None:
+                processes[int(row["pid"])] = row["name"]
+    threads: dict[int, str] = {}
+    if "thread_names" in tables:
+        con.register("thread_names", tables["thread_names"])
+        for global_tid, name in con.execute(
+                "select globalTid, value from thread_names "
+                "inner join strings on thread_names.nameId = strings.id").fetchall():
+            threads[int(global_tid)] = name
+    return _Names(processes, threads)
+
+
+def _one_gpu(con: duckdb.DuckDBPyConnection, source: TraceFile, device: int, rank: int,
+             world: int | None, base_ns: int, names: _Names, *, trace_id: str,
+             content_hash: str, ingested_at: object,
+             device_properties: str | None) -> ParsedTrace:
+    """The lake rows of one GPU: its device work and its processes' CPU rows."""
+    # The GPU's device work (side 0) then its processes' CPU rows (side 1); one
+    # track per stream, per thread, and per process and domain for start/end ranges.
+    device = int(device)  # inlined below: a view takes no bind parameters
+    con.execute(f"""
+        create or replace temp view picked as
+        select 0 as side, category, 'X' as phase, start, "end", correlation, device, stream,
+            name, args, 'gpu' as track_kind, stream as track_key, device as pid
+        from gpu where device = {device}
+        union all
+        select 1, category, phase, start, "end", correlation, null, null, name, args,
+            track_kind, track_key, pid
+        from cpu_device where device = {device}""")
+    con.execute("""
+        create or replace temp table tracks as
+        select track_kind, track_key, any_value(pid) as pid,
+            row_number() over (order by min(side), track_kind, track_key) - 1 as track_id,
+            count(*) as slice_count
+        from picked group by 1, 2""")
+    rows = con.sql("""
+        select picked.side, picked.category, picked.phase, picked.start + $base as ts,
+            greatest(picked."end" - picked.start, 0) as dur, picked.correlation,
+            picked.device, picked.stream, picked.name, picked.args, tracks.track_id
+        from picked inner join tracks using (track_kind, track_key)
+        order by picked.side, picked.start, tracks.track_id, picked."end" desc
+        """, params={"base": base_ns}).to_arrow_table()
+    track_rows = con.execute("select * from tracks order by track_id").fetchall()
+
+    n = rows.num_rows
+    run_id = source.run_id
+    track = rows.column("track_id").to_numpy().astype(np.int64)
+    ts = rows.column("ts").to_numpy().astype(np.int64)
+    dur = rows.column("dur").to_numpy().astype(np.int64)
+    nested = nest_slices(track, ts, dur)
+    slice_id = np.arange(n, dtype=np.int64)
+    slices = pa.table({
+        "run_id": pa.array([run_id] * n, pa.string()),
+        "rank": pa.array(np.full(n, rank, dtype=np.int64)),
+        "trace_id": pa.array([trace_id] * n, pa.string()),
+        "slice_id": pa.array(slice_id),
+        "ts": pa.array(ts),
+        "dur": pa.array(dur),
+        "phase": rows.column("phase"),
+        "category": rows.column("category"),
+        "name": rows.column("name"),
+        "track_id": pa.array(track),
+        "depth": pa.array(nested.depth),
+        "parent_id": pa.array(nested.parent, mask=nested.parent < 0),
+        "is_partial_overlap": pa.array(nested.partial),
+        "correlation": rows.column("correlation"),
+        "external_id": pa.nulls(n, pa.int64()),
+        "device": rows.column("device"),
+        "stream": rows.column("stream"),
+        "collective_name": pa.nulls(n, pa.string()),
+        "process_group_name": pa.nulls(n, pa.string()),
+        "process_group_desc": pa.nulls(n, pa.string()),
+        "process_group_ranks": pa.nulls(n, pa.list_(pa.int64())),
+        "group_size": pa.nulls(n, pa.int64()),
+        "in_msg_nelems": pa.nulls(n, pa.int64()),
+        "out_msg_nelems": pa.nulls(n, pa.int64()),
+        "dtype": pa.nulls(n, pa.string()),
+        "args": rows.column("args"),
+    }).cast(schema.PARSED_SLICES)
+
+    flows = _launch_flows(rows, ts, run_id, rank, trace_id)
+    threads, processes = _tracks(track_rows, device, names, run_id, rank, trace_id)
+    steps = sorted({int(m.group(1)) for name in _cpu_names(rows)
+                    if (m := _PROFILER_STEP.match(name))})
+    start = int(ts.min()) if n else None
+    end = int((ts + dur).max()) if n else None
+    traces = pa.Table.from_pylist([{
+        "run_id": run_id, "trace_id": trace_id, "rank": rank, "world_size": world,
+        "iteration": source.iteration_hint,
+        "min_profiler_step": steps[0] if steps else None,
+        "max_profiler_step": steps[-1] if steps else None,
+        "path": display_path(source.path), "file_format": FILE_FORMAT, "layout": LAYOUT,
+        "size_bytes": source.size_bytes, "uncompressed_bytes": source.size_bytes,
+        "mtime_ns": source.mtime_ns, "content_hash": content_hash, "engine": "native",
+        "schema_version": None, "base_time_ns": base_ns, "trace_start_ns": start,
+        "trace_end_ns": end, "event_count": n, "slice_count": n,
+        "flow_count": flows.num_rows, "unpaired_flow_events": 0,
+        "partial_overlap_count": int(nested.partial.sum()), "backend": None,
+        "host_name": None, "kineto_trace_id": None,
+        "distributed_info": json.dumps({"rank": rank, "nsys_device": device}),
+        "device_properties": device_properties,
+        # Nsight records no operator shapes: no FLOP model reads its ops.
+        "has_op_shapes": False, "ingested_at": ingested_at,
+        "lake_format": schema.LAKE_FORMAT,
+    }], schema=schema.TRACES)
+    return ParsedTrace(
+        trace_id=trace_id, rank=rank, iteration=source.iteration_hint,
+        profiler_steps=tuple(steps),
+        tables={"slices": slices, "flows": flows, "threads": threads,
+                "processes": processes, "process_groups": schema.PROCESS_GROUPS.empty_table(),
+                "traces": traces},
+    )
+
+
+def _cpu_names(rows: pa.Table) -> list[str]:
+    """Names of NVTX ranges that may be profiler steps (filtered in Arrow, not Python)."""
+    names = rows.column("name")
+    keep = pc.and_(pc.equal(rows.column("category"), "nvtx"),
+                   pc.starts_with(names, "ProfilerStep#"))
+    return rows.filter(pc.fill_null(keep, False)).column("name").to_pylist()
+
+
+def _launch_flows(rows: pa.Table, ts: np.ndarray, run_id: str, rank: int,
+                  trace_id: str) -> pa.Table:
+    """``ac2g`` flows: the CUDA call with a correlation id → each GPU record with it.
+
+    When several calls share an id (a runtime call and the driver call under
+    it), the runtime call launches: it is the one Kineto links.
+    """
+    con = duckdb.connect()
+    try:
+        con.register("rows", rows.select(["side", "category", "correlation"]).append_column(
+            "slice_id", pa.array(np.arange(rows.num_rows, dtype=np.int64))).append_column(
+            "ts", pa.array(ts)))
+        table = con.sql("""
+            with ranked as (
+                select correlation, slice_id as slice_out, ts as ts_out,
+                    row_number() over (
+                        partition by correlation
+                        order by category != 'cuda_runtime', ts, slice_id
+                    ) as preference
+                from rows
+                where side = 1 and correlation is not null and correlation != 0
+            ),
+            launches as (
+                select * from ranked where preference = 1
+            )
+            select row_number() over (order by gpu.slice_id) - 1 as flow_id,
+                launches.slice_out, gpu.slice_id as slice_in, launches.ts_out,
+                gpu.ts as ts_in
+            from rows as gpu inner join launches using (correlation)
+            where gpu.side = 0
+            order by gpu.slice_id""").to_arrow_table()
+    finally:
+        con.close()
+    k = table.num_rows
+    return pa.table({
+        "run_id": pa.array([run_id] * k, pa.string()),
+        "rank": pa.array(np.full(k, rank, dtype=np.int64)),
+        "trace_id": pa.array([trace_id] * k, pa.string()),
+        "flow_id": table.column("flow_id"),
+        "category": pa.array(["ac2g"] * k, pa.string()),
+        "slice_out": table.column("slice_out"),
+        "slice_in": table.column("slice_in"),
+        "ts_out": table.column("ts_out"),
+        "ts_in": table.column("ts_in"),
+    }).cast(schema.FLOWS)
+
+
+def _tracks(track_rows: list[tuple], device: int, names: _Names, run_id: str, rank: int,
+            trace_id: str) -> tuple[pa.Table, pa.Table]:
+    threads = []
+    pids: dict[str, str | None] = {}
+    for kind, key, pid, track_id, count in track_rows:
+        if kind == "gpu":
+            pid_s, tid_s, name = str(device), f"stream {key}", f"stream {key}"
+            pids.setdefault(pid_s, f"GPU {device}")
+        elif kind == "nvtx_async":
+            pid_s = str(pid)
+            tid_s = f"nvtx domain {int(key) & 0xFFFFFFFF}"
+            name = f"NVTX start/end ranges (domain {int(key) & 0xFFFFFFFF})"
+            pids.setdefault(pid_s, names.processes.get(int(pid)))
+        else:
+            pid_s, tid_s = str(pid), str(int(key) & 0xFFFFFF)
+            name = names.threads.get(int(key))
+            pids.setdefault(pid_s, names.processes.get(int(pid)))
+        threads.append({"run_id": run_id, "rank": rank, "trace_id": trace_id,
+                        "track_id": track_id, "pid": pid_s, "tid": tid_s, "thread_name": name,
+                        "thread_sort_index": None, "is_gpu": kind == "gpu",
+                        "slice_count": count})
+    processes = [{"run_id": run_id, "rank": rank, "trace_id": trace_id, "pid": pid,
+                  "process_name": name, "process_labels": None, "process_sort_index": None}
+                 for pid, name in pids.items()]
+    return (pa.Table.from_pylist(threads, schema=schema.THREADS),
+            pa.Table.from_pylist(processes, schema=schema.PROCESSES))
+
+
+def parse_nsys(path: Path, source: TraceFile, *, content_hash: str,
+               id_for: Callable[[int], str], ingested_at: object) -> Iterator[ParsedTrace]:
+    """Open the SQLite export at ``path`` and map it, one GPU at a time."""
+    with NsysDatabase(path) as db:
+        yield from parse_nsys_export(db, source, content_hash=content_hash, id_for=id_for,
+                                     ingested_at=ingested_at)
