@@ -180,6 +180,7 @@ def _tracelens_lake(root: Path) -> None:
                               "slice_out": launch, "slice_in": kernel,
                               "ts_out": base + ts + 100, "ts_in": base + ts + 1_000})
     rows["traces"][0]["trace_end_ns"] = base + 20_000 + 10_000 * len(TRACELENS_CASES)
+    rows["traces"][0]["has_op_shapes"] = True
     init_lake(root)
     write_trace(root, rows)
 
@@ -256,7 +257,8 @@ def test_kernels_without_a_flop_model_say_why(warehouse: Path) -> None:
 def test_only_the_traces_with_shapes_have_their_ops_read(warehouse: Path) -> None:
     """The A100 trace was recorded without shapes (no header key, no Input Dims):
     the FLOP model names none of its files (its trace id is nowhere in the SQL
-    dbt ran), and every kernel of it says no_shapes; the shaped traces' files
+    dbt ran) and holds no row of it, and fct_kernels says no_shapes for every
+    launched kernel of it that is not a collective; the shaped traces' files
     are read by name."""
     traces = query_warehouse(warehouse, """
         select run_id, trace_id, has_op_shapes from intermediate.int_traces order by all
@@ -271,13 +273,20 @@ def test_only_the_traces_with_shapes_have_their_ops_read(warehouse: Path) -> Non
             assert f"run={run}/{trace_id}.parquet" in sql, run
         else:
             assert trace_id not in sql, run
-    reasons = query_warehouse(warehouse, """
-        select distinct flops.null_reason, flops.op_slice_id
+    unshaped_rows = query_warehouse(warehouse, """
+        select count(*)
         from intermediate.int_kernels_flops_attributed as flops
         inner join intermediate.int_traces as traces using (trace_id)
         where not traces.has_op_shapes
     """)
-    assert reasons == [("no_shapes", None)]
+    assert unshaped_rows == [(0,)]
+    reasons = dict(query_warehouse(warehouse, """
+        select flops_null_reason, count(*)
+        from fct_kernels
+        where run_id = $1
+        group by all
+    """, [A100]))
+    assert set(reasons) == {"no_shapes", "communication"}, reasons
 
 
 def test_an_incremental_build_reads_the_ops_of_the_new_shaped_trace_only(

@@ -1,7 +1,8 @@
 {#
-    One row per launched GPU kernel, copy or fill (trace_id, slice_id): the
-    FLOPs and bytes of the CPU op that launched it, from the op's recorded
-    shapes (Kineto `record_shapes`), or NULL with the reason.
+    One row per launched GPU kernel, copy or fill of a trace recorded with
+    shapes (trace_id, slice_id): the FLOPs and bytes of the CPU op that
+    launched it, from the op's recorded shapes (Kineto `record_shapes`), or
+    NULL with the reason.
 
     The op is the innermost CPU op around the launch (the runtime call's
     parent slice), so an `aten::linear` is counted by the `aten::addmm` or
@@ -14,18 +15,18 @@
     concrete inputs), not per row.
 
     Only the traces recorded with shapes (int_traces.has_op_shapes, from
-    Kineto's `record_shapes`; NULL, ingested before that column, counts as
-    shaped) have their launches and CPU ops read: the ops' args are most of
-    a trace's bytes, and a trace without shapes has nothing for the model
-    (on a 256-rank x 2-iteration simulated lake, recorded without shapes,
-    this model took 4.6-5.7 s of a single-thread build reading them for no
-    FLOP, 1.0-1.7 s now). Its kernels get `no_shapes` and no op.
+    Kineto's `record_shapes`) have rows: their kernels, launches and CPU ops
+    are the only files it reads. A kernel of any other trace has no row, and
+    fct_kernels says `no_shapes` for it, so a lake without shapes costs this
+    model a directory listing: on a 256-rank x 2-iteration simulated lake it
+    took 4.6-5.7 s of a single-thread build with a row per kernel of every
+    trace and the ops' args read, 1.0-1.7 s with only the shaped traces'
+    ops read, and nothing now.
 
     null_reason: `no_cpu_op` (the launch is not inside a CPU op),
-    `no_shapes` (the trace was recorded without record_shapes; every kernel
-    of such a trace, launched inside an op or not),
-    `unmodelled_op` (no row in op_flop_models), `no_causal_flag` (attention without
-    its is_causal input), `bad_shapes` (the dims do not fit the model),
+    `no_shapes` (the op has no `Input Dims`), `unmodelled_op` (no row in
+    op_flop_models), `no_causal_flag` (attention without its is_causal
+    input), `bad_shapes` (the dims do not fit the model),
     `helper_of_op` (a copy or fill of an op whose work its kernels do, e.g.
     a GEMM's workspace memset).
 
@@ -39,9 +40,8 @@
     post_hook="{{ delete_unloaded_traces() }}",
 ) }}
 
-{%- set pending = traces_pending() %}
-{%- set new_traces = trace_filter(pending) %}
-{%- set shaped = traces_pending_where('loaded.has_op_shapes is not false') %}
+{#- The traces to compute: on an incremental run the pending ones with shapes. #}
+{%- set shaped = traces_pending_where('loaded.has_op_shapes') %}
 {%- set shaped_traces = trace_filter(shaped) %}
 {#- Inputs, and dims per input, read from `Input Dims` (macros/op_flops.sql reads as many). #}
 {%- set shape_inputs = 4 %}
@@ -57,9 +57,8 @@ kernels as (
         slice_id,
         category,
         launch_slice_id,
-        dur_ns,
-        {{ shaped_traces }} as has_op_shapes
-    from {{ lake_scan('slices', pending) }}
+        dur_ns
+    from {{ lake_scan('slices', shaped) }}
     where
         category in (
             {%- for category in var('kernel_categories') %}
@@ -67,7 +66,7 @@ kernels as (
             {%- endfor %}
         )
         and launch_slice_id is not null
-        and {{ new_traces }}
+        and {{ shaped_traces }}
 ),
 
 launches as (
@@ -312,10 +311,7 @@ kernel_ops as (
         op_costs.op_bytes,
         coalesce(
             op_costs.null_reason,
-            case
-                when not kernels.has_op_shapes then 'no_shapes'
-                when op_costs.slice_id is null then 'no_cpu_op'
-            end
+            case when op_costs.slice_id is null then 'no_cpu_op' end
         ) as null_reason,
         {#- Only an op that moves data (copy_, fill_) does its work in copies and
             fills: a GEMM's cuBLAS workspace memset gets none of its FLOPs. #}

@@ -48,11 +48,19 @@ peaks as (
     from {{ ref('gpu_peaks') }}
 ),
 
+{# A job's ranks list the same devices, so each distinct list is parsed
+   once, not once per trace. #}
+device_lists as (
+    select distinct device_properties
+    from traces
+    where device_properties is not null
+),
+
 {# Kineto lists every visible device; 16 positions cover an 8- or 16-GPU host. #}
 devices as (
     {%- for position in range(16) %}
         select
-            trace_id,
+            device_properties,
             {{ position }} as device_position,
             {{ json_item_text('device_properties', position, 'name') }} as gpu_name,
             try_cast(
@@ -61,7 +69,7 @@ devices as (
             try_cast(
                 {{ json_item_text('device_properties', position, 'totalGlobalMem') }} as bigint
             ) as gpu_memory_bytes
-        from traces
+        from device_lists
         where {{ json_item_text('device_properties', position, 'name') }} is not null
         {{- "\n        union all" if not loop.last }}
     {%- endfor %}
@@ -69,11 +77,41 @@ devices as (
 
 first_devices as (
     select
-        trace_id,
+        device_properties,
         min(device_position) as device_position,
         count(distinct gpu_name) as gpu_name_count
     from devices
     group by 1
+),
+
+{# Each device list's first GPU, its name normalised as nsys-ai does. #}
+listed as (
+    select
+        devices.device_properties,
+        devices.gpu_name,
+        devices.gpu_sm_count,
+        devices.gpu_memory_bytes,
+        first_devices.gpu_name_count > 1 as has_mixed_gpus,
+        trim(replace(replace(lower(devices.gpu_name), 'nvidia', ''), '-', ' '))
+            as normalized_name
+    from first_devices
+    inner join devices
+        on
+            first_devices.device_properties = devices.device_properties
+            and first_devices.device_position = devices.device_position
+),
+
+{# The best (lowest priority) pattern matching each list's GPU name. #}
+name_matches as (
+    select
+        listed.device_properties,
+        peaks.gpu_product,
+        row_number() over (
+            partition by listed.device_properties order by peaks.priority, peaks.gpu_product
+        ) as match_order
+    from listed
+    inner join peaks
+        on {{ regex_matches('listed.normalized_name', 'peaks.name_pattern') }}
 ),
 
 named as (
@@ -81,48 +119,29 @@ named as (
         traces.run_id,
         traces.trace_id,
         traces.rank,
-        devices.gpu_name,
-        devices.gpu_sm_count,
-        devices.gpu_memory_bytes,
-        coalesce(first_devices.gpu_name_count > 1, false) as has_mixed_gpus,
-        trim(replace(replace(lower(devices.gpu_name), 'nvidia', ''), '-', ' '))
-            as normalized_name
+        listed.gpu_name,
+        listed.gpu_sm_count,
+        listed.gpu_memory_bytes,
+        coalesce(listed.has_mixed_gpus, false) as has_mixed_gpus,
+        name_matches.gpu_product as matched_product
     from traces
-    left join first_devices
-        on traces.trace_id = first_devices.trace_id
-    left join devices
+    left join listed
+        on traces.device_properties = listed.device_properties
+    left join name_matches
         on
-            first_devices.trace_id = devices.trace_id
-            and first_devices.device_position = devices.device_position
-),
-
-{# The best (lowest priority) pattern matching each trace's GPU name. #}
-name_matches as (
-    select
-        named.trace_id,
-        peaks.gpu_product,
-        row_number() over (
-            partition by named.trace_id order by peaks.priority, peaks.gpu_product
-        ) as match_order
-    from named
-    inner join peaks
-        on {{ regex_matches('named.normalized_name', 'peaks.name_pattern') }}
+            listed.device_properties = name_matches.device_properties
+            and name_matches.match_order = 1
 ),
 
 matched as (
     select
-        named.*,
-        coalesce({{ forced_product_sql }}, name_matches.gpu_product)
-            as gpu_product,
+        *,
+        coalesce({{ forced_product_sql }}, matched_product) as gpu_product,
         case
             when {{ forced_product_sql }} is not null then 'var'
-            when name_matches.gpu_product is not null then 'device_name'
+            when matched_product is not null then 'device_name'
         end as gpu_match_source
     from named
-    left join name_matches
-        on
-            named.trace_id = name_matches.trace_id
-            and name_matches.match_order = 1
 ),
 
 final as (

@@ -45,11 +45,13 @@ gpus as (
     from {{ ref('int_trace_gpus_matched') }}
 ),
 
-{# The kernel's work and its GPU's roofs (macros/op_flops.sql). #}
+{# Each kernel with its op's work and its GPU's roofs (macros/op_flops.sql),
+   in one pass over the kernels. int_kernels_flops_attributed holds the
+   launched kernels of the traces recorded with shapes only: a launched
+   kernel without a row there is one of a trace without shapes. #}
 roofs as (
     select
-        kernels.trace_id,
-        kernels.slice_id,
+        kernels.*,
         flops.op_slice_id,
         flops.op_name,
         flops.flop_model,
@@ -58,6 +60,7 @@ roofs as (
         case
             when kernels.kind = 'communication' then 'communication'
             when kernels.launch_slice_id is null then 'no_launch'
+            when flops.slice_id is null then 'no_shapes'
             else flops.null_reason
         end as flops_null_reason,
         gpus.gpu_product,
@@ -78,17 +81,7 @@ roofs as (
    and the memory time at peak (TraceLens' roofline). #}
 rated as (
     select
-        trace_id,
-        slice_id,
-        op_slice_id,
-        op_name,
-        flop_model,
-        flops,
-        bytes,
-        flops_null_reason,
-        gpu_product,
-        peak_tflops,
-        peak_tbps,
+        *,
         flops / nullif(peak_tflops * 1e3, 0) as compute_roof_ns,
         bytes / nullif(peak_tbps * 1e3, 0) as memory_roof_ns
     from roofs
@@ -96,66 +89,61 @@ rated as (
 
 final as (
     select
-        kernels.run_id,
-        kernels.rank,
-        kernels.trace_id,
-        kernels.slice_id,
-        kernels.name,
-        kernels.short_name,
-        kernels.category,
-        kernels.kind,
-        kernels.comm_op,
-        kernels.phase,
-        kernels.comm_group_kind,
-        kernels.comm_group_source,
-        kernels.comm_process_group_kind,
-        kernels.comm_group_index,
-        kernels.iteration,
-        kernels.microbatch,
-        kernels.vpp_chunk,
-        kernels.chunk_microbatch,
-        kernels.is_outside_steps,
-        kernels.device,
-        kernels.stream,
-        kernels.correlation,
-        kernels.collective_name,
-        kernels.process_group_name,
-        kernels.process_group_desc,
-        kernels.process_group_ranks_key,
-        kernels.dtype,
-        kernels.group_size,
-        kernels.in_msg_nelems,
-        kernels.out_msg_nelems,
-        kernels.launch_slice_id,
-        kernels.launch_source,
-        kernels.launch_name,
-        kernels.annotation_slice_id,
-        kernels.ts_ns,
-        kernels.dur_ns,
-        kernels.end_ns,
-        rated.gpu_product,
-        rated.op_slice_id as cpu_op_slice_id,
-        rated.op_name as cpu_op_name,
-        rated.flop_model,
-        rated.flops,
-        rated.bytes,
-        rated.flops / nullif(kernels.dur_ns * 1e3, 0) as achieved_tflops,
-        rated.bytes / nullif(kernels.dur_ns * 1e3, 0) as achieved_tbps,
-        rated.flops / nullif(rated.bytes, 0) as arithmetic_intensity,
-        rated.peak_tflops,
-        rated.peak_tbps,
+        run_id,
+        rank,
+        trace_id,
+        slice_id,
+        name,
+        short_name,
+        category,
+        kind,
+        comm_op,
+        phase,
+        comm_group_kind,
+        comm_group_source,
+        comm_process_group_kind,
+        comm_group_index,
+        iteration,
+        microbatch,
+        vpp_chunk,
+        chunk_microbatch,
+        is_outside_steps,
+        device,
+        stream,
+        correlation,
+        collective_name,
+        process_group_name,
+        process_group_desc,
+        process_group_ranks_key,
+        dtype,
+        group_size,
+        in_msg_nelems,
+        out_msg_nelems,
+        launch_slice_id,
+        launch_source,
+        launch_name,
+        annotation_slice_id,
+        ts_ns,
+        dur_ns,
+        end_ns,
+        gpu_product,
+        op_slice_id as cpu_op_slice_id,
+        op_name as cpu_op_name,
+        flop_model,
+        flops,
+        bytes,
+        flops / nullif(dur_ns * 1e3, 0) as achieved_tflops,
+        bytes / nullif(dur_ns * 1e3, 0) as achieved_tbps,
+        flops / nullif(bytes, 0) as arithmetic_intensity,
+        peak_tflops,
+        peak_tbps,
         case
-            when rated.compute_roof_ns >= rated.memory_roof_ns then 'compute'
-            when rated.compute_roof_ns < rated.memory_roof_ns then 'memory'
+            when compute_roof_ns >= memory_roof_ns then 'compute'
+            when compute_roof_ns < memory_roof_ns then 'memory'
         end as bound,
-        greatest(rated.compute_roof_ns, rated.memory_roof_ns) / nullif(kernels.dur_ns, 0)
-            as roof_ratio,
-        rated.flops_null_reason
-    from kernels
-    left join rated
-        on
-            kernels.trace_id = rated.trace_id
-            and kernels.slice_id = rated.slice_id
+        greatest(compute_roof_ns, memory_roof_ns) / nullif(dur_ns, 0) as roof_ratio,
+        flops_null_reason
+    from rated
 )
 
 select * from final
