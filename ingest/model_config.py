@@ -8,7 +8,7 @@ the topology file, and ``tracehouse simulate`` writes the same file with the
 FLOPs its cost model assumes; this module lands one row per file, and the
 formula itself lives in the dbt models (int_model_flops_computed), once.
 
-Format (``"format": "tracehouse-model-config/1"``)::
+Format (``"format": "tracehouse-model-config/1"``, tracehouse.core.model_config_format)::
 
     {"format": ..., "source": "megatron" | "simulate" | ...,
      "megatron_args": {"num_layers": 32, "hidden_size": 4096, ...},
@@ -26,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tracehouse.core.model_config_format import MODEL_CONFIG_FORMAT, MODEL_CONFIG_INTEGERS
 from tracehouse.core.warehouse import Warehouse
 
 from .schema import MODEL_CONFIGS
@@ -35,20 +36,9 @@ from .trace_types import TraceError
 __all__ = ["MODEL_CONFIG_FORMAT", "is_model_config_name", "load_model_config_file",
            "parse_model_config", "read_model_config_manifest"]
 
-MODEL_CONFIG_FORMAT = "tracehouse-model-config/1"
 _NAME = re.compile(r"^model_config.*\.json$")
 _HINT = ('expected {"megatron_args": {"num_layers": ..., "hidden_size": ..., '
          '"num_attention_heads": ..., "seq_length": ..., "global_batch_size": ...}}')
-#: Megatron argument -> whether it must be a positive integer (else may be absent).
-_INT_ARGS = {
-    "num_layers": True, "hidden_size": True, "num_attention_heads": True,
-    "seq_length": True, "global_batch_size": True, "ffn_hidden_size": False,
-    "num_query_groups": False, "kv_channels": False, "padded_vocab_size": False,
-    "vocab_size": False, "make_vocab_size_divisible_by": False,
-    "tensor_model_parallel_size": False, "num_experts": False, "moe_router_topk": False,
-    "moe_ffn_hidden_size": False, "moe_layer_freq": False,
-    "moe_shared_expert_intermediate_size": False, "micro_batch_size": False,
-}
 
 
 def is_model_config_name(name: str) -> bool:
@@ -75,7 +65,7 @@ def parse_model_config(text: str) -> dict[str, Any]:
     if not isinstance(args, dict):
         raise _bad('"megatron_args" is not an object')
     row: dict[str, Any] = {}
-    for key, required in _INT_ARGS.items():
+    for key, required in MODEL_CONFIG_INTEGERS.items():
         value = args.get(key)
         if value is None:
             if required:

@@ -21,11 +21,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .config import SimConfig
+from tracehouse.core.model_config_format import MODEL_CONFIG_FORMAT, MODEL_CONFIG_NAME
 
-MODEL_CONFIG_FORMAT = "tracehouse-model-config/1"
-#: Name of the file beside topology.json (ingest: ``model_config*.json``).
-MODEL_CONFIG_NAME = "model_config.json"
+from .config import SimConfig
 
 
 def global_batch_size(cfg: SimConfig) -> int:
