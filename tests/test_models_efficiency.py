@@ -347,6 +347,43 @@ def test_roofline_chart_draws_the_ops_under_their_roofs(warehouse: Path, tmp_pat
     assert "59.7 % of the run's compute-kernel time" in chart.caption
 
 
+def test_op_and_rank_rollups_are_the_kernels_sums(warehouse: Path) -> None:
+    """fct_op_efficiency and fct_rank_efficiency hold the compute kernels of the
+    shaped traces only, their sums are fct_kernels' sums, and their coverage is
+    the roofline caption's (59.7 % of DLRM's compute-kernel time has a model);
+    no op runs faster than the V100's roof."""
+    [kernels] = query_warehouse(warehouse, """
+        select count(*), sum(dur_ns), sum(dur_ns) filter (where flops is not null), sum(flops)
+        from fct_kernels where run_id = 'dlrm_8rank' and kind = 'compute'
+    """)
+    for mart in ("fct_op_efficiency", "fct_rank_efficiency"):
+        [sums] = query_warehouse(warehouse, f"""
+            select sum(kernels), sum(compute_ns), sum(modelled_ns), sum(flops)
+            from {mart} where run_id = 'dlrm_8rank'
+        """)
+        assert sums[:3] == kernels[:3], mart
+        assert sums[3] == pytest.approx(kernels[3], rel=1e-12), mart
+        runs = {run for (run,) in query_warehouse(warehouse, f"select distinct run_id from {mart}")}
+        assert runs & {A100, "sim_straggler_skew"} == set(), mart  # recorded without shapes
+    [(coverage,)] = query_warehouse(warehouse, """
+        select sum(modelled_ns) / sum(compute_ns) from fct_rank_efficiency
+        where run_id = 'dlrm_8rank'
+    """)
+    assert f"{100 * coverage:.1f}" == "59.7"
+    # One traced iteration per rank (and a few kernels outside it, iteration NULL).
+    per_rank = query_warehouse(warehouse, """
+        select rank, flop_coverage_ratio from fct_rank_efficiency
+        where run_id = 'dlrm_8rank' and iteration is not null
+    """)
+    assert len(per_rank) == 8 and all(0 < ratio < 1 for _rank, ratio in per_rank)
+    gemms = query_warehouse(warehouse, """
+        select cpu_op_name, achieved_tflops from fct_op_efficiency
+        where run_id = 'dlrm_8rank' and flop_model in ('mm', 'addmm', 'bmm')
+    """)
+    assert len(gemms) >= 8 * 3
+    assert all(0 < tflops <= 15.7 for _op, tflops in gemms), gemms
+
+
 # ----------------------------------------------------------------- model FLOPs and MFU
 
 #: bf16 dense peak of the simulated GPU (NVIDIA H100 80GB HBM3: seed gpu_peaks' h100_sxm).
