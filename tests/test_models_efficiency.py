@@ -376,6 +376,14 @@ def test_op_and_rank_rollups_are_the_kernels_sums(warehouse: Path) -> None:
         where run_id = 'dlrm_8rank' and iteration is not null
     """)
     assert len(per_rank) == 8 and all(0 < ratio < 1 for _rank, ratio in per_rank)
+    by_phase = """
+        select phase, sum({time}) from {mart}
+        where run_id = 'dlrm_8rank' {where} group by all order by all
+    """
+    assert query_warehouse(warehouse, by_phase.format(
+        time="compute_ns", mart="fct_op_efficiency", where="")) == query_warehouse(
+        warehouse, by_phase.format(time="dur_ns", mart="fct_kernels",
+                                   where="and kind = 'compute'"))
     gemms = query_warehouse(warehouse, """
         select cpu_op_name, achieved_tflops from fct_op_efficiency
         where run_id = 'dlrm_8rank' and flop_model in ('mm', 'addmm', 'bmm')

@@ -1,8 +1,9 @@
 {#
-    One row per run x rank x iteration x launching CPU op name x GPU
-    product: how well the op's compute kernels used the GPU (TraceLens'
+    One row per run x rank x iteration x phase x launching CPU op name x
+    GPU product: how well the op's compute kernels used the GPU (TraceLens'
     per-op view), ratios of sums over its kernels in fct_kernels. A run's
-    figure for an op is the ratio of this table's sums over its rows;
+    figure for an op, or a phase's (forward, backward, recompute,
+    optimizer), is the ratio of this table's sums over its rows;
     fct_rank_efficiency sums them per rank and iteration.
 
     Traces recorded with shapes only (int_traces.has_op_shapes): another
@@ -24,6 +25,7 @@ kernels as (
         kernels.run_id,
         kernels.rank,
         kernels.iteration,
+        kernels.phase,
         kernels.cpu_op_name,
         kernels.gpu_product,
         kernels.flop_model,
@@ -42,6 +44,7 @@ final as (
         run_id,
         rank,
         iteration,
+        phase,
         cpu_op_name,
         gpu_product,
         max(flop_model) as flop_model,
@@ -52,7 +55,7 @@ final as (
         sum(bytes) as bytes,
         {{ efficiency_ratios('flops', 'bytes', 'modelled_ns', 'dur_ns') }}
     from kernels
-    group by 1, 2, 3, 4, 5
+    group by 1, 2, 3, 4, 5, 6
 )
 
 select * from final
