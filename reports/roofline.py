@@ -3,13 +3,14 @@
 Why a roofline: "GEMMs take 60 % of the step" does not say whether they run
 well. Each point is one CPU op name (``aten::mm``, flash attention, ``add_``,
 ...) over the whole run: x its arithmetic intensity (FLOPs per byte moved),
-y its achieved TFLOP/s, both as ratios of sums over its kernels
-(``fct_kernels.flops`` / ``bytes`` / ``dur_ns``), the marker's area its GPU
-time. The lines are the GPU's roofs (seed gpu_peaks): memory bandwidth up
-the slope, each dense peak the run's ops are measured against flat on top.
-A point far below its roof is the one to look at; a point above it means a
-wrong attribution. Ops with bytes but no FLOPs (copies, fills) cannot sit
-on a log axis and are counted in the caption only.
+y its achieved TFLOP/s, both as ratios of sums over its compute kernels
+(fct_op_efficiency's rows of the run), the marker's area their GPU time;
+the caption's coverage is fct_rank_efficiency's. The lines are the GPU's
+roofs (seed gpu_peaks): memory bandwidth up the slope, each dense peak the
+run's ops are measured against flat on top. A point far below its roof is
+the one to look at; a point above it means a wrong attribution. Ops with
+bytes but no FLOPs (copies, fills) cannot sit on a log axis and are counted
+in the caption only.
 """
 
 from __future__ import annotations
@@ -31,9 +32,9 @@ _OPS_SQL = """
         gpu_product,
         sum(flops) as flops,
         sum(bytes) as bytes,
-        sum(dur_ns) as dur_ns,
-        count(*) as kernels
-    from fct_kernels
+        sum(modelled_ns) as dur_ns,
+        sum(kernels) as kernels
+    from fct_op_efficiency
     where run_id = ? and flops > 0 and bytes > 0 and gpu_product is not null
     group by all
     order by dur_ns desc
@@ -46,11 +47,9 @@ _ROOFS_SQL = """
     order by gpu_product, peak_tflops
 """
 _COVERAGE_SQL = """
-    select
-        sum(dur_ns) filter (where flops is not null) as modelled_ns,
-        sum(dur_ns) as compute_ns
-    from fct_kernels
-    where run_id = ? and kind = 'compute'
+    select sum(modelled_ns), sum(compute_ns)
+    from fct_rank_efficiency
+    where run_id = ?
 """
 
 
@@ -59,11 +58,11 @@ class RooflineFamily:
 
     name = "roofline"
     title = "How well the kernels use the GPU (roofline)"
-    marts: tuple[str, ...] = ("fct_kernels",)
+    marts: tuple[str, ...] = ("fct_op_efficiency", "fct_rank_efficiency", "fct_kernels")
 
     def render(self, ctx: ChartContext) -> list[RenderedChart]:
         """One log-log roofline; NothingToShow when no kernel has a FLOP model and a GPU."""
-        if not ctx.has_table("fct_kernels"):
+        if not all(ctx.has_table(mart) for mart in self.marts):
             return []
         ops = ctx.df(_OPS_SQL, [ctx.run_id])
         if ops.empty:
@@ -106,9 +105,9 @@ class RooflineFamily:
             "FLOPs, by GPU time; the area is its GPU time): FLOPs from its recorded shapes "
             "(fct_kernels.flops), rate = its FLOPs over its kernels' time. Red lines: the "
             "GPU's roofs, min(peak, intensity × HBM bandwidth), for the dense peaks the ops "
-            f"are measured against (seed gpu_peaks). {100 * coverage:.1f} % of the run's "
-            "compute-kernel time has a FLOP or byte model; copies and fills (bytes only) "
-            "and unmodelled ops are not drawn.")
+            f"are measured against (seed gpu_peaks). {100 * coverage:.1f} % of the "
+            "compute-kernel time of the run's traces recorded with shapes has a FLOP or "
+            "byte model; copies and fills (bytes only) and unmodelled ops are not drawn.")
         return [save_figure(fig, ctx, "roofline", "Roofline by launching op", caption)]
 
 
