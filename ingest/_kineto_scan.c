@@ -893,7 +893,8 @@ static int events_(Sc *sc, Out *o, int64_t chunk) {
 }
 
 static const char *HEADER_KEYS[] = {"schemaVersion", "distributedInfo", "deviceProperties",
-                                    "baseTimeNanoseconds", "trace_id", "host_name", NULL};
+                                    "baseTimeNanoseconds", "trace_id", "host_name", "record_shapes",
+                                    NULL};
 
 static int document_(Sc *sc, Out *o, int64_t chunk, int *array_form) {
     ws(sc);

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .comm_log import is_comm_log_name
+from .model_config import is_model_config_name
 from .nsys.read import NSYS_SUFFIXES, has_sqlite_magic
 from .pp_timer import is_pp_timer_name
 from .topology import TRACEVIZ_TXT_NAME, is_topology_name
@@ -57,6 +58,7 @@ _SIDECARS = (
     re.compile(r"^event_times_.*\.json$"),
     re.compile(r"^comm_log_rank_\d+\.json$"),
     re.compile(r"^ground_truth\.json$"),  # written beside a run by `tracehouse simulate`
+    re.compile(r"^model_config.*\.json$"),
 )
 _GENSTACK_SIDECARS = frozenset({"config.json", "summary.json"})
 
@@ -77,6 +79,8 @@ class Discovery:
     #: PP-timer logs (``event_times_PP*.json``) with their run: loaded into
     #: ``pp_timer_events``.
     pp_timers: list[tuple[Path, str]] = field(default_factory=list)
+    #: Model/batch configs (``model_config*.json``) with their run: ``model_configs``.
+    model_configs: list[tuple[Path, str]] = field(default_factory=list)
     #: Comm logs (``comm_log_rank_<r>.json``, Genstack's or ``tracehouse commtrace``'s)
     #: with their run: loaded into ``comm_log_events``.
     comm_logs: list[tuple[Path, str]] = field(default_factory=list)
@@ -206,6 +210,9 @@ def _add_input(found: Discovery, path: Path, resolved: Path, explicit: bool,
         return True
     if is_pp_timer_name(path.name):
         found.pp_timers.append((resolved, run or default_run_for(resolved)))
+        return True
+    if is_model_config_name(path.name):
+        found.model_configs.append((resolved, run or default_run_for(resolved)))
         return True
     if is_comm_log_name(path.name):
         found.comm_logs.append((resolved, run or default_run_for(resolved)))

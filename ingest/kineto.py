@@ -70,6 +70,8 @@ class KinetoFile(msgspec.Struct):
     baseTimeNanoseconds: int | None = None  # noqa: N815
     trace_id: str | None = None
     host_name: str | None = None
+    # The profiler's record_shapes setting (0/1), read by has_op_shapes.
+    record_shapes: msgspec.Raw = msgspec.Raw()
 
 
 class DistributedInfo(msgspec.Struct):
@@ -125,6 +127,8 @@ class LazyKinetoFile(msgspec.Struct):
     baseTimeNanoseconds: int | None = None  # noqa: N815
     trace_id: str | None = None
     host_name: str | None = None
+    # The profiler's record_shapes setting (0/1), read by has_op_shapes.
+    record_shapes: msgspec.Raw = msgspec.Raw()
 
 
 _LAZY_FILE_DECODER = msgspec.json.Decoder(LazyKinetoFile)
@@ -687,6 +691,7 @@ def parse_kineto(data: bytes, source: TraceFile, *, trace_id: str, content_hash:
         file_format=file_format, ingested_at=ingested_at, steps=steps, start_ns=start,
         end_ns=end, event_count=event_count, slice_count=n, flow_count=flows.num_rows,
         unpaired_flow_events=unpaired, partial_overlap_count=int(nested.partial.sum()),
+        op_shapes=has_op_shapes(trace.record_shapes, slices),
     )
     return ParsedTrace(
         trace_id=trace_id,
@@ -707,11 +712,34 @@ def parse_kineto(data: bytes, source: TraceFile, *, trace_id: str, content_hash:
 
 
 
+_HEADER_FLAGS = {b"1": True, b"true": True, b"0": False, b"false": False}
+_INPUT_DIMS_KEY = '"Input Dims"'
+
+
+def has_op_shapes(record_shapes: msgspec.Raw, slices: pa.Table) -> bool:
+    """Whether the trace's CPU ops carry their shapes (``Input Dims``).
+
+    Why: the per-kernel FLOP model reads every CPU op's args, the bulk of a
+    trace's bytes, and on a trace recorded without ``record_shapes`` finds
+    nothing; the lake says so per trace, and the model skips those traces.
+    The header's ``record_shapes`` (PyTorch writes 0 or 1) decides when
+    present; a trace without it (older PyTorch, HTA's samples) has shapes
+    when any ``cpu_op`` carries an ``Input Dims`` key, looked up only then.
+    """
+    flag = _HEADER_FLAGS.get(bytes(record_shapes).strip())
+    if flag is not None:
+        return flag
+    ops = slices.filter(pc.equal(slices["category"], "cpu_op"))
+    found = pc.any(pc.match_substring(ops["args"], _INPUT_DIMS_KEY)).as_py()
+    return bool(found)
+
+
 def traces_row(source: TraceFile, trace, dist: DistributedInfo, *, engine: str, trace_id: str,
                rank: int, content_hash: str, uncompressed_bytes: int, file_format: str,
                ingested_at: object, steps: Sequence[int], start_ns: int | None,
                end_ns: int | None, event_count: int, slice_count: int, flow_count: int,
-               unpaired_flow_events: int, partial_overlap_count: int) -> pa.Table:
+               unpaired_flow_events: int, partial_overlap_count: int,
+               op_shapes: bool) -> pa.Table:
     """The one ``traces`` row of a loaded file; both engines build it here."""
     return _table(
         {
@@ -744,6 +772,7 @@ def traces_row(source: TraceFile, trace, dist: DistributedInfo, *, engine: str, 
             "kineto_trace_id": [trace.trace_id],
             "distributed_info": _json_column([trace.distributedInfo], "distributedInfo"),
             "device_properties": _json_column([trace.deviceProperties], "deviceProperties"),
+            "has_op_shapes": [op_shapes],
             "ingested_at": [ingested_at],
             "lake_format": [schema.LAKE_FORMAT],
         },

@@ -52,6 +52,7 @@ class KinetoHeader(msgspec.Struct):
     baseTimeNanoseconds: int | None = None  # noqa: N815
     trace_id: str | None = None
     host_name: str | None = None
+    record_shapes: msgspec.Raw = msgspec.Raw()
 
 
 _HEADER_DECODER = msgspec.json.Decoder(KinetoHeader)

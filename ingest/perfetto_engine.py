@@ -112,6 +112,7 @@ from .kineto import (
     _to_ns,
     _typed_args,
     decode_kineto,
+    has_op_shapes,
     resolve_rank,
     traces_row,
 )
@@ -656,6 +657,7 @@ def _assemble(source, trace, dist, rank, facts, slices_q, threads_q, flows_q, st
         flow_count=flows.num_rows,
         unpaired_flow_events=max(facts.flow_events - 2 * flows.num_rows, 0),
         partial_overlap_count=overlapping,
+        op_shapes=has_op_shapes(trace.record_shapes, slices),
     )
     return ParsedTrace(
         trace_id=trace_id,

@@ -41,6 +41,7 @@ from . import lake
 from .comm_log import load_comm_log_file, read_comm_log_manifest
 from .discover import Discovery, discover
 from .kineto import parse_kineto, scanner_available
+from .model_config import load_model_config_file, read_model_config_manifest
 from .no_pandas import keep_pandas_out
 from .nsys.load import load_nsys_file
 from .pp_timer import load_pp_timer_file, read_pp_timer_manifest
@@ -87,6 +88,7 @@ class IngestResult:
     topologies: list[tuple[str, str, int]] = field(default_factory=list)  # (path, run, rows)
     pp_timers: list[tuple[str, str, int]] = field(default_factory=list)  # (path, run, rows)
     comm_logs: list[tuple[str, str, int]] = field(default_factory=list)  # (path, run, rows)
+    model_configs: list[tuple[str, str, int]] = field(default_factory=list)  # (path, run, rows)
     #: Paths given under which discovery found nothing to load.
     empty_paths: list[str] = field(default_factory=list)
     bytes_read: int = 0
@@ -105,6 +107,8 @@ class IngestResult:
         rate = mb / self.seconds if self.seconds > 0 else 0.0
         where = f" into {into}" if into is not None else ""
         comm = f", {len(self.comm_logs)} comm log(s)" if self.comm_logs else ""
+        if self.model_configs:
+            comm += f", {len(self.model_configs)} model config(s)"
         read = " + ".join(f"{size / 1e6:.1f} MB of {kind}"
                           for kind, size in sorted(self.bytes_by_input.items())) or "0.0 MB"
         return (f"loaded {len(self.loaded)} trace(s) ({read}, {rate:.1f} MB/s), "
@@ -567,6 +571,7 @@ def ingest_paths(
         _load_topologies(found.topologies, committer, result, stream, force)
         _load_pp_timers(found.pp_timers, committer, result, stream, force)
         _load_comm_logs(found.comm_logs, committer, result, stream, force)
+        _load_model_configs(found.model_configs, committer, result, stream, force)
     result.seconds = time.perf_counter() - started
     return result
 
@@ -678,6 +683,7 @@ def _shard_files(found: Discovery, shard: Shard) -> Discovery:
         traces=[t for t in found.traces if shard.owns(t.run_id, t.path)],
         topologies=[(p, r) for p, r in found.topologies if shard.owns(r, p)],
         pp_timers=[(p, r) for p, r in found.pp_timers if shard.owns(r, p)],
+        model_configs=[(p, r) for p, r in found.model_configs if shard.owns(r, p)],
     )
 
 
@@ -865,6 +871,14 @@ def _load_comm_logs(files: list[tuple[Path, str]], committer: _Committer,
     _load_side_files(files, committer, result, stream, force, layout="comm_log",
                      read_manifest=read_comm_log_manifest, load=load_comm_log_file,
                      loaded=result.comm_logs)
+
+
+def _load_model_configs(files: list[tuple[Path, str]], committer: _Committer,
+                        result: IngestResult, stream: TextIO, force: bool) -> None:
+    """Load every model config into ``model_configs``, incrementally (see _load_side_files)."""
+    _load_side_files(files, committer, result, stream, force, layout="model_config",
+                     read_manifest=read_model_config_manifest, load=load_model_config_file,
+                     loaded=result.model_configs)
 
 
 def _load_side_files(files: list[tuple[Path, str]], committer: _Committer,

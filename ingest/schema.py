@@ -57,6 +57,7 @@ TRACES = pa.schema(
         ("kineto_trace_id", pa.string()),
         ("distributed_info", pa.string()),  # JSON
         ("device_properties", pa.string()),  # JSON
+        ("has_op_shapes", pa.bool_()),  # CPU ops carry Input Dims (record_shapes)
         ("ingested_at", pa.timestamp("us", tz="UTC")),
         ("lake_format", pa.int64()),  # warehouse.LAKE_FORMAT when written; NULL: before 2
     ]
@@ -269,6 +270,43 @@ COMM_LOG_EVENTS = pa.schema(
     ]
 )
 
+MODEL_CONFIGS = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("trace_id", pa.string()),  # id of the config file within the run (not a trace)
+        # Megatron-LM's arguments, as its num_floating_point_operations reads them
+        ("num_layers", pa.int64()),
+        ("hidden_size", pa.int64()),
+        ("num_attention_heads", pa.int64()),
+        ("seq_length", pa.int64()),
+        ("global_batch_size", pa.int64()),
+        ("ffn_hidden_size", pa.int64()),  # NULL: Megatron's default (4h; SwiGLU 8h/3 to 64)
+        ("num_query_groups", pa.int64()),  # GQA groups, NULL without GQA
+        ("kv_channels", pa.int64()),  # NULL: hidden / heads
+        ("padded_vocab_size", pa.int64()),  # NULL: vocab_size padded as Megatron does
+        ("vocab_size", pa.int64()),
+        ("make_vocab_size_divisible_by", pa.int64()),
+        ("tensor_model_parallel_size", pa.int64()),
+        ("num_experts", pa.int64()),  # NULL: dense
+        ("moe_router_topk", pa.int64()),
+        ("moe_ffn_hidden_size", pa.int64()),
+        ("moe_layer_freq", pa.int64()),  # every k-th layer is MoE (an int only)
+        ("moe_shared_expert_intermediate_size", pa.int64()),
+        ("micro_batch_size", pa.int64()),
+        ("swiglu", pa.bool_()),
+        ("group_query_attention", pa.bool_()),
+        ("params_dtype", pa.string()),  # torch.bfloat16, ...
+        ("stated_flops_per_iteration", pa.float64()),  # the producer's own figure, if given
+        ("config_source", pa.string()),  # megatron | simulate | ...
+        ("config", pa.string()),  # every argument of the file, as JSON
+        ("path", pa.string()),
+        ("content_hash", pa.string()),
+        ("size_bytes", pa.int64()),
+        ("mtime_ns", pa.int64()),
+        ("ingested_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
 #: Tables written once per loaded trace, in commit order: ``traces`` last,
 #: because a row there is what marks the trace as loaded.
 TRACE_TABLES: dict[str, pa.Schema] = {
@@ -292,4 +330,7 @@ LAKE_TABLES: dict[str, pa.Schema] = {
     "pp_timer_events": PP_TIMER_EVENTS,
     # One file per comm log (comm_log_rank_<r>.json: Genstack's or `tracehouse commtrace`'s).
     "comm_log_events": COMM_LOG_EVENTS,
+    # One file per model/batch config (model_config*.json) beside the traces
+    # (ingest/model_config.py).
+    "model_configs": MODEL_CONFIGS,
 }

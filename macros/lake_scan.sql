@@ -156,6 +156,9 @@
         partial_overlap_count,
         lake_format,
 
+        ---------- booleans
+        has_op_shapes,
+
         ---------- times (ns)
         mtime_ns,
         base_time_ns,

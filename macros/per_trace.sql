@@ -133,6 +133,21 @@
                         ~ ' as loaded where ' ~ condition}) }}
 {%- endmacro %}
 
+{#- The traces of traces_pending() that also satisfy `condition` (SQL on
+    int_traces' columns, alias `loaded`, as for loaded_traces()), in the
+    same forms: a model that needs some traces' extra inputs (the FLOP
+    model: the CPU ops' args of the traces recorded with shapes) reads them
+    for those traces only, and for none when there are none. On a full
+    build (and in a unit test, on Spark) every loaded trace satisfying the
+    condition: loaded_traces(condition). -#}
+{% macro traces_pending_where(condition) -%}
+    {%- set loaded_traces_table = ref('int_traces') -%}
+    {%- if builds_per_trace() -%}
+        {{ return(loaded_trace_ids(loaded_traces_table, condition, this)) }}
+    {%- endif -%}
+    {{ return(loaded_traces(condition)) }}
+{%- endmacro %}
+
 {#- The loaded traces as a query of (run_id, trace_id), from the names of
     the lake's `traces` files (`<lake_root>/traces/run=<run_id>/<trace_id>.parquet`;
     ingest renames a trace's `traces` file into place after every other

@@ -160,3 +160,19 @@
 {% macro spark__json_text(json, key, indexes=[]) -%}
     get_json_object({{ json }}, "$['{{ key }}']{% for i in indexes %}[{{ i }}]{% endfor %}")
 {%- endmacro %}
+
+{#- The text at item `index` (0-based) of a JSON array string, then at its
+    top-level `key` (`[{"name": ..}, ..]` -> the index-th name); NULL when
+    absent or not JSON. Kineto's `deviceProperties` is such an array. -#}
+{% macro json_item_text(json, index, key) -%}
+    {{ return(adapter.dispatch('json_item_text', 'tracehouse')(json, index, key)) }}
+{%- endmacro %}
+{% macro default__json_item_text(json, index, key) -%}
+    json_extract_scalar({{ json }}, '$[{{ index }}]["{{ key }}"]')
+{%- endmacro %}
+{% macro duckdb__json_item_text(json, index, key) -%}
+    json_extract_string({{ json }}, '$[{{ index }}]."{{ key }}"')
+{%- endmacro %}
+{% macro spark__json_item_text(json, index, key) -%}
+    get_json_object({{ json }}, "$[{{ index }}]['{{ key }}']")
+{%- endmacro %}

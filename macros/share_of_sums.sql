@@ -20,3 +20,15 @@
         {{- ',' if not loop.last }}
     {% endfor -%}
 {%- endmacro %}
+
+{#- efficiency_ratios(flops, bytes, modelled_ns, compute_ns): the efficiency
+    figures of the kernels aggregated, each a ratio of sums: achieved
+    TFLOP/s and TB/s over the time of the kernels with a model (FLOPs or
+    bytes per ns / 1e3), FLOPs per byte, and the share of compute time
+    with a model. One list for fct_op_efficiency and fct_rank_efficiency. -#}
+{% macro efficiency_ratios(flops, bytes, modelled_ns, compute_ns) -%}
+    {{ share_of_sums(flops, modelled_ns ~ ' * 1e3') }} as achieved_tflops,
+    {{ share_of_sums(bytes, modelled_ns ~ ' * 1e3') }} as achieved_tbps,
+    {{ share_of_sums(flops, bytes) }} as arithmetic_intensity,
+    {{ share_of_sums(modelled_ns, compute_ns) }} as flop_coverage_ratio
+{%- endmacro %}

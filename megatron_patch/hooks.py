@@ -4,7 +4,9 @@
   ``parallel_state.initialize_model_parallel`` (in Megatron-LM:
   ``megatron/training/initialize.py``, end of ``_initialize_distributed``):
   every rank checks its groups against the topology, rank 0 writes
-  ``topology.json`` and ``unique_parallel_groups_<timestamp>.txt``.
+  ``topology.json``, ``unique_parallel_groups_<timestamp>.txt`` and, given
+  Megatron's arguments, ``model_config.json`` (the model and batch, for
+  model FLOPs and MFU).
 * :func:`build_profiler` where ``train()`` sets up ``--profile`` with
   ``--use-pytorch-profiler``: a ``torch.profiler.profile`` recording exactly
   the iterations [``--profile-step-start``, ``--profile-step-end``) on the
@@ -20,6 +22,7 @@ from typing import Any
 
 from tracehouse.core.topology import DEFAULT_ORDER
 
+from .model_config_dump import dump_model_config
 from .profiling import (
     ProfilingConfig,
     env_flag,
@@ -38,14 +41,16 @@ __all__ = ["build_profiler", "on_model_parallel_initialized", "profiled_ranks"]
 
 
 def on_model_parallel_initialized(out_dir: Path | str | None, order: str = DEFAULT_ORDER,
-                                  parallel_state: Any = None) -> dict:
-    """Check this rank's groups; on rank 0 dump the topology into ``out_dir``.
+                                  parallel_state: Any = None, args: Any = None) -> dict:
+    """Check this rank's groups; on rank 0 dump the topology and model config into ``out_dir``.
 
     Args:
         out_dir: folder for the dump (Megatron's ``--tensorboard-dir``, where
             the traces go too); None checks without writing.
         order: Megatron's ``--order``.
         parallel_state: ``megatron.core.parallel_state`` (imported when None).
+        args: Megatron-LM's parsed arguments (``get_args()``): rank 0 also
+            writes ``model_config.json`` from them; None writes none.
 
     Returns the topology. A disagreement between Megatron's groups and the
     topology is a warning naming the rank and the group (never fatal to training).
@@ -63,6 +68,8 @@ def on_model_parallel_initialized(out_dir: Path | str | None, order: str = DEFAU
         warnings.warn(f"tracehouse topology dump: {problem}", stacklevel=2)
     if rank == 0 and out_dir is not None:
         dump_topology(topology, out_dir)
+        if args is not None:
+            dump_model_config(args, out_dir)
     return topology
 
 

@@ -188,6 +188,11 @@ def gather_page(con: duckdb.DuckDBPyConnection, run_id: str,
             f"idle share of the pipeline groups' spans ({run['bubble_timing_sources']} "
             f"timings); theoretical (p−1)/(v·m+p−1) = {pct(run['theoretical_bubble_ratio'])}"))
 
+    efficiency = _one(con, "select * from fct_run_efficiency where run_id = $run",
+                      params) if _has(con, "fct_run_efficiency") else {}
+    if efficiency.get("mfu") is not None:
+        page.headline.append(_mfu(efficiency))
+
     if _has(con, "fct_run_kernel_summary"):
         page.top_kernels = _all(con, """
             select name, kind, calls, ranks, total_ns, share_ratio as share
@@ -277,6 +282,23 @@ def _gather_timed(page: Page, run: dict[str, Any], ranks: list[dict[str, Any]],
                 _versus(worst["exposed_communication_vs_median"])) if part),
             "family-heatmaps"))
     _stage_offender(page, stages, "mean compute per rank and iteration")
+
+
+def _mfu(efficiency: dict[str, Any]) -> Figure:
+    """The run's MFU (fct_run_efficiency.mfu), shown where its model config is known.
+
+    The mart's figure as it stands: Megatron's model FLOPs of the run's
+    iterations over their steps x the world size x the GPU's dense peak for
+    the training dtype (a ratio of sums); the note names what it is measured
+    against, so that a reader can tell a low MFU from a wrong peak.
+    """
+    dtype = str(efficiency.get("params_dtype") or "").removeprefix("torch.")
+    return Figure(
+        "MFU", pct(efficiency["mfu"]),
+        f"model FLOPs (Megatron's formula, the run's model_config.json): "
+        f"{efficiency['achieved_tflops_per_gpu']:,.1f} TFLOP/s per GPU against the "
+        f"{efficiency['gpu_product']} {dtype} peak of {efficiency['peak_tflops']:,.1f}, "
+        f"over {efficiency['iterations']} iteration(s)")
 
 
 def _straggler(run: dict[str, Any], ranks: list[dict[str, Any]]) -> Offender:

@@ -24,6 +24,7 @@ FAMILY_MODULES: tuple[str, ...] = (
     "tracehouse.reports.comm_traffic",  # expected traffic matrix and bytes (comm logs)
     "tracehouse.reports.stragglers",    # who holds the job back: stragglers, skew, clocks
     "tracehouse.reports.kernels",       # top kernels
+    "tracehouse.reports.roofline",      # kernels' FLOP/s against the GPU's roofs (issue 32)
     "tracehouse.reports.compare",       # two runs side by side (only with a second run)
 )
 

@@ -306,6 +306,7 @@ def synthetic_trace(run_id: str, trace_id: str, rank: int, world_size: int = 2) 
                 {"backend": "nccl", "rank": rank, "world_size": world_size}
             ),
             "device_properties": "[]",
+            "has_op_shapes": False,  # no cpu_op carries Input Dims
             "ingested_at": datetime(2024, 1, 1, tzinfo=timezone.utc),
             "lake_format": LAKE_FORMAT,
         }

@@ -371,7 +371,8 @@ def test_small_trace_same_tables_in_both_engines(tmp_path: Path, trace_processor
     assert _lake(native, threads) == _lake(perfetto, threads)
     traces = ("select rank, world_size, min_profiler_step, base_time_ns, trace_start_ns, "
               "trace_end_ns, event_count, slice_count, flow_count, unpaired_flow_events, "
-              "partial_overlap_count, distributed_info, device_properties from {traces}")
+              "partial_overlap_count, distributed_info, device_properties, has_op_shapes "
+              "from {traces}")
     assert _lake(native, traces) == _lake(perfetto, traces)
     assert _lake(perfetto, "select engine from {traces}") == [("perfetto",)]
     args = ("select name, args from {slices} where name in ('aten::mm', 'sm90_gemm') "
@@ -409,7 +410,7 @@ def test_dlrm_8rank_same_slices_and_flows_in_both_engines(
     _use(monkeypatch, trace_processor)
     native, perfetto = _both_engines(tmp_path, [DLRM])
     per_trace = ("select path, slice_count, flow_count, partial_overlap_count, "
-                 "unpaired_flow_events from {traces} order by path")
+                 "unpaired_flow_events, has_op_shapes from {traces} order by path")
     rows_native, rows_perfetto = _lake(native, per_trace), _lake(perfetto, per_trace)
     assert len(rows_native) == 8
     # dlrm has no partially overlapping slices: counts must be equal.

@@ -181,6 +181,24 @@ def test_headline_numbers_are_the_marts_numbers(wh: ReportWarehouse, tmp_path: P
     assert f"{slow_ns / 1e6:,.2f} ms" in shown
     assert f"{stage_ratio:.2f}× the median of its stage's {peers} ranks" in shown
     assert "slowest rank (" not in shown
+    # The simulator writes model_config.json: the MFU card is fct_run_efficiency's.
+    _assert_mfu_card_is_the_marts(wh, run, cards)
+
+
+def _assert_mfu_card_is_the_marts(wh: ReportWarehouse, run: str,
+                                  cards: dict[str, tuple[str, str]]) -> None:
+    """The MFU card shows fct_run_efficiency.mfu, which is the run's model FLOPs over
+    its iterations' steps x world x peak (recomputed from fct_iteration_efficiency)."""
+    [(mfu, achieved)] = wh.rows("""
+        select mfu, achieved_tflops_per_gpu from fct_run_efficiency where run_id = ?
+    """, [run])
+    [(recomputed,)] = wh.rows("""
+        select sum(model_flops_per_iteration) / sum(step_ns * 1e3 * world_size * peak_tflops)
+        from fct_iteration_efficiency where run_id = ?
+    """, [run])
+    assert mfu == pytest.approx(recomputed, rel=1e-9) and 0 < mfu < 1
+    assert cards["MFU"][0] == f"{100 * mfu:.1f} %"
+    assert f"{achieved:,.1f} TFLOP/s per GPU" in cards["MFU"][1]
 
 
 @pytest.mark.parametrize("run", ["tp1_pp4_dp2", "dlrm_8rank", "nsys_h100"])
@@ -196,6 +214,7 @@ def test_headline_shares_add_up_on_every_kind_of_run(wh: ReportWarehouse, tmp_pa
     assert len(shares) >= 4
     assert sum(shares.values()) == pytest.approx(100.0, abs=1e-9)
     assert cards["mean step time"][0] == f"{want['step'] / 1e6:,.2f} ms"
+    assert "MFU" not in cards  # no model_config.json in these runs
     shown = Page(source).shown
     if want["straggler"] is None:
         assert re.search(r"straggler\s*none", shown)

@@ -63,6 +63,7 @@ def lake(runs: dict[str, SimulatedRun], tmp_path_factory: pytest.TempPathFactory
         assert len(result.loaded) == len(run.trace_paths)
         assert {Path(p).name for p, _ in result.skipped} == {"ground_truth.json"}
         assert [Path(p).name for p, _run, _rows in result.topologies] == ["topology.json"]
+        assert [Path(p).name for p, _run, _rows in result.model_configs] == ["model_config.json"]
     return warehouse
 
 

@@ -195,3 +195,53 @@ def test_patch_hook_dumps_what_megatron_built(tmp_path: Path,
     assert dumped["groups"] == ours["groups"] and dumped["sizes"] == ours["sizes"]
     [txt] = tmp_path.glob("unique_parallel_groups_*.txt")
     assert parse_traceviz_txt(txt.read_text())["groups"]["cp"] == ours["groups"]["cp"]
+
+
+def test_patch_hook_dumps_the_model_config_megatron_runs(tmp_path: Path) -> None:
+    """Rank 0 of a real megatron-core layout writes model_config.json from Megatron's
+    arguments, and ingest reads back the values megatron-core's TransformerConfig
+    holds (its fields share Megatron-LM's argument names: core_transformer_config_from_args
+    copies them by name, so a misspelt name here would drop a value). The training
+    arguments megatron-core lacks (seq length, batch, vocab, swiglu) stand in as
+    Megatron-LM's parse_args names them: megatron.training is not in megatron-core."""
+    import argparse
+    import dataclasses
+
+    import torch
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    from tracehouse.core.model_config_format import MODEL_CONFIG_INTEGERS
+    from tracehouse.ingest.model_config import parse_model_config
+    from tracehouse.megatron_patch.hooks import on_model_parallel_initialized
+
+    # Llama-3-8B-like: GQA with 8 groups, SwiGLU, tp=2, pp=2.
+    config = TransformerConfig(num_layers=32, hidden_size=4096, num_attention_heads=32,
+                               num_query_groups=8, ffn_hidden_size=14336,
+                               gated_linear_unit=True, params_dtype=torch.bfloat16,
+                               pipeline_dtype=torch.bfloat16, bf16=True,
+                               tensor_model_parallel_size=2, pipeline_model_parallel_size=2)
+    args = argparse.Namespace(
+        **{field.name: getattr(config, field.name) for field in dataclasses.fields(config)},
+        seq_length=8192, micro_batch_size=1, global_batch_size=512, vocab_size=128256,
+        padded_vocab_size=128256, make_vocab_size_divisible_by=128, num_experts=None,
+        swiglu=True, group_query_attention=True, data_parallel_size=2)
+    layout = (8, 2, 2, 1, 1, None, None, "tp-cp-ep-dp-pp")
+    for rank in (1, 0):
+        with fake_rank(rank, layout[0]):
+            initialize(*layout)
+            on_model_parallel_initialized(tmp_path, order=layout[-1],
+                                          parallel_state=parallel_state, args=args)
+        # Only rank 0 writes.
+        assert (tmp_path / "model_config.json").exists() == (rank == 0)
+    row = parse_model_config((tmp_path / "model_config.json").read_text())
+    core_fields = {field.name for field in dataclasses.fields(config)}
+    shared = [name for name in MODEL_CONFIG_INTEGERS if name in core_fields]
+    assert len(shared) >= 10
+    for name in shared:
+        assert row[name] == getattr(config, name), name
+    assert (row["kv_channels"], row["num_query_groups"]) == (128, 8)
+    assert (row["seq_length"], row["global_batch_size"], row["padded_vocab_size"]) == (
+        8192, 512, 128256)
+    assert row["num_experts"] is None  # dense: left out, Megatron's default applies
+    assert (row["swiglu"], row["group_query_attention"]) == (True, True)
+    assert (row["params_dtype"], row["config_source"]) == ("torch.bfloat16", "megatron")

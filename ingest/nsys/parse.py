@@ -474,7 +474,9 @@ def _one_gpu(con: duckdb.DuckDBPyConnection, source: TraceFile, device: int, ran
         "partial_overlap_count": int(nested.partial.sum()), "backend": None,
         "host_name": None, "kineto_trace_id": None,
         "distributed_info": json.dumps({"rank": rank, "nsys_device": device}),
-        "device_properties": device_properties, "ingested_at": ingested_at,
+        "device_properties": device_properties,
+        # Nsight records no operator shapes: no FLOP model reads its ops.
+        "has_op_shapes": False, "ingested_at": ingested_at,
         "lake_format": schema.LAKE_FORMAT,
     }], schema=schema.TRACES)
     return ParsedTrace(

@@ -16,8 +16,9 @@
 
     This is right only for a model whose every row comes from a pending
     trace, i.e. whose query filters its inputs with the pending list: so
-    the direct insert is taken only for a model that calls traces_pending()
-    or traces_to_build() itself (dbt records the macros a model calls). A
+    the direct insert is taken only for a model that calls traces_pending(),
+    traces_to_build() or traces_pending_where() (the pending traces that
+    satisfy a condition) itself (dbt records the macros a model calls). A
     per-trace model without that filter keeps dbt-duckdb's delete+insert,
     which makes a rerun replace its rows rather than add them again.
 
@@ -33,7 +34,8 @@
         and config.get('unique_key') == 'trace_id'
         and model['language'] == 'sql'
         and ('macro.tracehouse.traces_pending' in called
-             or 'macro.tracehouse.traces_to_build' in called)
+             or 'macro.tracehouse.traces_to_build' in called
+             or 'macro.tracehouse.traces_pending_where' in called)
         and builds_per_trace() -%}
         {{ return(insert_pending_traces()) }}
     {%- else -%}

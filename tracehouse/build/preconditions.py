@@ -42,7 +42,8 @@ def lake_problem(root: Path) -> str | None:
         return (f"the lake of warehouse {root} was written by an older tracehouse "
                 f"ingest (lake format {Warehouse(root).lake_format() or 1}; this version "
                 f"reads {LAKE_FORMAT}: each slice carries its own context since 2, its "
-                f"annotation range since 3, its role and the ranges' paths since 4). Load its "
+                f"annotation range since 3, its role and the ranges' paths since 4, "
+                f"each trace whether its ops have shapes since 5). Load its "
                 f"traces again: tracehouse ingest PATH... --warehouse {root} parses every "
                 "trace of an older format again, keeping its id")
     return None

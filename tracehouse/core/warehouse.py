@@ -25,8 +25,10 @@ DATABASE_FILE = "tracehouse.duckdb"
 #: context (ingest/slice_context.py); 3: and the annotation range around
 #: each slice (ingest/annotation_context.py); 4: ``has_role`` on slices
 #: (those rows first, in their own row group) and ``annotation_path`` on
-#: annotation ranges.
-LAKE_FORMAT = 4
+#: annotation ranges; 5: ``traces.has_op_shapes`` (whether its CPU ops
+#: carry shapes, which the FLOP model reads) and the ``model_configs``
+#: table (ingest/model_config.py).
+LAKE_FORMAT = 5
 LAKE_FORMAT_FILE = "_lake_format"
 
 

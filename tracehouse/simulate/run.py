@@ -36,6 +36,7 @@ import numpy as np
 
 from ..core.topology import build_topology
 from .config import SimConfig
+from .model_config import cost_model_flops_per_iteration, write_model_config
 from .pp_timer_logs import write_pp_timer_logs
 from .timing import WAIT_KINDS, StageTimes, Timeline
 from .training import check_p2p_balance, stage_program
@@ -108,6 +109,7 @@ def simulate_run(config: SimConfig, out_dir: Path | str, jobs: int | None = None
                               cfg.vpp if cfg.vpp > 1 else None)
     topology_path = out / "topology.json"
     topology_path.write_text(json.dumps(topology, indent=1) + "\n")
+    write_model_config(cfg, out)
     programs = [stage_program(cfg, s) for s in range(cfg.pp)]
     check_p2p_balance(programs)
     timeline = Timeline(cfg, topology, programs)
@@ -254,6 +256,12 @@ def _ground_truth(cfg: SimConfig, topology: dict, timeline: Timeline, skews: np.
                        "comm_wait_us sums, per group kind, the time NCCL kernels waited for "
                        "peers (overlapping async waits add up).",
         "stragglers": [{"rank": r, "factor": f} for r, f in cfg.stragglers],
+        "efficiency": {"model_flops_per_iteration": cost_model_flops_per_iteration(cfg),
+                       "gpu": "NVIDIA H100 80GB HBM3 (h100_sxm), bf16",
+                       "note": "model_config.json beside topology.json: Megatron's arguments "
+                               "and these FLOPs, the cost model's GEMMs and causal attention "
+                               "(forward, dgrad, wgrad; no recompute) per iteration (null "
+                               "for MoE runs)"},
         "pp_timer": {"iteration": pp_timer_iteration, "folder": "pp_timer_logs",
                      "note": "event_times_*.json as the Megatron patch's PP timer writes them "
                              "(ENABLE_PP_TIMER_ITER = this iteration); a pass runs from its "

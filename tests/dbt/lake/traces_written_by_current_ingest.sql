@@ -1,11 +1,12 @@
 {#
-    Traces written by an ingest older than the lake's current format 4
+    Traces written by an ingest older than the lake's current format 5
     (tracehouse.core.warehouse.LAKE_FORMAT; traces.lake_format NULL: before
     2). Before 2 their slices lack the context ingest now computes (is_gpu,
     frames, launches), so their kernels and frames are missing from the
     marts; before 3 their annotation ranges, before 4 the ranges' paths
     (int_slices_contextualized reads their slices by the rule has_role
-    stands for). A warning naming each, not an error: the other traces
+    stands for), before 5 whether their ops carry shapes (the FLOP model
+    reads them as if they did). A warning naming each, not an error: the other traces
     still build. `tracehouse ingest` on their paths parses
     them again (same ids). Not a staging test (tag `lake`), so that a plain
     `tracehouse build` runs it.
@@ -30,7 +31,7 @@ final as (
         trace_id,
         path
     from traces
-    where coalesce(lake_format, 0) < 4
+    where coalesce(lake_format, 0) < 5
 )
 
 select * from final

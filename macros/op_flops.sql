@@ -1,0 +1,233 @@
+{#
+    FLOPs and bytes of one CPU op from its recorded shapes (Kineto
+    `record_shapes`: `Input Dims`, `Input type`, `Concrete Inputs`), the
+    formulas int_kernels_flops_attributed applies once per distinct shape. They
+    restate TraceLens' perf models (AMD-AGI/TraceLens
+    `TraceLens/PerfModel/perf_model.py`, research/efficiency_whatif_viewer.md
+    §2) in SQL:
+
+    * GEMMs: 2·M·N·K (+ M·N for a bias), bytes (M·K + K·N + M·N)·bpe
+      (+ the bias), times the batch for bmm/baddbmm/matmul (a broadcast
+      matmul operand is read once: its own elements);
+    * attention forward 2·B·Hq·Nq·Nkv·(d_qk + d_v), backward (flash, with the
+      QKᵀ recompute) 2·B·Hq·Nq·Nkv·(3·d_qk + 2·d_v) + B·Nkv·(d_qk + d_v)·(Hq/Hkv − 1)
+      (the GQA sum of dK and dV), both halved when causal;
+      bytes Q + K + V + O (forward), Q + K + V + dO + dQ + dK + dV (backward);
+    * elementwise: FLOPs = output elements, bytes = the tensor inputs read
+      (seed column read_inputs; an `out=` tensor after them is not read)
+      plus the output written (the widest dtype among the inputs with
+      dims); copies and fills move bytes only;
+    * layer norm 6·C + 5·E, softmax 3·E (backward 6·E).
+
+    The macros read these columns of a relation of distinct shapes: a<i>_d<d> (dim d of input i), a<i>_rank, a<i>_numel,
+    a<i>_bpe (bytes per element, NULL for a non-tensor input) and the
+    seed op_flop_models' flop_model, q_input, layout, causal_input,
+    read_inputs.
+#}
+
+{#- Inputs and dims per input read from `Input Dims`. -#}
+{%- macro op_shape_inputs() -%}{{ return(4) }}{%- endmacro -%}
+{%- macro op_shape_dims() -%}{{ return(6) }}{%- endmacro -%}
+
+{#- Dim `dim` of input `input` as a bigint (NULL when absent). -#}
+{%- macro input_dim(args, input, dim) -%}
+    try_cast({{ json_text(args, 'Input Dims', [input, dim]) }} as bigint)
+{%- endmacro -%}
+
+{#- Number of dims of input i (0 for a scalar or a non-tensor). -#}
+{%- macro input_rank(input) -%}
+    (
+        {%- for dim in range(op_shape_dims()) %}
+            case when a{{ input }}_d{{ dim }} is not null then 1 else 0 end{{ ' +' if not loop.last }}
+        {%- endfor %}
+    )
+{%- endmacro -%}
+
+{#- Elements of input i (1 for a scalar). -#}
+{%- macro input_numel(input) -%}
+    (
+        {%- for dim in range(op_shape_dims()) %}
+            coalesce(a{{ input }}_d{{ dim }}, 1){{ ' *' if not loop.last }}
+        {%- endfor %}
+    )
+{%- endmacro -%}
+
+{#- Dim j from the right (1 = last) of input i: a<i>_d<rank - j>. -#}
+{%- macro dim_from_right(input, j) -%}
+    case a{{ input }}_rank
+        {%- for rank in range(j, op_shape_dims() + 1) %}
+            when {{ rank }} then a{{ input }}_d{{ rank - j }}
+        {%- endfor %}
+    end
+{%- endmacro -%}
+
+{#- Dim d of the attention operand `role` (0 q, 1 k, 2 v): inputs from q_input on. -#}
+{%- macro attention_dim(role, dim) -%}
+    case when q_input = 1 then a{{ role + 1 }}_d{{ dim }} else a{{ role }}_d{{ dim }} end
+{%- endmacro -%}
+
+{#- Bytes of tensor input i (0 for a non-tensor). -#}
+{%- macro input_bytes(input) -%}
+    coalesce(a{{ input }}_numel * a{{ input }}_bpe, 0)
+{%- endmacro -%}
+
+{#- The GEMM sizes (batch, m, n, k) and whether a bias is added, per flop_model. -#}
+{%- macro gemm_sizes() -%}
+    case flop_model
+        when 'bmm' then a0_d0
+        when 'baddbmm' then a1_d0
+        when 'matmul' then
+            {%- for j in range(1, 5) %}
+                greatest(
+                    case when a0_rank - 2 - {{ j }} >= 0 then {{ dim_from_right(0, j + 2) }} else 1 end,
+                    case when a1_rank - 2 - {{ j }} >= 0 then {{ dim_from_right(1, j + 2) }} else 1 end
+                ){{ ' *' if not loop.last }}
+            {%- endfor %}
+        else 1
+    end as gemm_batch,
+    case flop_model
+        when 'mm' then a0_d0
+        when 'addmm' then a1_d0
+        when 'bmm' then a0_d1
+        when 'baddbmm' then a1_d1
+        when 'matmul' then case when a0_rank >= 2 then {{ dim_from_right(0, 2) }} else 1 end
+        when 'linear' then a0_numel / nullif({{ dim_from_right(0, 1) }}, 0)
+    end as gemm_m,
+    case flop_model
+        when 'mm' then a1_d1
+        when 'addmm' then a2_d1
+        when 'bmm' then a1_d2
+        when 'baddbmm' then a2_d2
+        when 'matmul' then case when a1_rank >= 2 then {{ dim_from_right(1, 1) }} else 1 end
+        when 'linear' then a1_d0
+    end as gemm_n,
+    case flop_model
+        when 'mm' then a0_d1
+        when 'addmm' then a1_d1
+        when 'bmm' then a0_d2
+        when 'baddbmm' then a1_d2
+        when 'matmul' then {{ dim_from_right(0, 1) }}
+        when 'linear' then {{ dim_from_right(0, 1) }}
+    end as gemm_k,
+    case flop_model
+        when 'addmm' then 1
+        when 'baddbmm' then 1
+        when 'linear' then case when a2_bpe is not null and a2_rank >= 1 then 1 else 0 end
+        else 0
+    end as gemm_bias
+{%- endmacro -%}
+
+{#- The attention sizes, per layout (`bhnd` = SDPA's [B, H, N, d], `bnhd` = flash's [B, N, H, d]). -#}
+{%- macro attention_sizes() -%}
+    {{ attention_dim(0, 0) }} as attention_batch,
+    case when layout = 'bhnd' then {{ attention_dim(0, 1) }} else {{ attention_dim(0, 2) }} end
+        as attention_q_heads,
+    case when layout = 'bhnd' then {{ attention_dim(0, 2) }} else {{ attention_dim(0, 1) }} end
+        as attention_q_length,
+    case when layout = 'bhnd' then {{ attention_dim(1, 1) }} else {{ attention_dim(1, 2) }} end
+        as attention_kv_heads,
+    case when layout = 'bhnd' then {{ attention_dim(1, 2) }} else {{ attention_dim(1, 1) }} end
+        as attention_kv_length,
+    {{ attention_dim(0, 3) }} as attention_qk_dim,
+    {{ attention_dim(2, 3) }} as attention_v_dim
+{%- endmacro -%}
+
+{#- FLOPs of the op, from the columns gemm_sizes(), attention_sizes() and the inputs give. -#}
+{%- macro op_flops() -%}
+    case
+        when flop_model in ('mm', 'addmm', 'bmm', 'baddbmm', 'matmul', 'linear')
+            then cast(gemm_batch as double) * gemm_m * gemm_n * (2.0 * gemm_k + gemm_bias)
+        when flop_model = 'attention_forward'
+            then 2.0 * attention_batch * attention_q_heads * attention_q_length
+            * attention_kv_length * (attention_qk_dim + attention_v_dim)
+            * case when is_causal then 0.5 else 1.0 end
+        when flop_model = 'attention_backward'
+            then (
+                2.0 * attention_batch * attention_q_heads * attention_q_length
+                * attention_kv_length * (3 * attention_qk_dim + 2 * attention_v_dim)
+                {#- dK and dV summed from the query heads onto the kv heads (GQA). #}
+                + cast(attention_batch as double) * attention_kv_length
+                * (attention_qk_dim + attention_v_dim)
+                * ({{ integer_divide('attention_q_heads', 'attention_kv_heads') }} - 1)
+            ) * case when is_causal then 0.5 else 1.0 end
+        when flop_model = 'elementwise' and op_name = 'aten::copy_' then 0.0
+        when flop_model = 'elementwise' then cast(output_numel as double)
+        when flop_model = 'fill' then 0.0
+        when flop_model = 'layer_norm' then 6.0 * norm_channels + 5.0 * a0_numel
+        when flop_model = 'softmax' then 3.0 * a0_numel
+        when flop_model = 'softmax_backward' then 6.0 * a0_numel
+    end
+{%- endmacro -%}
+
+{#- Bytes the op moves at least once between memory and the GPU. -#}
+{%- macro op_bytes() -%}
+    case
+        when flop_model = 'matmul'
+            then (
+                cast(a0_numel as double) + a1_numel
+                + cast(gemm_batch as double) * gemm_m * gemm_n
+            ) * operand_bpe
+        when flop_model in ('mm', 'addmm', 'bmm', 'linear')
+            then (
+                cast(gemm_batch as double) * gemm_m * gemm_k
+                + cast(gemm_batch as double) * gemm_k * gemm_n
+                + cast(gemm_batch as double) * gemm_m * gemm_n
+                + gemm_bias * gemm_n
+            ) * operand_bpe
+        when flop_model = 'baddbmm'
+            then (
+                cast(gemm_batch as double) * gemm_m * gemm_k
+                + cast(gemm_batch as double) * gemm_k * gemm_n
+                + cast(gemm_batch as double) * gemm_m * gemm_n
+            ) * operand_bpe + {{ input_bytes(0) }}
+        when flop_model = 'attention_forward'
+            then (
+                cast(attention_batch as double) * attention_q_heads * attention_q_length
+                * (attention_qk_dim + attention_v_dim)
+                + cast(attention_batch as double) * attention_kv_heads * attention_kv_length
+                * (attention_qk_dim + attention_v_dim)
+            ) * operand_bpe
+        when flop_model = 'attention_backward'
+            then (
+                cast(attention_batch as double) * attention_q_heads * attention_q_length
+                * (2 * attention_qk_dim + attention_v_dim)
+                + 2.0 * attention_batch * attention_kv_heads * attention_kv_length
+                * (attention_qk_dim + attention_v_dim)
+            ) * operand_bpe
+        when flop_model = 'elementwise' and op_name = 'aten::copy_'
+            then cast({{ input_bytes(0) }} as double) + {{ input_bytes(1) }}
+        when flop_model = 'elementwise'
+            then cast(output_numel as double) * output_bpe
+            {%- for input in range(op_shape_inputs()) %}
+                + case when read_inputs > {{ input }} then {{ input_bytes(input) }} else 0 end
+            {%- endfor %}
+        when flop_model = 'fill' then cast({{ input_bytes(0) }} as double)
+        when flop_model = 'layer_norm'
+            then cast(a0_numel as double) * 2 * a0_bpe
+            + (2 + 2 + case when a2_bpe is not null then 1 else 0 end
+                + case when a3_bpe is not null then 1 else 0 end) * norm_channels * a0_bpe
+        when flop_model = 'softmax' then 2.0 * a0_numel * a0_bpe
+        when flop_model = 'softmax_backward' then 4.0 * a0_numel * a0_bpe
+    end
+{%- endmacro -%}
+
+{#- The dense peak (TFLOP/s) a kernel's work is measured against: the GPU's
+    (columns of int_trace_gpus_matched on `gpus`) for the op's compute unit
+    (`matrix` for GEMMs and attention, `vector` otherwise) and dtype. An
+    fp32 GEMM whose kernel name says it runs on TF32 tensor cores
+    (var('tf32_kernel_pattern'): cuBLAS/CUTLASS `s1688`/`tf32` kernels,
+    PyTorch's allow_tf32, which traces do not record) is measured against
+    the TF32 peak, other fp32 GEMMs against the fp32 peak. -#}
+{%- macro kernel_peak_tflops(gpus, unit, dtype, kernel_name) -%}
+    case
+        when {{ unit }} = 'vector' then {{ gpus }}.fp32_vector_tflops
+        when {{ dtype }} like '%bfloat16%' then {{ gpus }}.bf16_tflops
+        when {{ dtype }} like '%float8%' then {{ gpus }}.fp8_tflops
+        when {{ dtype }} in ('half', 'c10::half', 'float16', '__half') then {{ gpus }}.fp16_tflops
+        when
+            {{ dtype }} in ('float', 'float32', 'c10::float')
+            and {{ regex_matches(kernel_name, "'" ~ var('tf32_kernel_pattern') ~ "'") }}
+            then {{ gpus }}.tf32_tflops
+        when {{ dtype }} in ('float', 'float32', 'c10::float') then {{ gpus }}.fp32_matrix_tflops
+    end
+{%- endmacro -%}

@@ -1,0 +1,425 @@
+"""Efficiency on real traces: the GPU each trace ran on and its roofs.
+
+The tests read what the models made of the shared Kineto sets and the
+simulated runs in the session's reference warehouse (tests/conftest.py);
+those that build with other vars or add a trace work on a copy. The
+formulas themselves have dbt unit tests beside the models
+(models/intermediate/efficiency/_efficiency__models.yml), run by
+tests/test_models_core.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import (
+    SHARED_DATA,
+    ReferenceWarehouse,
+    copy_warehouse,
+    init_lake,
+    query_warehouse,
+    synthetic_trace,
+    write_trace,
+)
+from tracehouse.build.dbt import DBT_ARTIFACTS_DIR, EXIT_OK, run_dbt
+
+pytestmark = pytest.mark.slow
+
+KINETO = SHARED_DATA / "kineto"
+#: The reference warehouse's runs these tests read (REFERENCE_RUNS in conftest).
+A100 = "a100_nccl_pg_args"
+SAMPLED = "sampled_128rank_job_rank-0"
+REAL_GPU_RUNS = ("dlrm_8rank", A100, SAMPLED)
+
+
+@pytest.fixture
+def warehouse(reference_warehouse: ReferenceWarehouse) -> Path:
+    """The session's reference warehouse, built with the defaults (read-only)."""
+    return reference_warehouse.root
+
+
+def test_gpu_product_is_matched_from_the_device_name(warehouse: Path) -> None:
+    rows = query_warehouse(warehouse, """
+        select run_id, gpu_name, gpu_product, gpu_match_source, count(*)
+        from intermediate.int_trace_gpus_matched
+        where list_contains($1, run_id)
+        group by all
+        order by run_id
+    """, [list(REAL_GPU_RUNS)])
+    assert rows == [
+        (A100, "NVIDIA A100-PG509-200", "a100_sxm4_40gb", "device_name", 1),
+        ("dlrm_8rank", "Tesla V100-SXM2-32GB", "v100_sxm2", "device_name", 8),
+        # No deviceProperties in the file: no GPU, unless the var names one.
+        (SAMPLED, None, None, None, 1),
+    ]
+
+
+def test_var_names_the_gpu_of_every_trace(warehouse: Path, tmp_path: Path) -> None:
+    copy = copy_warehouse(warehouse, tmp_path / "warehouse")
+    args = ["run", "--select", "int_trace_gpus_matched", "--vars", "{gpu_product: h100_sxm}"]
+    assert run_dbt(args, copy) == EXIT_OK
+    rows = query_warehouse(copy, """
+        select run_id, gpu_product, gpu_match_source, bf16_tflops, hbm_tbps, count(*)
+        from intermediate.int_trace_gpus_matched
+        where list_contains($1, run_id)
+        group by all
+        order by run_id
+    """, [list(REAL_GPU_RUNS)])
+    assert rows == [
+        (A100, "h100_sxm", "var", 989.4, 3.35, 1),
+        ("dlrm_8rank", "h100_sxm", "var", 989.4, 3.35, 8),
+        (SAMPLED, "h100_sxm", "var", 989.4, 3.35, 1),
+    ]
+
+
+# ----------------------------------------------------------------- TraceLens' formulas
+#
+# TraceLens (AMD-AGI/TraceLens, `TraceLens/PerfModel/perf_model.py` at 171dd74,
+# research/efficiency_whatif_viewer.md §2) restated in Python: GEMM.flops_func /
+# bytes_func (bias assumed 1 x N), SDPA.flops_func / bytes_func (q + k + v + out),
+# SDPA.flops_bwd_func with flash_impl=True (QK^T recomputed, GQA sum of dK and dV)
+# and bytes_bwd_func, and the elementwise binary/unary models. Not imported: the
+# package is not on PyPI; these few lines are what it computes.
+
+
+def _tl_gemm(m: int, n: int, k: int, bias: bool, bpe: int) -> tuple[float, float]:
+    flops = 2 * m * n * k + (m * n if bias else 0)
+    nbytes = m * k * bpe + k * n * bpe + m * n * bpe + (n if bias else 0) * bpe
+    return flops, nbytes
+
+
+def _tl_sdpa(b: int, n_q: int, h_q: int, n_kv: int, h_kv: int, d_qk: int, d_v: int,
+             causal: bool, bpe: int) -> tuple[float, float]:
+    flops = b * h_q * (2 * n_q * n_kv * d_qk) + b * h_q * (2 * n_q * d_v * n_kv)
+    flops = flops / 2 if causal else flops
+    elems = b * n_q * h_q * d_qk + b * n_kv * h_kv * d_qk + b * n_kv * h_kv * d_v
+    elems += b * n_q * h_q * d_v
+    return flops, elems * bpe
+
+
+def _tl_sdpa_bwd(b: int, n_q: int, h_q: int, n_kv: int, h_kv: int, d_qk: int, d_v: int,
+                 causal: bool, bpe: int) -> tuple[float, float]:
+    flops = b * h_q * (2 * n_q * n_kv * d_qk)  # recompute QK^T
+    flops += b * h_q * (2 * n_kv * n_q * d_v) + b * n_kv * d_v * (h_q // h_kv - 1)  # dV
+    flops += b * h_q * (2 * n_q * n_kv * d_v)  # dP
+    flops += b * h_q * (2 * n_q * n_kv * d_qk)  # dQ
+    flops += b * h_q * (2 * n_kv * n_q * d_qk) + b * n_kv * d_qk * (h_q // h_kv - 1)  # dK
+    flops = flops / 2 if causal else flops
+    elems = 2 * (b * n_q * h_q * d_qk + b * n_kv * h_kv * d_qk + b * n_kv * h_kv * d_v)
+    elems += b * n_q * h_q * d_v  # dO
+    return flops, elems * bpe
+
+
+def _tl_binary(n1: int, b1: int, n2: int, b2: int) -> tuple[float, float]:
+    n_out = max(n1, n2)
+    return n_out, n1 * b1 + n2 * b2 + n_out * max(b1, b2)
+
+
+def _tl_unary(n: int, bpe_in: int, bpe_out: int) -> tuple[float, float]:
+    return n, n * (bpe_in + bpe_out)
+
+
+BF16 = "c10::BFloat16"
+#: (op, Input Dims, Input type, Concrete Inputs, TraceLens' (FLOPs, bytes)).
+TRACELENS_CASES = [
+    ("aten::mm", [[4096, 1024], [1024, 3072]], [BF16, BF16], None,
+     _tl_gemm(4096, 3072, 1024, False, 2)),
+    ("aten::addmm", [[3072], [4096, 1024], [1024, 3072], [], []],
+     [BF16, BF16, BF16, "Scalar", "Scalar"], None, _tl_gemm(4096, 3072, 1024, True, 2)),
+    ("aten::bmm", [[32, 512, 128], [32, 128, 512]], ["float", "float"], None,
+     tuple(32 * x for x in _tl_gemm(512, 512, 128, False, 4))),
+    ("aten::_scaled_dot_product_flash_attention", [[2, 16, 2048, 128]] * 3 + [[]] * 4,
+     [BF16] * 3 + ["Scalar"] * 4, ["", "", "", "0.", "True", "False", ""],
+     _tl_sdpa(2, 2048, 16, 2048, 16, 128, 128, True, 2)),
+    ("aten::_scaled_dot_product_flash_attention", [[2, 16, 2048, 128]] * 3 + [[]] * 4,
+     [BF16] * 3 + ["Scalar"] * 4, ["", "", "", "0.", "False", "False", ""],
+     _tl_sdpa(2, 2048, 16, 2048, 16, 128, 128, False, 2)),
+    ("aten::_scaled_dot_product_flash_attention",
+     [[1, 32, 4096, 128], [1, 8, 4096, 128], [1, 8, 4096, 128], [], [], [], []],
+     [BF16] * 3 + ["Scalar"] * 4, ["", "", "", "0.", "True", "False", ""],
+     _tl_sdpa(1, 4096, 32, 4096, 8, 128, 128, True, 2)),
+    ("flash_attn::_flash_attn_backward",
+     [[1, 4096, 32, 128], [1, 4096, 32, 128], [1, 4096, 8, 128], [1, 4096, 8, 128]]
+     + [[]] * 8,
+     [BF16] * 4 + [""] * 8, ["", "", "", "", "", "", "", "", "", "0.", "", "True"],
+     _tl_sdpa_bwd(1, 4096, 32, 4096, 8, 128, 128, True, 2)),
+    ("aten::add", [[4096, 1024], [4096, 1024], []], [BF16, BF16, "Scalar"], None,
+     _tl_binary(4096 * 1024, 2, 4096 * 1024, 2)),
+    ("aten::mul", [[4096, 1024], [1024]], ["float", "float"], None,
+     _tl_binary(4096 * 1024, 4, 1024, 4)),
+    ("aten::gelu", [[4096, 4096], []], [BF16, ""], None, _tl_unary(4096 * 4096, 2, 2)),
+]
+
+
+def _tracelens_lake(root: Path) -> None:
+    """One synthetic trace with one op -> launch -> kernel chain per TraceLens case."""
+    rows = synthetic_trace("tl", "tl-rank0", 0, world_size=1)
+    base = rows["traces"][0]["base_time_ns"]
+    common = {"run_id": "tl", "rank": 0, "trace_id": "tl-rank0"}
+    for index, (name, dims, types, concrete, _expected) in enumerate(TRACELENS_CASES):
+        op, launch, kernel = 100 + 3 * index, 101 + 3 * index, 102 + 3 * index
+        ts = 20_000 + 10_000 * index
+        args = {"Input Dims": dims, "Input type": types}
+        if concrete is not None:
+            args["Concrete Inputs"] = concrete
+        piece = {**common, "phase": "X", "is_partial_overlap": False}
+        rows["slices"] += [
+            {**piece, "slice_id": op, "ts": base + ts, "dur": 5_000, "name": name,
+             "category": "cpu_op", "track_id": 0, "depth": 0, "args": json.dumps(args)},
+            {**piece, "slice_id": launch, "ts": base + ts + 100, "dur": 100,
+             "name": "cudaLaunchKernel", "category": "cuda_runtime", "track_id": 0, "depth": 1,
+             "parent_id": op, "correlation": 1_000 + index, "args": "{}"},
+            {**piece, "slice_id": kernel, "ts": base + ts + 1_000, "dur": 2_000,
+             "name": f"k{index}", "category": "kernel", "track_id": 1, "depth": 0,
+             "device": 0, "stream": 7, "correlation": 1_000 + index, "args": "{}"},
+        ]
+        rows["flows"].append({**common, "flow_id": 1_000 + index, "category": "ac2g",
+                              "slice_out": launch, "slice_in": kernel,
+                              "ts_out": base + ts + 100, "ts_in": base + ts + 1_000})
+    rows["traces"][0]["trace_end_ns"] = base + 20_000 + 10_000 * len(TRACELENS_CASES)
+    rows["traces"][0]["has_op_shapes"] = True
+    init_lake(root)
+    write_trace(root, rows)
+
+
+def test_flops_and_bytes_equal_tracelens_formulas(tmp_path: Path) -> None:
+    root = tmp_path / "warehouse"
+    _tracelens_lake(root)
+    assert run_dbt(["run", "--select", "+int_kernels_flops_attributed"], root) == EXIT_OK
+    rows = query_warehouse(root, """
+        select slice_id, op_name, flops, bytes, null_reason
+        from intermediate.int_kernels_flops_attributed
+        where slice_id >= 100
+        order by slice_id
+    """)
+    assert len(rows) == len(TRACELENS_CASES)
+    for (slice_id, op_name, flops, nbytes, reason), case in zip(rows, TRACELENS_CASES):
+        name, dims, _types, _concrete, (tl_flops, tl_bytes) = case
+        assert (op_name, reason) == (name, None), (slice_id, case)
+        assert flops == pytest.approx(tl_flops, rel=1e-12), (name, dims)
+        assert nbytes == pytest.approx(tl_bytes, rel=1e-12), (name, dims)
+
+
+# ----------------------------------------------------------------- kernels of real traces
+
+GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul",
+            "aten::linear")
+
+
+def test_every_gemm_kernel_under_a_shaped_op_has_flops_within_the_roof(
+        warehouse: Path) -> None:
+    """DLRM on V100 (record_shapes on): each GEMM kernel gets FLOPs, and no modelled
+    kernel runs faster than its GPU allows (one above the roof means a wrong
+    attribution: FLOPs given to the wrong kernel, or a wrong formula)."""
+    gemms = query_warehouse(warehouse, f"""
+        select cpu_op_name, flops, achieved_tflops, peak_tflops, roof_ratio, gpu_product
+        from fct_kernels
+        where run_id = 'dlrm_8rank' and cpu_op_name in {GEMM_OPS}
+    """)
+    assert len(gemms) >= 200  # mm, addmm and bmm on 8 ranks
+    assert {row[0] for row in gemms} == {"aten::mm", "aten::addmm", "aten::bmm"}
+    for op, flops, achieved, peak, roof, gpu in gemms:
+        assert flops is not None and flops > 0, op
+        assert gpu == "v100_sxm2" and peak == 15.7
+        assert achieved <= peak, (op, achieved, peak)
+        assert roof <= 1.0, (op, roof)
+    above = query_warehouse(warehouse, """
+        select cpu_op_name, name, dur_ns, flops, bytes, roof_ratio
+        from fct_kernels
+        where flops is not null and roof_ratio > 1
+    """)
+    assert not above, above
+
+
+def test_kernels_without_a_flop_model_say_why(warehouse: Path) -> None:
+    rows = dict(query_warehouse(warehouse, """
+        select run_id || ':' || flops_null_reason, count(*)
+        from fct_kernels
+        where flops is null
+        group by all
+    """))
+    # The A100 trace was recorded without shapes; NCCL kernels are not modelled.
+    assert rows[f"{A100}:no_shapes"] > 1000
+    assert rows[f"{A100}:communication"] == 21
+    assert rows["dlrm_8rank:communication"] == 64
+    assert rows["dlrm_8rank:unmodelled_op"] > 0  # fbgemm embedding ops, cat, sum
+    assert None not in rows  # a kernel without FLOPs always has a reason
+    modelled = query_warehouse(warehouse, """
+        select count(*) from fct_kernels
+        where flops is not null and flops_null_reason is not null
+    """)
+    assert modelled == [(0,)]
+
+
+def test_only_the_traces_with_shapes_have_their_ops_read(warehouse: Path) -> None:
+    """The A100 trace was recorded without shapes (no header key, no Input Dims):
+    the FLOP model names none of its files (its trace id is nowhere in the SQL
+    dbt ran) and holds no row of it, and fct_kernels says no_shapes for every
+    launched kernel of it that is not a collective; the shaped traces' files
+    are read by name."""
+    traces = query_warehouse(warehouse, """
+        select run_id, trace_id, has_op_shapes from intermediate.int_traces order by all
+    """)
+    assert {(run, shapes) for run, _, shapes in traces if run in REAL_GPU_RUNS} == {
+        (A100, False), ("dlrm_8rank", True), (SAMPLED, True),
+    }
+    sql = (warehouse / DBT_ARTIFACTS_DIR / "target" / "run" / "tracehouse" / "models"
+           / "intermediate" / "efficiency" / "int_kernels_flops_attributed.sql").read_text()
+    for run, trace_id, shapes in traces:
+        if shapes:
+            assert f"run={run}/{trace_id}.parquet" in sql, run
+        else:
+            assert trace_id not in sql, run
+    unshaped_rows = query_warehouse(warehouse, """
+        select count(*)
+        from intermediate.int_kernels_flops_attributed as flops
+        inner join intermediate.int_traces as traces using (trace_id)
+        where not traces.has_op_shapes
+    """)
+    assert unshaped_rows == [(0,)]
+    reasons = dict(query_warehouse(warehouse, """
+        select flops_null_reason, count(*)
+        from fct_kernels
+        where run_id = $1
+        group by all
+    """, [A100]))
+    assert set(reasons) == {"no_shapes", "communication"}, reasons
+
+
+def test_an_incremental_build_reads_the_ops_of_the_new_shaped_trace_only(
+        warehouse: Path, tmp_path: Path) -> None:
+    """A shaped trace added to the built warehouse: the incremental run of the FLOP
+    model names its file and no other trace's that has kernels, and its GEMM
+    kernels get FLOPs."""
+    from tracehouse.ingest.runner import ingest_paths
+
+    copy = copy_warehouse(warehouse, tmp_path / "warehouse")
+    added = KINETO / "single_rank" / "sampled_128rank_job_rank-1.json.gz"
+    result = ingest_paths([added], warehouse=copy, run="added", progress=False)
+    assert not result.failed, result.failed
+    assert run_dbt(["build", "--select", "int_traces", "int_kernels_flops_attributed"],
+                   copy) == EXIT_OK
+    [(new_trace,)] = query_warehouse(copy, """
+        select trace_id from intermediate.int_traces where run_id = 'added'
+    """)
+    sql = (copy / DBT_ARTIFACTS_DIR / "target" / "run" / "tracehouse" / "models"
+           / "intermediate" / "efficiency" / "int_kernels_flops_attributed.sql").read_text()
+    named = {line.split("/")[-1].split(".parquet")[0] for line in sql.splitlines()
+             if "/slices/run=" in line}
+    # A trace without kernels (the CPU-only Megatron runs) has no rows in the
+    # model, so each build looks at it again (macros/per_trace.sql): cheap.
+    without_rows = {trace for (trace,) in query_warehouse(copy, """
+        select trace_id from intermediate.int_traces
+        anti join intermediate.int_kernels_flops_attributed using (trace_id)
+    """)}
+    assert new_trace in named
+    assert named - without_rows == {new_trace}
+    reasons = dict(query_warehouse(copy, f"""
+        select null_reason, count(*)
+        from intermediate.int_kernels_flops_attributed
+        where trace_id = '{new_trace}' and op_name in {GEMM_OPS}
+        group by all
+    """))
+    # Every GEMM kernel has FLOPs; only the GEMMs' workspace memsets have none.
+    assert reasons[None] > 0
+    assert set(reasons) <= {None, "helper_of_op"}, reasons
+
+
+def test_roofline_chart_draws_the_ops_under_their_roofs(warehouse: Path, tmp_path: Path) -> None:
+    import duckdb
+
+    from tracehouse.core.warehouse import Warehouse
+    from tracehouse.reports.base import ChartContext, NothingToShow
+    from tracehouse.reports.roofline import FAMILY
+
+    con = duckdb.connect(str(Warehouse(warehouse).database), read_only=True)
+    try:
+        [chart] = FAMILY.render(ChartContext(con=con, run_id="dlrm_8rank", out_dir=tmp_path))
+        with pytest.raises(NothingToShow, match="record_shapes"):
+            FAMILY.render(ChartContext(con=con, run_id=A100, out_dir=tmp_path))
+    finally:
+        con.close()
+    assert chart.png.stat().st_size > 10_000 and chart.svg.is_file()
+    assert "aten::mm" in chart.svg.read_text()
+    assert ("59.7 % of the compute-kernel time of the run's traces recorded with shapes"
+            in chart.caption)
+
+
+def test_op_and_rank_rollups_are_the_kernels_sums(warehouse: Path) -> None:
+    """fct_op_efficiency and fct_rank_efficiency hold the compute kernels of the
+    shaped traces only, their sums are fct_kernels' sums, and their coverage is
+    the roofline caption's (59.7 % of DLRM's compute-kernel time has a model);
+    no op runs faster than the V100's roof."""
+    [kernels] = query_warehouse(warehouse, """
+        select count(*), sum(dur_ns), sum(dur_ns) filter (where flops is not null), sum(flops)
+        from fct_kernels where run_id = 'dlrm_8rank' and kind = 'compute'
+    """)
+    for mart in ("fct_op_efficiency", "fct_rank_efficiency"):
+        [sums] = query_warehouse(warehouse, f"""
+            select sum(kernels), sum(compute_ns), sum(modelled_ns), sum(flops)
+            from {mart} where run_id = 'dlrm_8rank'
+        """)
+        assert sums[:3] == kernels[:3], mart
+        assert sums[3] == pytest.approx(kernels[3], rel=1e-12), mart
+        runs = {run for (run,) in query_warehouse(warehouse, f"select distinct run_id from {mart}")}
+        assert runs & {A100, "sim_straggler_skew"} == set(), mart  # recorded without shapes
+    [(coverage,)] = query_warehouse(warehouse, """
+        select sum(modelled_ns) / sum(compute_ns) from fct_rank_efficiency
+        where run_id = 'dlrm_8rank'
+    """)
+    assert f"{100 * coverage:.1f}" == "59.7"
+    # One traced iteration per rank (and a few kernels outside it, iteration NULL).
+    per_rank = query_warehouse(warehouse, """
+        select rank, flop_coverage_ratio from fct_rank_efficiency
+        where run_id = 'dlrm_8rank' and iteration is not null
+    """)
+    assert len(per_rank) == 8 and all(0 < ratio < 1 for _rank, ratio in per_rank)
+    by_phase = """
+        select phase, sum({time}) from {mart}
+        where run_id = 'dlrm_8rank' {where} group by all order by all
+    """
+    assert query_warehouse(warehouse, by_phase.format(
+        time="compute_ns", mart="fct_op_efficiency", where="")) == query_warehouse(
+        warehouse, by_phase.format(time="dur_ns", mart="fct_kernels",
+                                   where="and kind = 'compute'"))
+    gemms = query_warehouse(warehouse, """
+        select cpu_op_name, achieved_tflops from fct_op_efficiency
+        where run_id = 'dlrm_8rank' and flop_model in ('mm', 'addmm', 'bmm')
+    """)
+    assert len(gemms) >= 8 * 3
+    assert all(0 < tflops <= 15.7 for _op, tflops in gemms), gemms
+
+
+# ----------------------------------------------------------------- model FLOPs and MFU
+
+#: bf16 dense peak of the simulated GPU (NVIDIA H100 80GB HBM3: seed gpu_peaks' h100_sxm).
+H100_BF16_TFLOPS = 989.4
+
+
+def test_simulated_run_flops_and_mfu_equal_the_simulators(
+        reference_warehouse: ReferenceWarehouse) -> None:
+    """The simulator states the model FLOPs its cost model runs (model_config.json);
+    the warehouse's Megatron formula gives the same per iteration, and its MFU is
+    those FLOPs over the measured step x world x the H100's bf16 peak."""
+    run = "sim_straggler_skew"
+    truth = reference_warehouse.truths[run]["efficiency"]["model_flops_per_iteration"]
+    rows = query_warehouse(reference_warehouse.root, """
+        select iteration, step_ns, world_size, gpu_product, peak_tflops,
+               model_flops_per_iteration, stated_flops_per_iteration,
+               achieved_tflops_per_gpu, mfu
+        from fct_iteration_efficiency
+        where run_id = $1
+        order by iteration
+    """, [run])
+    assert [row[0] for row in rows] == reference_warehouse.truths[run]["iterations"]
+    for _it, step_ns, world, gpu, peak, flops, stated, achieved, mfu in rows:
+        assert (world, gpu, peak) == (8, "h100_sxm", H100_BF16_TFLOPS)
+        assert stated == truth
+        assert flops == pytest.approx(truth, rel=0.01)
+        expected_mfu = truth / (step_ns * 1e-9 * world * H100_BF16_TFLOPS * 1e12)
+        assert mfu == pytest.approx(expected_mfu, rel=0.01)
+        assert achieved == pytest.approx(mfu * H100_BF16_TFLOPS, rel=1e-9)
+        assert 0 < mfu < 1
