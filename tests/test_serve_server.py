@@ -208,7 +208,9 @@ def test_ctrl_c_stops_it_and_leaves_the_warehouse_as_it_was(small_warehouse: Pat
         assert connection.getresponse().status == 200
         connection.close()
         process.send_signal(signal.SIGINT)
-        assert process.wait(timeout=20) == 0
+        # Generous: on a quiet machine it stops in well under a second, but a
+        # CI run beside other work once took longer than 20 s to be scheduled.
+        assert process.wait(timeout=90) == 0
         assert "stopped" in process.stderr.read()
     finally:
         if process.poll() is None:
