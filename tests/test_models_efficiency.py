@@ -11,6 +11,7 @@ tests/test_models_core.py.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -81,7 +82,9 @@ def test_var_names_the_gpu_of_every_trace(warehouse: Path, tmp_path: Path) -> No
 # research/efficiency_whatif_viewer.md §2) restated in Python: GEMM.flops_func /
 # bytes_func (bias assumed 1 x N), SDPA.flops_func / bytes_func (q + k + v + out),
 # SDPA.flops_bwd_func with flash_impl=True (QK^T recomputed, GQA sum of dK and dV)
-# and bytes_bwd_func, and the elementwise binary/unary models. Not imported: the
+# and bytes_bwd_func, CONV.get_output_shape / flops_func / bytes_func /
+# flops_bwd_func / bytes_bwd_func (aten_conv, aten_conv_bwd), and the elementwise
+# binary/unary models. Not imported: the
 # package is not on PyPI; these few lines are what it computes.
 
 
@@ -111,6 +114,43 @@ def _tl_sdpa_bwd(b: int, n_q: int, h_q: int, n_kv: int, h_kv: int, d_qk: int, d_
     elems = 2 * (b * n_q * h_q * d_qk + b * n_kv * h_kv * d_qk + b * n_kv * h_kv * d_v)
     elems += b * n_q * h_q * d_v  # dO
     return flops, elems * bpe
+
+
+def _tl_conv_out(x: tuple[int, ...], w: tuple[int, ...], stride: int, padding: int,
+                 dilation: int, transposed: bool, output_padding: int) -> tuple[int, ...]:
+    """CONV.get_output_shape: get_conv_out_dim / get_transposed_conv_out_dim per
+    spatial dim (the filter count is W[1] when transposed, W[0] otherwise)."""
+    spatial = []
+    for size, kernel in zip(x[2:], w[2:]):
+        if transposed:
+            spatial.append((size - 1) * stride - 2 * padding + dilation * (kernel - 1)
+                           + output_padding + 1)
+        else:
+            spatial.append(int((size + 2 * padding - dilation * (kernel - 1) - 1) / stride) + 1)
+    return (x[0], w[1] if transposed else w[0], *spatial)
+
+
+def _tl_conv(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...], bias: bool,
+             transposed: bool, bpe: int) -> tuple[float, float]:
+    """CONV.flops_func and CONV.bytes_func."""
+    flops = (math.prod(x) if transposed else math.prod(out)) * 2 * math.prod(w[1:])
+    flops += math.prod(out) if bias else 0
+    nbytes = (math.prod(x) + math.prod(w) + (out[1] if bias else 0) + math.prod(out)) * bpe
+    return flops, nbytes
+
+
+def _tl_conv_bwd(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...],
+                 bpe: int) -> tuple[float, float]:
+    """CONV.flops_bwd_func and bytes_bwd_func without a bias (TraceLens counts the bias
+    gradient in convolution_backward's subtree; PyTorch launches it from a nested
+    aten::sum, which has its own row here): the input gradient is a transposed
+    convolution of dout, the weight gradient one of x^T with dout^T."""
+    def t(shape: tuple[int, ...]) -> tuple[int, ...]:
+        return (shape[1], shape[0], *shape[2:])
+    flops = _tl_conv(out, w, x, False, True, bpe)[0]
+    flops += _tl_conv(t(x), t(out), t(w), False, False, bpe)[0]
+    nbytes = _tl_conv(out, w, x, False, False, bpe)[1] + _tl_conv(out, x, w, False, False, bpe)[1]
+    return flops, nbytes
 
 
 def _tl_binary(n1: int, b1: int, n2: int, b2: int) -> tuple[float, float]:
@@ -151,6 +191,31 @@ TRACELENS_CASES = [
     ("aten::mul", [[4096, 1024], [1024]], ["float", "float"], None,
      _tl_binary(4096 * 1024, 4, 1024, 4)),
     ("aten::gelu", [[4096, 4096], []], [BF16, ""], None, _tl_unary(4096 * 4096, 2, 2)),
+    # aten_conv: input, weight, bias, stride, padding, dilation, transposed,
+    # output_padding, groups. TraceLens sees a bias only when Input Dims has 3 entries;
+    # a recorded aten::convolution has 9 (an absent bias is []), so here the bias is
+    # dims[2] being a tensor: the formulas are compared, not that quirk.
+    ("aten::convolution", [[8, 64, 56, 56], [128, 64, 3, 3], [128], [], [], [], [], [], []],
+     [BF16, BF16, BF16, "ScalarList", "ScalarList", "ScalarList", "Scalar", "ScalarList",
+      "Scalar"], ["", "", "", "[2, 2]", "[1, 1]", "[1, 1]", "False", "[0, 0]", "1"],
+     _tl_conv((8, 64, 56, 56), (128, 64, 3, 3),
+              _tl_conv_out((8, 64, 56, 56), (128, 64, 3, 3), 2, 1, 1, False, 0), True, False, 2)),
+    ("aten::cudnn_convolution", [[4, 32, 28, 28], [32, 32, 3, 3]] + [[]] * 7,
+     ["float", "float"] + ["ScalarList"] * 3 + ["Scalar"] * 4,
+     ["", "", "[2, 2]", "[1, 1]", "[2, 2]", "1", "False", "False", "True"],
+     _tl_conv((4, 32, 28, 28), (32, 32, 3, 3),
+              _tl_conv_out((4, 32, 28, 28), (32, 32, 3, 3), 1, 2, 2, False, 0), False, False, 4)),
+    ("aten::convolution", [[2, 16, 14, 14], [16, 8, 4, 4], [], [], [], [], [], [], []],
+     ["float", "float", "", "ScalarList", "ScalarList", "ScalarList", "Scalar", "ScalarList",
+      "Scalar"], ["", "", "", "[2, 2]", "[1, 1]", "[1, 1]", "True", "[1, 1]", "1"],
+     _tl_conv((2, 16, 14, 14), (16, 8, 4, 4),
+              _tl_conv_out((2, 16, 14, 14), (16, 8, 4, 4), 2, 1, 1, True, 1), False, True, 4)),
+    ("aten::convolution_backward",
+     [[8, 128, 28, 28], [8, 64, 56, 56], [128, 64, 3, 3]] + [[]] * 8,
+     [BF16] * 3 + ["ScalarList"] * 4 + ["Scalar", "ScalarList", "Scalar", "ScalarList"],
+     ["", "", "", "[]", "[2, 2]", "[1, 1]", "[1, 1]", "False", "[0, 0]", "1",
+      "[True, True, False]"],
+     _tl_conv_bwd((8, 64, 56, 56), (128, 64, 3, 3), (8, 128, 28, 28), 2)),
 ]
 
 
