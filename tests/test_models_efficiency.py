@@ -488,3 +488,35 @@ def test_simulated_run_flops_and_mfu_equal_the_simulators(
         assert mfu == pytest.approx(expected_mfu, rel=0.01)
         assert achieved == pytest.approx(mfu * H100_BF16_TFLOPS, rel=1e-9)
         assert 0 < mfu < 1
+
+
+def test_flop_coverage_script_agrees_with_the_rollups(warehouse: Path) -> None:
+    """benchmarks/flop_coverage.py gives each shaped trace's coverage from fct_kernels;
+    over DLRM's eight traces it is fct_rank_efficiency's 59.7 % (ratios of sums), the
+    Megatron CPU-only captures are named as having no compute, and the longest uncovered
+    op of every DLRM trace is an fbgemm embedding op or aten::sum/cat without a model."""
+    import importlib.util
+
+    from conftest import REPO_ROOT
+
+    spec = importlib.util.spec_from_file_location(
+        "flop_coverage", REPO_ROOT / "benchmarks" / "flop_coverage.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rows = module.trace_coverage(warehouse / "tracehouse.duckdb", top=3)
+    dlrm = [row for row in rows if row.run_id == "dlrm_8rank"]
+    assert len(dlrm) == 8
+    [(modelled, compute)] = query_warehouse(warehouse, """
+        select sum(modelled_ns), sum(compute_ns) from fct_rank_efficiency
+        where run_id = 'dlrm_8rank'
+    """)
+    assert sum(row.modelled_ns for row in dlrm) == modelled
+    assert sum(row.compute_ns for row in dlrm) == compute
+    for row in dlrm:
+        assert 0.4 < row.coverage_ratio < 0.7, row
+        assert all(reason in ("unmodelled_op", "no_launch") for _op, reason, _ns in row.uncovered)
+    report = module.format_report(rows)
+    assert "dlrm_8rank: 59.7 % of" in report
+    cpu_only = [row for row in rows if row.coverage_ratio is None]
+    assert cpu_only and {row.compute_ns for row in cpu_only} == {0}
