@@ -1,8 +1,9 @@
 {#
     One row per run x rank x kernel name: how often it ran, how much GPU
     time it took, over all iterations of the rank, and how well it used the
-    GPU where its launching op has a FLOP model (fct_kernels.flops: traces
-    recorded with shapes), ratios of sums as fct_op_efficiency's.
+    GPU where it is a compute kernel whose launching op has a FLOP model
+    (fct_kernels.flops: traces recorded with shapes), ratios of sums as
+    fct_op_efficiency's, so that their sums over a run agree.
     A table rebuilt each time from the kernels of every loaded trace.
 #}
 
@@ -15,9 +16,11 @@ kernels as (
         name,
         kind,
         dur_ns,
-        flops,
-        bytes,
-        case when flops is not null then dur_ns end as modelled_ns
+        {#- Compute kernels only, as fct_op_efficiency: a copy's bytes (flops 0)
+            would otherwise lower a run's achieved TFLOP/s summed from here. #}
+        case when kind = 'compute' then flops end as flops,
+        case when kind = 'compute' then bytes end as bytes,
+        case when kind = 'compute' and flops is not null then dur_ns end as modelled_ns
     from {{ ref('fct_kernels') }}
 ),
 
