@@ -52,6 +52,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import schema
+from ..memory import release_free_memory
 from ..nesting import nest_slices
 from ..trace_types import ParsedTrace, TraceError, TraceFile, display_path
 from .read import NsysDatabase
@@ -442,8 +443,10 @@ def parse_nsys_export(db: NsysDatabase, source: TraceFile, *, content_hash: str,
         finally:
             con.close()
         del tables
+        release_free_memory()  # DuckDB's working memory, before the lake writer's arrays
         yield part
         del part
+        release_free_memory()  # this GPU's rows, written by now
 
 
 @dataclass
