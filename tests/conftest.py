@@ -479,6 +479,7 @@ CAPTURED_DATA = REPO_ROOT / "tests" / "data" / "captured"
 REFERENCE_CAPTURES = {
     "h200_gpt_step": CAPTURED_DATA / "h200_gpt_step",
     "h200_gpt_step_fused_adamw": CAPTURED_DATA / "h200_gpt_step_fused_adamw",
+    "h200_megatron_tp1": CAPTURED_DATA / "h200_megatron_tp1",
 }
 #: Its simulated runs: run -> (SimConfig arguments, the subfolder ingested or "").
 REFERENCE_SIMULATIONS: dict[str, tuple[dict[str, Any], str]] = {

@@ -24,7 +24,11 @@ from conftest import CAPTURED_DATA, REFERENCE_CAPTURES, ReferenceWarehouse, quer
 
 pytestmark = pytest.mark.slow
 
-BEFORE, AFTER = REFERENCE_CAPTURES  # foreach AdamW, then fused AdamW
+#: The plain-PyTorch pair: foreach AdamW, then fused AdamW.
+BEFORE, AFTER = "h200_gpt_step", "h200_gpt_step_fused_adamw"
+PLAIN = (BEFORE, AFTER)
+#: megatron-core on one GPU through the Megatron patch (capture_megatron_gpu.py).
+MEGATRON = "h200_megatron_tp1"
 
 
 def _measured(run: str) -> dict:
@@ -40,7 +44,7 @@ def warehouse(reference_warehouse: ReferenceWarehouse):
     return reference_warehouse.root
 
 
-@pytest.mark.parametrize("run", list(REFERENCE_CAPTURES))
+@pytest.mark.parametrize("run", PLAIN)
 def test_mm_flops_equal_the_profilers_own_count(warehouse, run: str) -> None:
     """torch's profiler counts aten::mm and addmm from the same shapes
     (``with_flops=True``): mm is equal to the FLOP; addmm is ours plus its bias
@@ -54,7 +58,7 @@ def test_mm_flops_equal_the_profilers_own_count(warehouse, run: str) -> None:
     assert 0 < bias < ours["aten::addmm"] * 1e-3
 
 
-@pytest.mark.parametrize("run", list(REFERENCE_CAPTURES))
+@pytest.mark.parametrize("run", PLAIN)
 def test_cudnn_attention_is_counted_causal_both_ways(warehouse, run: str) -> None:
     """Forward 2·B·H·N²·(d_qk + d_v), halved for the causal mask; backward 2.5× it
     (flash/cuDNN recompute the scores: 5 GEMM-like products against 2)."""
@@ -79,7 +83,7 @@ def test_cudnn_attention_is_counted_causal_both_ways(warehouse, run: str) -> Non
 def test_no_kernel_beats_its_roof_and_gemms_run_near_it(warehouse) -> None:
     rows = query_warehouse(warehouse, """
         select max(roof_ratio), sum(flops) / sum(dur_ns) / 1e3, any_value(peak_tflops)
-        from fct_kernels where run_id in (?, ?) and flop_model in ('mm', 'addmm')""",
+        from fct_kernels where run_id in (?, ?, ?) and flop_model in ('mm', 'addmm')""",
         list(REFERENCE_CAPTURES))
     worst_ratio, gemm_tflops, peak = rows[0]
     assert peak == pytest.approx(989.4)  # seed gpu_peaks: H200 dense bf16
@@ -88,7 +92,7 @@ def test_no_kernel_beats_its_roof_and_gemms_run_near_it(warehouse) -> None:
     assert 0.6 * peak < gemm_tflops < peak
 
 
-@pytest.mark.parametrize("run", list(REFERENCE_CAPTURES))
+@pytest.mark.parametrize("run", PLAIN)
 def test_model_flops_and_counted_flops_differ_by_what_megatron_leaves_out(
         warehouse, run: str) -> None:
     """Megatron's formula (int_model_flops_computed) and the FLOPs counted from
@@ -116,7 +120,7 @@ def test_model_flops_and_counted_flops_differ_by_what_megatron_leaves_out(
 def test_mfu_is_there_for_a_hand_written_bf16_config(warehouse) -> None:
     rows = query_warehouse(warehouse, """
         select run_id, params_dtype, peak_tflops, mfu from fct_run_efficiency
-        where run_id in (?, ?) order by run_id""", list(REFERENCE_CAPTURES))
+        where run_id in (?, ?) order by run_id""", list(PLAIN))
     assert [(r[1], r[2]) for r in rows] == [("torch.bfloat16", pytest.approx(989.4))] * 2
     assert all(0.2 < mfu < 0.6 for *_, mfu in rows), rows
 
@@ -142,3 +146,59 @@ def test_fused_adamw_shortens_the_step_and_its_optimizer_kernels(warehouse) -> N
         group by all""", [BEFORE, AFTER]))
     assert optimizer[AFTER][0] < optimizer[BEFORE][0] / 4
     assert optimizer[AFTER][1] < optimizer[BEFORE][1]
+
+
+def test_megatron_phases_hold_every_microbatch_alike(warehouse) -> None:
+    """megatron-core's schedule frames give each GPU kernel its phase and
+    microbatch on a real GPU trace: 4 forward and 4 backward microbatches per
+    iteration, each (same shapes, same data) within a few percent of the
+    others' kernel time, and an optimizer phase."""
+    rows = query_warehouse(warehouse, """
+        select iteration, phase, microbatch, sum(dur_ns)
+        from fct_kernels where run_id = ? and phase in ('forward', 'backward', 'optimizer')
+        group by all order by all""", [MEGATRON])
+    microbatches = _model_args(MEGATRON)["global_batch_size"]
+    iterations = sorted({row[0] for row in rows})
+    assert iterations == [2, 3]
+    for iteration in iterations:
+        for phase in ("forward", "backward"):
+            times = {mb: ns for it, ph, mb, ns in rows if (it, ph) == (iteration, phase)}
+            assert sorted(times) == list(range(microbatches)), (iteration, phase, times)
+            assert max(times.values()) < 1.05 * min(times.values()), (iteration, phase, times)
+        assert any(ph == "optimizer" and it == iteration and ns > 0 for it, ph, _, ns in rows)
+
+
+def test_megatron_mfu_from_the_patchs_config_is_below_the_unprofiled_one(warehouse) -> None:
+    """The patch's model_config.json gives MFU; the profiled iterations (with
+    Python stacks) run slower than the unprofiled ones torch timed while
+    capturing, so the mart's MFU is lower than the unprofiled estimate."""
+    (source, model_flops, peak, mfu), = query_warehouse(warehouse, """
+        select c.config_source, r.model_flops / r.iterations, r.peak_tflops, r.mfu
+        from fct_run_efficiency as r
+        inner join intermediate.int_model_flops_computed as c on r.run_id = c.run_id
+        where r.run_id = ?""", [MEGATRON])
+    times = sorted(_measured(MEGATRON)["unprofiled_iteration_ms"])
+    unprofiled_mfu = model_flops / (times[len(times) // 2] * 1e-3) / (peak * 1e12)
+    assert source == "megatron"
+    assert unprofiled_mfu / 3 < mfu < unprofiled_mfu, (mfu, unprofiled_mfu)
+
+
+def test_a_single_stage_run_has_no_pipeline_bubble(warehouse) -> None:
+    """PP = 1 is no pipeline: its idle time is idle, not a bubble."""
+    assert query_warehouse(warehouse, "select count(*) from fct_pipeline_bubbles where run_id = ?",
+                           [MEGATRON]) == [(0,)]
+    rows = query_warehouse(warehouse, """
+        select bubble_ratio, idle_share from fct_iteration_summary where run_id = ?""",
+        [MEGATRON])
+    assert len(rows) == 2 and all(bubble is None and idle > 0 for bubble, idle in rows), rows
+
+
+def test_megatron_compute_is_mostly_counted(warehouse) -> None:
+    """The local-spec GPT's forward and backward run GEMMs (linear layers,
+    unfused attention's baddbmm/bmm), softmax and elementwise kernels with a
+    FLOP or byte model: most of their compute time has one."""
+    (coverage,), = query_warehouse(warehouse, """
+        select sum(flop_coverage_ratio * compute_ns) / sum(compute_ns)
+        from fct_op_efficiency where run_id = ? and phase in ('forward', 'backward')""",
+        [MEGATRON])
+    assert coverage > 0.75
