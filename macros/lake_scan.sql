@@ -8,7 +8,7 @@
     matches before a trace_id filter can prune any. On a 768-file lake, 256
     new traces' slices took 0.20 s through the glob with the filter, 0.25 s
     for every file, 0.079 s named file by file; at 1,024 ranks x 4
-    iterations an incremental `int_step_windows` cost as much for the
+    iterations an incremental `int_step_windows_resolved` cost as much for the
     1,024 new traces as a full build for all 5,120 (benchmarks/README.md).
     Every loaded trace has one file per table at
     `<lake_root>/<table>/run=<run_id>/<trace_id>.parquet` (ingest/lake.py),

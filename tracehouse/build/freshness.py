@@ -8,7 +8,7 @@ run" for a run that is right there in the lake, with nothing to say why.
 Cheap on purpose: the lake side is a listing of ``lake/traces/run=*/``
 (one commit marker per loaded trace, named by its trace id; no file is
 read) and the build side the ``(run_id, trace_id)`` pairs of the built
-``intermediate.int_traces`` (one row per trace). A warehouse without a
+``intermediate.int_traces_loaded`` (one row per trace). A warehouse without a
 database, or whose database lacks that table, is not judged here (the
 commands say what they lack themselves).
 """
@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 from tracehouse.core.warehouse import Warehouse
 
-#: The built table of loaded traces (models/intermediate/slices/int_traces.sql).
-BUILT_TRACES = "intermediate.int_traces"
+#: The built table of loaded traces (models/intermediate/traces/int_traces_loaded.sql).
+BUILT_TRACES = "intermediate.int_traces_loaded"
 #: Runs named in the note before it says how many more there are.
 _RUNS_SHOWN = 5
 
@@ -86,7 +86,7 @@ def lake_traces(warehouse: Warehouse) -> dict[str, set[str]]:
 
 def unbuilt_traces(warehouse: Warehouse) -> Unbuilt | None:
     """What the lake holds beyond the last build, or None when it cannot be told
-    (no database, no ``int_traces`` in it, the database busy) or there is nothing."""
+    (no database, no ``int_traces_loaded`` in it, the database busy) or there is nothing."""
     import duckdb
 
     in_lake = lake_traces(warehouse)
