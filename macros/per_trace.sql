@@ -113,7 +113,7 @@
     {%- endif -%}
 {%- endmacro %}
 
-{#- The loaded traces that satisfy `condition` (SQL on int_traces_loaded' columns,
+{#- The loaded traces that satisfy `condition` (SQL on int_traces_loaded's columns,
     those of stg_lake__traces, qualified by its alias `loaded`, e.g.
     "loaded.file_format = 'nsys'": an unqualified name that the table lacked
     would bind to the calling query), read at run time as for
@@ -134,7 +134,7 @@
 {%- endmacro %}
 
 {#- The traces of traces_pending() that also satisfy `condition` (SQL on
-    int_traces_loaded' columns, alias `loaded`, as for loaded_traces()), in the
+    int_traces_loaded's columns, alias `loaded`, as for loaded_traces()), in the
     same forms: a model that needs some traces' extra inputs (the FLOP
     model: the CPU ops' args of the traces recorded with shapes) reads them
     for those traces only, and for none when there are none. On a full

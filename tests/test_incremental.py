@@ -526,7 +526,7 @@ def test_plain_build_narrows_to_what_reads_the_changed_lake_tables(
     _build_plain(warehouse)  # a copy is a new location: builds everything, records its tables
     # The Nsight models name the Nsight traces at run time: on this Kineto-only
     # warehouse, none, so they read no lake file at all (the kernel args scan is
-    # int_kernel_short_names_extracted', which fct_kernels joins).
+    # int_kernel_short_names_extracted's, which fct_kernels joins).
     nsys = (Warehouse(warehouse).root / "dbt/target/compiled/tracehouse/models/intermediate"
             / "kernels" / "int_kernel_short_names_extracted.sql").read_text()
     assert re.search(r"category = 'kernel'\s+and false\b", nsys), nsys[:2000]

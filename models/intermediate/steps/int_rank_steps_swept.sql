@@ -7,7 +7,7 @@
     the first kernel (earliest start) launched in step N to the first
     kernel launched in step N + 1 of the same trace; the trace's last step
     ends at the end of its last kernel. So a trace's GPU steps tile its
-    kernel timeline. The steps are int_step_windows_resolved': ProfilerStep ranges,
+    kernel timeline. The steps are int_step_windows_resolved's: ProfilerStep ranges,
     else an Nsight trace's NVTX iteration markers or gap rule (step_rule
     'gpu_projected_nvtx_marker', 'gpu_projected_gap_rule'). A trace
     without them (plain captures, an Nsight export whose GPUs disagree on
