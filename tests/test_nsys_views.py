@@ -23,7 +23,8 @@ from conftest import SHARED_DATA
 from nsys_export import write_megatron_phases_export, write_two_step_export
 from tracehouse.build.dbt import build_warehouse
 from tracehouse.cli import main
-from tracehouse.cli.nsys import ingest_file, query_view
+from tracehouse.nsys_views.load import ingest_file
+from tracehouse.nsys_views.queries import query_view
 
 NSYS = SHARED_DATA / "nsys"
 FILES = ("mfu_2gpu_before", "h100_2gpu_1s")
