@@ -51,6 +51,22 @@
     {%- endif -%}
 {%- endmacro %}
 
+{#- The rows of per-trace lake table `table` whose trace is committed: its
+    `traces` file is in the lake. Ingest writes a trace's other tables
+    first and its `traces` row last, so a load interrupted mid-commit
+    leaves rows that no trace owns; every per-trace staging view reads its
+    table through this filter (one definition of "committed", rule 7 of
+    STYLE.md), and lake_scan reads the traces it is given, which are
+    committed by construction. -#}
+{% macro committed_lake_rows(table) -%}
+    select *
+    from {{ lake_source(table) }}
+    where trace_id in (
+        select committed_traces.trace_id
+        from {{ lake_source('traces') }} as committed_traces
+    )
+{%- endmacro %}
+
 {#- The select list of lake table `table` as its staging view exposes it
     (models/staging/lake/stg_lake__<table>.sql): raw columns by name, times
     renamed to `_ns` and `end_ns` derived. The one place these renames live. -#}
