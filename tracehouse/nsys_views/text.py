@@ -7,7 +7,7 @@ from typing import Any
 
 def format_table(view: str, result: list[dict[str, Any]]) -> str:
     """The view as aligned text (trace strings shown as they are, one line each)."""
-    from tracehouse.query.sql import write_table
+    from tracehouse.query.result_formats import write_table
 
     if view == "summary":
         parts = []
