@@ -71,7 +71,7 @@ def test_demo_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_suggested_command_quotes_hostile_run_names(tmp_path: Path) -> None:
-    from tracehouse.cli.demo import suggested_command
+    from tracehouse.cli.demo_run import suggested_command
 
     line = suggested_command("it's \"odd\" $(rm -rf /)", tmp_path / "my wh")
     argv = shlex.split(line)

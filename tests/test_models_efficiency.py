@@ -4,7 +4,7 @@ The tests read what the models made of the shared Kineto sets and the
 simulated runs in the session's reference warehouse (tests/conftest.py);
 those that build with other vars or add a trace work on a copy. The
 formulas themselves have dbt unit tests beside the models
-(models/intermediate/efficiency/_efficiency__models.yml), run by
+(models/intermediate/efficiency/_int_efficiency__models.yml), run by
 tests/test_models_core.py.
 """
 
@@ -328,7 +328,7 @@ def test_only_the_traces_with_shapes_have_their_ops_read(warehouse: Path) -> Non
     launched kernel of it that is not a collective; the shaped traces' files
     are read by name."""
     traces = query_warehouse(warehouse, """
-        select run_id, trace_id, has_op_shapes from intermediate.int_traces order by all
+        select run_id, trace_id, has_op_shapes from intermediate.int_traces_loaded order by all
     """)
     assert {(run, shapes) for run, _, shapes in traces if run in REAL_GPU_RUNS} == {
         (A100, False), ("dlrm_8rank", True), (SAMPLED, True),
@@ -343,7 +343,7 @@ def test_only_the_traces_with_shapes_have_their_ops_read(warehouse: Path) -> Non
     unshaped_rows = query_warehouse(warehouse, """
         select count(*)
         from intermediate.int_kernels_flops_attributed as flops
-        inner join intermediate.int_traces as traces using (trace_id)
+        inner join intermediate.int_traces_loaded as traces using (trace_id)
         where not traces.has_op_shapes
     """)
     assert unshaped_rows == [(0,)]
@@ -367,10 +367,10 @@ def test_an_incremental_build_reads_the_ops_of_the_new_shaped_trace_only(
     added = KINETO / "single_rank" / "sampled_128rank_job_rank-1.json.gz"
     result = ingest_paths([added], warehouse=copy, run="added", progress=False)
     assert not result.failed, result.failed
-    assert run_dbt(["build", "--select", "int_traces", "int_kernels_flops_attributed"],
+    assert run_dbt(["build", "--select", "int_traces_loaded", "int_kernels_flops_attributed"],
                    copy) == EXIT_OK
     [(new_trace,)] = query_warehouse(copy, """
-        select trace_id from intermediate.int_traces where run_id = 'added'
+        select trace_id from intermediate.int_traces_loaded where run_id = 'added'
     """)
     sql = (copy / DBT_ARTIFACTS_DIR / "target" / "run" / "tracehouse" / "models"
            / "intermediate" / "efficiency" / "int_kernels_flops_attributed.sql").read_text()
@@ -379,7 +379,7 @@ def test_an_incremental_build_reads_the_ops_of_the_new_shaped_trace_only(
     # A trace without kernels (the CPU-only Megatron runs) has no rows in the
     # model, so each build looks at it again (macros/per_trace.sql): cheap.
     without_rows = {trace for (trace,) in query_warehouse(copy, """
-        select trace_id from intermediate.int_traces
+        select trace_id from intermediate.int_traces_loaded
         anti join intermediate.int_kernels_flops_attributed using (trace_id)
     """)}
     assert new_trace in named
@@ -572,7 +572,7 @@ def test_kernel_name_microbatch_and_stage_rollups_add_up_to_the_kernels(
                kernels.flops,
                case when kernels.flops is not null then kernels.dur_ns end as modelled_ns
         from fct_kernels as kernels
-        inner join intermediate.int_traces as traces
+        inner join intermediate.int_traces_loaded as traces
             on kernels.trace_id = traces.trace_id
         left join dim_ranks as ranks
             on kernels.run_id = ranks.run_id and kernels.rank = ranks.rank
@@ -610,7 +610,7 @@ _SHAPED_RATES = """
            cast(sum(kernels.dur_ns) filter (where kernels.flops is not null) as double)
            / sum(kernels.dur_ns)
     from fct_kernels as kernels
-    inner join intermediate.int_traces as traces on kernels.trace_id = traces.trace_id
+    inner join intermediate.int_traces_loaded as traces on kernels.trace_id = traces.trace_id
     where kernels.run_id = $1 and kernels.kind = 'compute' and traces.has_op_shapes
     group by all
     having sum(kernels.flops) > 0

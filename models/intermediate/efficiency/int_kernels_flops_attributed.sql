@@ -14,7 +14,7 @@
     models restated), applied once per distinct (op, shapes, dtypes,
     concrete inputs), not per row.
 
-    Only the traces recorded with shapes (int_traces.has_op_shapes, from
+    Only the traces recorded with shapes (int_traces_loaded.has_op_shapes, from
     Kineto's `record_shapes`) have rows: their kernels, launches and CPU ops
     are the only files it reads. A kernel of any other trace has no row, and
     fct_kernels says `no_shapes` for it, so a lake without shapes costs this

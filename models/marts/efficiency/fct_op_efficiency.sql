@@ -7,7 +7,7 @@
     the rank's coordinate from dim_ranks) is the ratio of this table's sums
     over its rows; fct_rank_efficiency sums them per rank and iteration.
 
-    Traces recorded with shapes only (int_traces.has_op_shapes): another
+    Traces recorded with shapes only (int_traces_loaded.has_op_shapes): another
     trace's kernels have no FLOP model (fct_kernels.flops_null_reason
     no_shapes), and a lake of such traces pays nothing for this mart (the
     join's other side is empty, so DuckDB reads no kernel).
@@ -17,7 +17,7 @@ with
 
 shaped_traces as (
     select trace_id
-    from {{ ref('int_traces') }}
+    from {{ ref('int_traces_loaded') }}
     where has_op_shapes
 ),
 

@@ -10,10 +10,10 @@
       lake's every slice), N from the name;
     - `nvtx_marker`, an Nsight trace without them: nsys-ai's iteration
       marker ranges on its primary launch thread
-      (int_nsys_iteration_windows), N counted from 0;
+      (int_nsys_iterations_windowed), N counted from 0;
     - `gap_rule`, an Nsight trace without either: nsys-ai's gap rule, when
       every GPU of its export file finds the same number of iterations
-      (int_nsys_iteration_windows.is_consistent). The rule is nsys-ai's on
+      (int_nsys_iterations_windowed.is_consistent). The rule is nsys-ai's on
       the GPU timeline, so a window has GPU bounds too (gpu_ts_ns,
       gpu_window_end_ns: from the iteration's first kernel start to the
       next's) that place GPU work by its own start, launched or not; on the
@@ -70,7 +70,7 @@ traces as (
         trace_id,
         trace_start_ns,
         trace_end_ns
-    from {{ ref('int_traces') }}
+    from {{ ref('int_traces_loaded') }}
     where {{ new_traces }}
 ),
 
@@ -85,7 +85,7 @@ nsys_iterations as (
         gpu_start_ns,
         gpu_end_ns,
         is_heuristic
-    from {{ ref('int_nsys_iteration_windows') }}
+    from {{ ref('int_nsys_iterations_windowed') }}
     where
         is_consistent
         and {{ new_traces }}

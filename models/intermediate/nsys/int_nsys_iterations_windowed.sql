@@ -1,7 +1,7 @@
 {#
     One row per training iteration of each GPU of an Nsight Systems trace
     (trace_id, iteration), found as nsys-ai's `iters` finds them, read from
-    the lake so that the step rules can use them (int_step_windows) before
+    the lake so that the step rules can use them (int_step_windows_resolved) before
     any kernel is classified; int_nsys_iterations_detected adds nsys-ai's
     figures.
 
@@ -27,7 +27,7 @@
     the Nsight traces' files only (none on a warehouse of Kineto traces).
 #}
 
--- depends_on: {{ ref('int_traces') }}
+-- depends_on: {{ ref('int_traces_loaded') }}
 
 {#- The Nsight traces, read once: the lake scan reads only their files, and
     none at all on a warehouse of Kineto traces (macros/per_trace.sql,
@@ -62,7 +62,7 @@ traces as (
     select
         trace_id,
         path
-    from {{ ref('int_traces') }}
+    from {{ ref('int_traces_loaded') }}
     where {{ trace_filter(nsys_traces) }}
 ),
 

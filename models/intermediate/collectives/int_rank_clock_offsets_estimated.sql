@@ -53,7 +53,7 @@ steps as (
         trace_id,
         step_number,
         ts_ns
-    from {{ ref('int_step_windows') }}
+    from {{ ref('int_step_windows_resolved') }}
 ),
 
 traces as (
@@ -61,7 +61,7 @@ traces as (
         trace_id,
         run_id,
         rank
-    from {{ ref('int_traces') }}
+    from {{ ref('int_traces_loaded') }}
 ),
 
 hosts as (

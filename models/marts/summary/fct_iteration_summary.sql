@@ -9,7 +9,7 @@
     straggler is fct_stragglers' (rank 1 by waiting caused, NULL without
     waiting); worst_skew_* is the collective whose members started furthest
     apart; bubble_ratio is a ratio of sums over fct_pipeline_bubbles.
-    Column definitions: _iteration_summary__models.yml. A small per-run
+    Column definitions: _summary__models.yml. A small per-run
     table rebuilt each time.
 #}
 
