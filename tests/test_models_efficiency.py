@@ -669,6 +669,7 @@ _SHAPED_RATES = """
            / sum(kernels.dur_ns)
     from fct_kernels as kernels
     inner join intermediate.int_traces as traces on kernels.trace_id = traces.trace_id
+    left join dim_ranks as ranks on kernels.run_id = ranks.run_id and kernels.rank = ranks.rank
     where kernels.run_id = $1 and kernels.kind = 'compute' and traces.has_op_shapes
     group by all
     having sum(kernels.flops) > 0
@@ -713,7 +714,7 @@ def test_phase_and_stage_chart_shows_the_marts_ratios_of_sums(
     copy = copy_warehouse(warehouse, tmp_path / "staged")
     con = duckdb.connect(str(copy / "tracehouse.duckdb"))
     try:
-        con.execute("update fct_rank_efficiency set pp_stage = rank % 2")
+        con.execute("update fct_op_efficiency set pp_stage = rank % 2")
     finally:
         con.close()
     _family, _con, [staged] = _render(copy, "tracehouse.reports.efficiency", "dlrm_8rank",
@@ -730,6 +731,48 @@ def test_phase_and_stage_chart_shows_the_marts_ratios_of_sums(
         for stage, rate, cover in want]
     assert "no pipeline stages" not in staged.caption
     assert "stage 1" in staged.svg.read_text()
+
+
+def test_stage_chart_of_a_pipeline_run_with_shapes_has_a_bar_per_model_chunk(
+        reference_warehouse: ReferenceWarehouse, tmp_path: Path) -> None:
+    """On the simulated interleaved run recorded with shapes, the stage panel has one
+    bar per stage and model chunk (virtual-stage order), each the ratio of sums of the
+    kernels of that stage and chunk; stage 1, whose rank 2 runs 1.5x slower, is slower
+    than stage 0 in each chunk; every microbatch of every rank has FLOPs in
+    fct_op_efficiency, each with its chunk."""
+    import duckdb
+
+    from tracehouse.reports.efficiency import stage_labels, stage_rates
+
+    root = reference_warehouse.root
+    _family, _con, [chart] = _render(root, "tracehouse.reports.efficiency", SHAPED_SIM,
+                                     tmp_path / "charts")
+    con = duckdb.connect(str(root / "tracehouse.duckdb"), read_only=True)
+    try:
+        stages = stage_rates(con, SHAPED_SIM)
+    finally:
+        con.close()
+    assert stage_labels(stages) == ["stage 0 · chunk 0", "stage 1 · chunk 0",
+                                    "stage 0 · chunk 1", "stage 1 · chunk 1"]
+    want = query_warehouse(root, _SHAPED_RATES.format(key="ranks.pp_stage, kernels.vpp_chunk"),
+                           [SHAPED_SIM])
+    got = sorted(zip(stages["pp_stage"], stages["vpp_chunk"], stages["achieved_tflops"],
+                     stages["flop_coverage_ratio"]))
+    assert [(int(stage), int(chunk), rate, cover) for stage, chunk, rate, cover in got] == [
+        (stage, chunk, pytest.approx(rate, rel=1e-12), pytest.approx(cover, rel=1e-12))
+        for stage, chunk, rate, cover in want]
+    rates = {(int(stage), int(chunk)): rate for stage, chunk, rate, _ in got}
+    assert rates[(1, 0)] < rates[(0, 0)] and rates[(1, 1)] < rates[(0, 1)]
+    svg = chart.svg.read_text()
+    assert "stage 1 · chunk 1" in svg and "model chunk" in chart.caption
+    microbatches = query_warehouse(root, """
+        select rank, iteration, count(distinct microbatch), count(distinct vpp_chunk)
+        from fct_op_efficiency
+        where run_id = $1 and flops > 0 and microbatch is not null
+        group by all order by all
+    """, [SHAPED_SIM])
+    # Four microbatches through each of the two chunks: eight per rank and iteration.
+    assert microbatches == [(rank, it, 8, 2) for rank in range(4) for it in (1, 2)]
 
 
 def test_mfu_chart_shows_each_iterations_mfu_and_the_runs(
