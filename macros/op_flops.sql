@@ -27,7 +27,12 @@
       weight gradient as its output_mask asks, each as many FLOPs as the
       forward and x + W + dout bytes (the bias gradient is the nested
       aten::sum that PyTorch launches it from, so it is that op's);
-    * layer norm 6·C + 5·E, softmax 3·E (backward 6·E).
+    * layer norm 6·C + 5·E, softmax 3·E (backward 6·E);
+    * reductions (aten::sum): one add per input element, bytes the input
+      read; the output is not counted (traces of older PyTorch do not
+      record which dims are reduced, and it is at most as large as the
+      input, usually far smaller); an input without a dtype (an out=
+      overload's leading undefined tensor) gives no figure (bad_shapes).
 
     The macros read these columns of a relation of distinct shapes: a<i>_d<d> (dim d of input i), a<i>_rank, a<i>_numel,
     a<i>_bpe (bytes per element, NULL for a non-tensor input) and the
@@ -280,6 +285,7 @@
         when flop_model = 'layer_norm' then 6.0 * norm_channels + 5.0 * a0_numel
         when flop_model = 'softmax' then 3.0 * a0_numel
         when flop_model = 'softmax_backward' then 6.0 * a0_numel
+        when flop_model = 'reduce' and a0_bpe is not null then cast(a0_numel as double)
     end
 {%- endmacro -%}
 
@@ -339,6 +345,7 @@
                 + case when a3_bpe is not null then 1 else 0 end) * norm_channels * a0_bpe
         when flop_model = 'softmax' then 2.0 * a0_numel * a0_bpe
         when flop_model = 'softmax_backward' then 4.0 * a0_numel * a0_bpe
+        when flop_model = 'reduce' and a0_bpe is not null then cast(a0_numel as double) * a0_bpe
     end
 {%- endmacro -%}
 
