@@ -498,6 +498,12 @@ REFERENCE_SIMULATIONS: dict[str, tuple[dict[str, Any], str]] = {
     "sim_tp1_pp2_1f1b": (dict(tp=1, pp=2, dp=1, schedule="1f1b", microbatches=4, iterations=1,
                               layers=4, hidden=512, heads=8, seq_length=512, vocab=8000,
                               seed=1), ""),
+    # test_models_efficiency: recorded with shapes, interleaved over two stages, rank 2
+    # (stage 1) slowed 1.5x; GEMMs big enough to run above the cost model's 2 us floor.
+    "sim_shapes_tp2_pp2_vpp2": (dict(tp=2, pp=2, dp=1, vpp=2, schedule="interleaved",
+                                     microbatches=4, iterations=2, layers=4, hidden=2048,
+                                     heads=16, seq_length=2048, vocab=8000,
+                                     stragglers=((2, 1.5),), record_shapes=True, seed=2), ""),
 }
 
 

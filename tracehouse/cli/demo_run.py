@@ -3,7 +3,9 @@
 Why: a new user should see the whole pipeline work in one command, before
 they have traces of their own. The demo run is TP2 x PP4 x DP2 (16 ranks),
 interleaved 1F1B with two model chunks per stage, two iterations, rank 5
-slowed down 1.5x; the headline numbers let the straggler show up.
+slowed down 1.5x; the headline numbers let the straggler show up. It records
+the ops' shapes (``record_shapes``), so the report shows how fast the GPU
+work runs per phase, stage and model chunk (and the roofline) beside the MFU.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from tracehouse.simulate import SimConfig, simulate_run
 DEMO_CONFIG = SimConfig(
     tp=2, pp=4, dp=2, vpp=2, schedule="interleaved", microbatches=8, iterations=2,
     layers=16, hidden=2048, heads=16, seq_length=2048, vocab=32_000,
-    stragglers=((5, 1.5),), seed=0,
+    stragglers=((5, 1.5),), seed=0, record_shapes=True,
 )
 DEFAULT_OUT = Path("demo_runs") / "megatron_tp2_pp4_dp2_vpp2"
 

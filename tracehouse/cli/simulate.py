@@ -43,6 +43,10 @@ def add_parser(sub: Any) -> None:
                           help="sequence length (default 4096)")
     simulate.add_argument("--sequence-parallel", action="store_true",
                           help="Megatron sequence parallelism (all-gather/reduce-scatter)")
+    simulate.add_argument("--record-shapes", action="store_true",
+                          help="write the transformer ops' shapes (Input Dims, Input type, "
+                               "Concrete Inputs), as the profiler's record_shapes does: the "
+                               "warehouse then gives each GEMM and attention kernel its FLOPs")
     simulate.add_argument("--straggler", action="extend", nargs="+", default=[],
                           metavar="RANK:FACTOR",
                           help="slow ranks' compute kernels, e.g. 5:1.5 (several allowed)")
@@ -76,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
             seq_length=args.seq_length, sequence_parallel=args.sequence_parallel,
             stragglers=stragglers, clock_skew_us=args.clock_skew_us,
             gpus_per_node=args.gpus_per_node, seed=args.seed,
-            first_iteration=args.first_iteration,
+            first_iteration=args.first_iteration, record_shapes=args.record_shapes,
         )
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
