@@ -828,12 +828,41 @@ async function annotationsView(params) {
     el("h1", {text: `${run} · annotation ranges · rank ${rank}`}),
     el("p", {class: "meta", text: "User annotations and NVTX ranges as a tree " +
       "(fct_annotation_ranges): CPU span, GPU projection (first to last kernel launched in it " +
-      "or below) and kernel counts. Open a range for its children; search finds ranges at any " +
-      "depth."}),
+      "or below) and kernel counts, one tree per thread. Open a range for its children; " +
+      "search finds ranges at any depth."}),
     el("div", {class: "toolbar"}, el("label", {text: "rank "}, rankInput), search,
        exportLinks("annotations", {run, rank, ...(q ? {q} : {})})), holder);
   const data = await api("annotations", {run, rank, ...(q ? {q} : {})});
-  holder.replaceChildren(treeLevel(run, rank, data, Boolean(q)));
+  holder.replaceChildren(q ? treeLevel(run, rank, data, true) : threadTrees(run, rank, data));
+}
+
+// The top level, one tree per thread when the rank's ranges lie on several (the steps on the
+// main thread, NCCL ranges on autograd's): each thread a node of its own, the first open.
+function threadTrees(run, rank, data) {
+  const threads = [...new Set(data.nodes.map((node) => node.thread))];
+  if (threads.length < 2) return treeLevel(run, rank, data, false);
+  const list = el("ul", {class: "tree threads"});
+  threads.forEach((thread, index) => {
+    const nodes = data.nodes.filter((node) => node.thread === thread);
+    const toggle = el("button", {class: "toggle", text: index ? "▸" : "▾"});
+    const children = el("div", {class: "children"});
+    const fill = () => children.replaceChildren(
+      treeLevel(run, rank, {...data, nodes, left_out: false}, false));
+    if (!index) fill();
+    let open = !index;
+    toggle.addEventListener("click", () => {
+      open = !open;
+      toggle.textContent = open ? "▾" : "▸";
+      if (open) fill(); else children.replaceChildren();
+    });
+    list.append(el("li", {dataset: {thread}},
+      el("div", {class: "node thread"}, toggle, el("span", {class: "name", text: thread}),
+         el("span", {class: "figure", text: `${nodes.length} ranges at the top`})),
+      children));
+  });
+  if (data.left_out) list.append(el("li", {class: "note", text: "More ranges than shown: " +
+                                                                 "search to narrow them."}));
+  return list;
 }
 
 function treeLevel(run, rank, data, showPath) {
