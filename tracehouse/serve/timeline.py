@@ -328,10 +328,13 @@ def _cached(cur: duckdb.DuckDBPyConnection, run_id: str, ranks: list[int],
     collective members), made on the selection's first view; None above
     :data:`CACHE_MAX_RANKS` ranks.
 
-    Why: ``fct_kernels`` is not ordered by rank, so any window of a few ranks
-    reads the whole table (8 M kernels at 1,024 ranks × 4 iterations: a few
-    hundred ms on two cores), and a pan or a zoom is a new window. The first
-    view of a selection reads it once, sorted by time, into the viewer's own
+    Why: a pan or a zoom is a new window, and even on ``fct_kernel_timeline``
+    (stored by iteration and rank, so a few ranks' window skips most row
+    groups) each window filters the row groups of its ranks again, with
+    their clock offsets joined in; before that mart, every window read all of
+    ``fct_kernels`` (8 M kernels at 1,024 ranks × 4 iterations: 250-590 ms
+    per window on two cores). The first view of a selection reads its kernels
+    once, sorted by time and on the view's axis, into the viewer's own
     in-memory database (never the warehouse, which is attached read-only);
     later windows read the cache. It lives as long as the connection to this
     published database (a new build gets a new one, without the caches);
