@@ -71,38 +71,43 @@ _CELLS = f"""
             and buckets.bucket_start_ns + buckets.bucket_ns > $raw_start
             and buckets.bucket_start_ns + shifts.shift_ns - $origin < $end
             and buckets.bucket_start_ns + buckets.bucket_ns + shifts.shift_ns - $origin > $start
+    ),
+    cells as (
+        select
+            rank,
+            min(ts) as ts,
+            max(ts + dur) - min(ts) as dur,
+            sum(busy_ns)::bigint as busy,
+            sum(compute_ns)::bigint as compute,
+            sum(communication_ns)::bigint as communication,
+            sum(memory_ns)::bigint as memory
+        from buckets
+        group by rank, (greatest(ts + dur // 2, $start) - $start) // $step
     )
     select
-        rank,
-        min(ts) as ts,
-        max(ts + dur) - min(ts) as dur,
-        sum(busy_ns),
-        sum(compute_ns),
-        sum(communication_ns),
-        sum(memory_ns)
-    from buckets
-    group by rank, (greatest(ts + dur // 2, $start) - $start) // $step
-    order by rank, 2
+        rank, ts, dur, busy, compute, communication, memory,
+        -- the kind with the most busy time, the first of equals in KINDS' order
+        case
+            when compute >= communication and compute >= memory then 0
+            when communication >= memory then 1
+            else 2
+        end as kind
+    from cells
+    order by rank, ts
 """  # noqa: S608 - fixed SQL text only
 
 
 def busy_cells(cur: duckdb.DuckDBPyConnection, window: dict[str, Any], step: int,
                lane_index: dict[int, int]) -> dict[str, Any]:
     """The window's cells (``step`` ns wide) of every shown rank, as columns: lane, start and
-    length on the view's axis, busy ns in all and per kind, and the kind with the most."""
-    found = cur.execute(_CELLS, bound(_CELLS, {**window, "step": step})).fetchall()
-    columns: dict[str, list[Any]] = {key: [] for key in ("lane", "ts", "dur", "busy", *KINDS,
-                                                         "kind")}
-    for rank, ts, dur, busy, *by_kind in found:
-        columns["lane"].append(lane_index[rank])
-        columns["ts"].append(int(ts))
-        columns["dur"].append(int(dur))
-        columns["busy"].append(int(busy))
-        for kind, value in zip(KINDS, by_kind):
-            columns[kind].append(int(value))
-        # The kind with the most busy time (the first of equals, in KINDS' order).
-        columns["kind"].append(max(range(len(KINDS)), key=lambda k: (by_kind[k], -k)))
-    return {"rects": columns, "kind_names": list(KINDS)}
+    length on the view's axis, busy ns in all and per kind, and the kind with the most.
+
+    Read column by column (NumPy): 60,000 cells as Python tuples took 200 ms of a 240 ms
+    answer at 1,024 ranks, the query itself 36 ms."""
+    found = cur.execute(_CELLS, bound(_CELLS, {**window, "step": step})).fetchnumpy()
+    columns = {key: found[key].tolist() for key in ("ts", "dur", "busy", *KINDS, "kind")}
+    return {"rects": {"lane": [lane_index[rank] for rank in found["rank"].tolist()], **columns},
+            "kind_names": list(KINDS)}
 
 
 #: The members of collectives in the window, straight from ``fct_collective_ranks`` (its
