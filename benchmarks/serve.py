@@ -207,9 +207,7 @@ def measure(client: Client, figures: Figures, repeat: int) -> None:
         shown, server, wall, size = client.get("/api/timeline", run=run, start=start,
                                                end=end, px=1200, **selection)
         first = Timing(f"timeline {label}: first view of the selection", [server], [wall],
-                       size / 1024, f"{len(shown['lanes'])} lanes, "
-                       f"{len(shown['rects']['ts']):,} of {sum(shown['rects']['n']):,} "
-                       "slices drawn")
+                       size / 1024, f"{len(shown['lanes'])} lanes, " + _drawn(shown))
         figures.timings.append(first)
         _say(first.row())
         timed(f"timeline {label}: open an iteration again", "/api/timeline", run=run,
@@ -224,6 +222,15 @@ def measure(client: Client, figures: Figures, repeat: int) -> None:
         timed(f"timeline {label}: pan (1/16 view, 10% step)", "/api/timeline", run=run,
               start=start + span // 2 + width // 10, end=start + span // 2 + width // 10 + width,
               px=1200, **selection)
+
+
+def _drawn(shown: dict[str, Any]) -> str:
+    """What a timeline answer drew: busy cells (fct_rank_busy_buckets, zoomed out over many
+    ranks) or slices out of how many."""
+    rects = shown["rects"]
+    if shown.get("mode") == "busy":
+        return f"{len(rects['ts']):,} busy cells of {shown['step'] / 1e3:,.0f} us"
+    return f"{len(rects['ts']):,} of {sum(rects['n']):,} slices drawn"
 
 
 def describe(warehouse: Path, figures: Figures) -> None:

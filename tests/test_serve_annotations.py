@@ -8,6 +8,8 @@ Chromium: open a range, search, follow a hit to the timeline.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from urllib.parse import urlencode
 
 import pytest
@@ -47,6 +49,21 @@ def test_levels_are_the_marts_tree(report_viewer: ViewerServer, report_wh: Repor
     assert depth >= 1
 
 
+def test_the_top_level_names_each_ranges_thread(report_viewer: ViewerServer,
+                                                report_wh: ReportWarehouse) -> None:
+    """The steps on the main thread, the NCCL ranges autograd's thread records apart: each
+    top-level range carries its thread as the mart names it."""
+    run = report_wh.need("sim_a")
+    roots = get(report_viewer, "annotations", run=run, rank=0)["nodes"]
+    expected = dict(((trace, slice_id), thread) for trace, slice_id, thread in report_wh.rows(
+        "select trace_id, slice_id, thread_name from fct_annotation_ranges where run_id = ? "
+        "and rank = 0 and parent_range_id is null", [run]))
+    assert {(n["key"]["trace"], n["key"]["slice"]): n["thread"] for n in roots} == expected
+    steps = {n["thread"] for n in roots if n["name"].startswith("ProfilerStep#")}
+    nccl = {n["thread"] for n in roots if n["name"].startswith("nccl:")}
+    assert len(steps) == 1 and nccl and not steps & nccl, (steps, nccl)
+
+
 def test_search_is_a_substring_with_paths(report_viewer: ViewerServer,
                                           report_wh: ReportWarehouse) -> None:
     run = report_wh.need("sim_a")
@@ -83,13 +100,26 @@ def test_the_tree_in_a_browser(report_viewer: ViewerServer, report_wh: ReportWar
         page.open(f"{report_viewer.url}#/annotations?{urlencode({'run': run, 'rank': 0})}")
         page.wait_for("document.body?.dataset.state === 'ready' && "
                       "document.querySelectorAll('#tree .node').length", "the tree")
-        roots = page.evaluate("document.querySelectorAll('#tree > ul > li').length")
-        page.click("document.querySelector('#tree button.toggle:not([disabled])')")
-        page.wait_for("document.querySelector('#tree .children .node')", "a range's children")
-        first = get(report_viewer, "annotations", run=run, rank=0)["nodes"][0]
-        opened = page.evaluate("document.querySelectorAll('#tree .children .node').length")
-        assert opened == first["children"] and roots == len(
-            get(report_viewer, "annotations", run=run, rank=0)["nodes"])
+        # One tree per thread, in order of their first range; the first one open.
+        nodes = get(report_viewer, "annotations", run=run, rank=0)["nodes"]
+        threads = list(dict.fromkeys(node["thread"] for node in nodes))
+        assert len(threads) >= 2
+        assert page.evaluate("[...document.querySelectorAll('#tree > ul > li')]"
+                             ".map(li => li.dataset.thread)") == threads
+        assert page.evaluate("document.querySelectorAll('#tree > ul > li:first-child "
+                             ".children .node').length") == sum(
+            node["thread"] == threads[0] for node in nodes)
+        page.click("document.querySelector('#tree .children button.toggle:not([disabled])')")
+        page.wait_for("document.querySelector('#tree .children .children .node')",
+                      "a range's children")
+        first = next(node for node in nodes if node["thread"] == threads[0] and node["children"])
+        opened = page.evaluate(
+            "document.querySelectorAll('#tree .children .children .node').length")
+        assert opened == first["children"]
+        folder = os.environ.get("TRACEHOUSE_SCREENSHOTS")
+        if folder:
+            Path(folder).mkdir(parents=True, exist_ok=True)
+            page.screenshot(Path(folder) / "annotations_by_thread.png")
 
         page.click("document.getElementById('tree-search')")
         page.type_text("nccl:broadcast")

@@ -10,7 +10,9 @@ account for every kernel in the window once.
 from __future__ import annotations
 
 import json
+import os
 from collections import defaultdict
+from pathlib import Path
 from urllib.parse import urlencode
 
 import pytest
@@ -218,3 +220,99 @@ def test_the_selection_cache_answers_as_the_marts_do(report_viewer: ViewerServer
                            "'memory' and table_name like 'timeline_%' and table_name not "
                            "like '%_members' and table_name <> 'timeline_cache_use'").fetchall()
     assert len(kept) == 2
+
+
+def _busy_buckets(report_wh: ReportWarehouse, run: str, origin: int) -> list[tuple]:
+    """(rank, start, length, busy, compute, communication, memory) of every bucket of
+    fct_rank_busy_buckets, its start on the reference clock relative to ``origin``."""
+    return report_wh.rows("""
+        select b.rank, b.bucket_start_ns + coalesce(o.offset_ns, 0) - ?, b.bucket_ns,
+               b.busy_ns, b.compute_ns, b.communication_ns, b.memory_ns
+        from fct_rank_busy_buckets as b
+        left join dim_rank_clock_offsets as o on o.run_id = b.run_id and o.rank = b.rank
+        where b.run_id = ?
+    """, [origin, run])
+
+
+def test_zoomed_out_over_many_ranks_cells_hold_busy_buckets(
+        report_viewer: ViewerServer, report_wh: ReportWarehouse,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Above MAX_STREAM_RANKS ranks (here: any), where a cell holds a bucket or more of
+    fct_rank_busy_buckets, each cell is the sum of the buckets whose middle falls in it,
+    drawn from the first one's start to the last one's end; zoomed in, kernels again."""
+    from tracehouse.serve import timeline as module
+
+    monkeypatch.setattr(module, "MAX_STREAM_RANKS", 0)
+    run = report_wh.need("sim_a")
+    window = get(report_viewer, "timeline_choices", run=run)["iterations"][0]
+    shown = get(report_viewer, "timeline", run=run, ranks="0-3", start=window["start"],
+                end=window["end"], px=100)
+    assert shown["mode"] == "busy" and not shown["exact"]
+    assert [lane["rank"] for lane in shown["lanes"]] == [0, 1, 2, 3]
+    start, end, step = shown["start"], shown["end"], shown["step"]
+    expected: dict[tuple[int, int], list[tuple]] = defaultdict(list)
+    for rank, ts, width, *busy in _busy_buckets(report_wh, run, int(shown["origin_ns"])):
+        if ts < end and ts + width > start:
+            assert width <= step  # a cell holds at least one bucket
+            expected[(rank, (max(ts + width // 2, start) - start) // step)].append(
+                (ts, width, *busy))
+    cells = shown["rects"]
+    # A cell is keyed by its rank and its first bucket's start (one cell per bucket set).
+    got = {(shown["lanes"][cells["lane"][i]]["rank"], cells["ts"][i]): i
+           for i in range(len(cells["ts"]))}
+    assert len(got) == len(cells["ts"]) == len(expected) > 0
+    for (rank, _cell), members in expected.items():
+        first = min(member[0] for member in members)
+        i = got[(rank, first)]
+        assert cells["dur"][i] == max(m[0] + m[1] for m in members) - first
+        sums = [sum(m[k] for m in members) for k in range(2, 6)]
+        assert [cells[key][i] for key in ("busy", "compute", "communication", "memory")] == sums
+        assert shown["kind_names"][cells["kind"][i]] == \
+            ("compute", "communication", "memory")[sums[1:].index(max(sums[1:]))]
+        assert 0 <= cells["busy"][i] <= cells["dur"][i]
+    assert shown["links"]  # collectives, from fct_collective_ranks at this zoom
+
+    span = window["end"] - window["start"]
+    closer = get(report_viewer, "timeline", run=run, ranks="0-3", start=window["start"],
+                 end=window["start"] + span // 64, px=1200)
+    assert closer["mode"] == "kernels"
+
+
+def test_the_busy_timeline_in_a_browser(report_viewer: ViewerServer, report_wh: ReportWarehouse,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The busy cells are drawn with their share as depth and explained on hover; zooming in
+    turns them back into kernels (a screenshot of each with TRACEHOUSE_SCREENSHOTS=DIR)."""
+    from tracehouse.serve import timeline as module
+
+    # Four ranks drawn as many are: a lane per rank, 100 cells each (a bucket or more).
+    monkeypatch.setattr(module, "MAX_STREAM_RANKS", 0)
+    monkeypatch.setattr(module, "MAX_CELLS", 400)
+    run = report_wh.need("sim_a")
+    window = get(report_viewer, "timeline_choices", run=run)["iterations"][0]
+    folder = os.environ.get("TRACEHOUSE_SCREENSHOTS")
+    with chromium_page() as page:
+        where = urlencode({"run": run, "ranks": "0-3", "start": window["start"],
+                           "end": window["end"]})
+        page.open(f"{report_viewer.url}#/timeline?{where}")
+        page.wait_for("document.body?.dataset.state === 'ready' && "
+                      "document.getElementById('timeline')?.dataset.lanes", "the timeline")
+        status = page.evaluate("document.getElementById('timeline-status').textContent")
+        assert "busy time per" in status, status
+        if folder:
+            Path(folder).mkdir(parents=True, exist_ok=True)
+            page.screenshot(Path(folder) / "timeline_busy.png")
+        box = page.evaluate("""(() => { const c = document.getElementById('timeline');
+            const r = c.getBoundingClientRect(), d = c.dataset;
+            return [r.left + +d.left + (+d.width - +d.left) / 2,
+                    r.top + +d.top + +d.laneH / 2]; })()""")
+        page.call("Input.dispatchMouseEvent", type="mouseMoved", x=box[0], y=box[1])
+        page.wait_for("/busy over/.test(document.getElementById('tooltip')?.textContent || '')",
+                      "the busy cell's tooltip")
+        for _ in range(25):
+            page.call("Input.dispatchMouseEvent", type="mouseWheel", x=box[0], y=box[1],
+                      deltaX=0, deltaY=-120)
+        page.wait_for("document.body.dataset.state === 'ready' && /slices drawn/.test("
+                      "document.getElementById('timeline-status').textContent)", "kernels")
+        if folder:
+            page.screenshot(Path(folder) / "timeline_busy_zoomed.png")
+        assert page.console == [] and page.dialogs == []

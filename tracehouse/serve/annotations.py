@@ -7,6 +7,10 @@ children when it is opened (as nsys-ai's tree TUI does), each answer at most
 text (a bound substring match, not a LIKE pattern), each with its path, so
 a hit deep in the tree is found without opening every level.
 
+Each range names its thread: a rank's top level holds one tree per thread
+(the ProfilerSteps on the main thread, the NCCL ranges autograd's thread
+records on another), and the page groups it by thread.
+
 Each range shows its CPU span, its GPU projection (the kernels launched in
 it or below, first start to last end) and its kernel counts, as the mart
 has them, and a window for the timeline: the GPU projection when it has
@@ -92,6 +96,7 @@ def annotation_tree(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str,
         "nodes": [{
             "key": {"trace": node["trace_id"], "slice": node["slice_id"]},
             "name": node["name"],
+            "thread": _thread_label(node),
             "kind": node["annotation_kind"],
             "depth": node["annotation_depth"],
             "path": node["annotation_path"],
@@ -105,3 +110,13 @@ def annotation_tree(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str,
                                                  int(node["window_start"]) + 1)],
         } for node in found[:MAX_NODES]],
     }
+
+
+def _thread_label(node: dict[str, Any]) -> str:
+    """The range's thread as the trace names it (``thread 7 (pt_main_thread)``), else its id,
+    else its track in the trace (a warehouse built before the mart had threads)."""
+    if node.get("thread_name"):
+        return str(node["thread_name"])
+    if node.get("tid") is not None:
+        return f"thread {node['tid']}"
+    return f"track {node['track_id']}"

@@ -39,6 +39,7 @@ import duckdb
 
 from tracehouse.reports.html import rank_label
 from tracehouse.reports.style import KIND_COLORS, PHASE_COLORS
+from tracehouse.serve.busy import MEMBERS_IN_WINDOW, SHIFTS, bucket_width, busy_cells
 from tracehouse.serve.cells import iteration_label, plain
 from tracehouse.serve.marts import Selection, bound, first_row, rows, tables
 from tracehouse.serve.overview import requested_run
@@ -158,21 +159,33 @@ def timeline_selection(cur: duckdb.DuckDBPyConnection, params: Params) -> Select
     run_id, ranks, window = view_window(cur, params)
     columns = "kernels.*, kernels.ts_ns + shifts.shift_ns - $origin as start_in_view_ns"
     return Selection(f"{run_id}-timeline",
-                     f"with {_KERNELS_IN_WINDOW.format(columns=columns)} "
+                     f"with {_KERNELS_IN_WINDOW.format(columns=columns, table='fct_kernels')} "
                      "select * from kernels", window, "rank, stream, ts_ns, slice_id")
 
 
 def timeline(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str, Any]:
     """The kernels of the chosen ranks in ``[start, end)`` (ns after the run's origin), at the
-    level of detail of ``px`` pixels, and the collectives linking them."""
+    level of detail of ``px`` pixels, and the collectives linking them; zoomed out over more
+    than :data:`MAX_STREAM_RANKS` ranks, their busy time per cell (:mod:`.busy`) instead."""
     run_id, ranks, window = view_window(cur, params)
-    origin, start, end = window["origin"], window["start"], window["end"]
+    start, end = window["start"], window["end"]
     px = params.integer("px", 1200, low=50, high=8000)
     by_stream = len(ranks) <= MAX_STREAM_RANKS
+    if not by_stream:
+        # One lane per rank: the cells are known before any kernel is read.
+        buckets, step = _grid(start, end, px, len(ranks))
+        width = bucket_width(cur, run_id)
+        if width is not None and step >= width:
+            lanes = [(rank, None) for rank in ranks]
+            return {**_head(cur, run_id, ranks, window, lanes, buckets, step, by_stream),
+                    "mode": "busy", "exact": False,
+                    **busy_cells(cur, window, step, {rank: lane for lane, rank in
+                                                     enumerate(ranks)}),
+                    **_links(cur, _Source(SHIFTS, MEMBERS_IN_WINDOW, window),
+                             {lane: index for index, lane in enumerate(lanes)})}
     source = _source(cur, run_id, ranks, window, by_stream)
     lanes = _lanes(cur, source, ranks, by_stream)
-    buckets = max(1, min(px, MAX_CELLS // len(lanes)))
-    step = max(1, -(-(end - start) // buckets))  # ceil: the buckets cover the window
+    buckets, step = _grid(start, end, px, len(lanes))
     sql = f"""
         with {source.kernels}
         select
@@ -194,19 +207,36 @@ def timeline(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str, Any]:
     frames = _cpu_frames(cur, window, step) if by_stream else []
     lanes = _with_cpu_lanes(lanes, frames, by_stream)
     lane_index = {lane: index for index, lane in enumerate(lanes)}
+    return {
+        **_head(cur, run_id, ranks, window, lanes, buckets, step, by_stream),
+        "mode": "kernels",
+        **_rectangles(found + frames, lane_index),
+        **_links(cur, source, lane_index),
+    }
+
+
+def _grid(start: int, end: int, px: int, lanes: int) -> tuple[int, int]:
+    """Cells per lane and their width (ns) for ``lanes`` lanes over ``[start, end)``: one per
+    pixel, fewer when the lanes would pass :data:`MAX_CELLS` cells."""
+    buckets = max(1, min(px, MAX_CELLS // lanes))
+    return buckets, max(1, -(-(end - start) // buckets))  # ceil: the cells cover the window
+
+
+def _head(cur: duckdb.DuckDBPyConnection, run_id: str, ranks: list[int],
+          window: dict[str, Any], lanes: list[tuple[int, Any]], buckets: int, step: int,
+          by_stream: bool) -> dict[str, Any]:
+    """What every timeline answer says besides its rectangles: the window, grid and lanes."""
     labels = _rank_labels(cur, run_id, ranks)
     return {
         "run_id": run_id,
-        "origin_ns": str(origin),
-        "start": start, "end": end, "step": step, "buckets": buckets,
+        "origin_ns": str(window["origin"]),
+        "start": window["start"], "end": window["end"], "step": step, "buckets": buckets,
         "by_stream": by_stream,
         "lanes": [{"rank": rank, "stream": lane_stream,
                    "label": labels[rank] + {None: "", CPU_LANE: " · CPU steps"}.get(
                        lane_stream, f" · stream {lane_stream}")}
                   for rank, lane_stream in lanes],
         "colors": {**KIND_COLORS, **PHASE_COLORS},
-        **_rectangles(found + frames, lane_index),
-        **_links(cur, source, lane_index),
     }
 
 
@@ -215,14 +245,12 @@ def timeline(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str, Any]:
 #: ([dur, -ts, -slice_id]) took 3.5x as long over 2 M kernels (2.1 s against 0.6 s).
 _LONGEST = "((dur::hugeint << 64) - (ts::hugeint << 24) - slice_id)"
 
-#: The shown ranks' kernels overlapping the window, ``{columns}`` of them (fixed text).
-_KERNELS_IN_WINDOW = """
-    shifts as (
-        select pair[1] as rank, pair[2] as shift_ns from (select unnest($shifts) as pair)
-    ),
+#: The shown ranks' kernels overlapping the window, ``{columns}`` of them from ``{table}``
+#: (fixed text).
+_KERNELS_IN_WINDOW = SHIFTS + """,
     kernels as (
         select {columns}
-        from fct_kernels as kernels
+        from {table} as kernels
         inner join shifts on kernels.rank = shifts.rank
         where kernels.run_id = $run
             and kernels.rank between $low and $high
@@ -231,6 +259,13 @@ _KERNELS_IN_WINDOW = """
             and kernels.end_ns + shifts.shift_ns - $origin > $start
     )
 """
+
+
+def _kernels_mart(cur: duckdb.DuckDBPyConnection) -> str:
+    """Where the timeline reads kernels: ``fct_kernel_timeline`` (the same rows as
+    ``fct_kernels``, ordered so that a window skips most row groups), or ``fct_kernels`` in a
+    warehouse built before that mart."""
+    return "fct_kernel_timeline" if "fct_kernel_timeline" in tables(cur) else "fct_kernels"
 
 
 #: The members of the collectives among the shown kernels (needs the ``kernels`` CTE).
@@ -272,7 +307,8 @@ def _source(cur: duckdb.DuckDBPyConnection, run_id: str, ranks: list[int],
     stream = "stream" if by_stream else "null::bigint as stream"
     table = _cached(cur, run_id, ranks, window)
     if table is None:
-        return _Source(_KERNELS_IN_WINDOW.format(columns=_drawn(by_stream)),
+        return _Source(_KERNELS_IN_WINDOW.format(columns=_drawn(by_stream),
+                                                 table=_kernels_mart(cur)),
                        _MEMBERS_OF_KERNELS, window)
     return _Source(
         f"""kernels as (
@@ -292,10 +328,13 @@ def _cached(cur: duckdb.DuckDBPyConnection, run_id: str, ranks: list[int],
     collective members), made on the selection's first view; None above
     :data:`CACHE_MAX_RANKS` ranks.
 
-    Why: ``fct_kernels`` is not ordered by rank, so any window of a few ranks
-    reads the whole table (8 M kernels at 1,024 ranks × 4 iterations: a few
-    hundred ms on two cores), and a pan or a zoom is a new window. The first
-    view of a selection reads it once, sorted by time, into the viewer's own
+    Why: a pan or a zoom is a new window, and even on ``fct_kernel_timeline``
+    (stored by iteration and rank, so a few ranks' window skips most row
+    groups) each window filters the row groups of its ranks again, with
+    their clock offsets joined in; before that mart, every window read all of
+    ``fct_kernels`` (8 M kernels at 1,024 ranks × 4 iterations: 250-590 ms
+    per window on two cores). The first view of a selection reads its kernels
+    once, sorted by time and on the view's axis, into the viewer's own
     in-memory database (never the warehouse, which is attached read-only);
     later windows read the cache. It lives as long as the connection to this
     published database (a new build gets a new one, without the caches);
@@ -313,7 +352,8 @@ def _cached(cur: duckdb.DuckDBPyConnection, run_id: str, ranks: list[int],
                           "and table_name = ?", [f"timeline_{key}"]) is None:
             sql = f"""
                 create table {table} as
-                with {_KERNELS_IN_WINDOW.format(columns=_CACHED_COLUMNS)}
+                with {_KERNELS_IN_WINDOW.format(columns=_CACHED_COLUMNS,
+                                                table=_kernels_mart(cur))}
                 select * from kernels order by ts
             """  # noqa: S608 - fixed text and a name made of hex digits
             whole = {**window, "start": -(2**62), "end": 2**62, "raw_start": -(2**62),
@@ -360,9 +400,7 @@ def _cpu_frames(cur: duckdb.DuckDBPyConnection, window: dict[str, Any],
     if "fct_cpu_steps" not in tables(cur):
         return []
     sql = f"""
-        with shifts as (
-            select pair[1] as rank, pair[2] as shift_ns from (select unnest($shifts) as pair)
-        ),
+        with {SHIFTS},
         frames as (
             select
                 steps.rank,

@@ -13,6 +13,8 @@
     annotation_path: their names and its own in that order, joined by
     ' > ' (ingest writes it with the lineage: joining every lineage back
     to its names here cost 0.3-0.6 s of a 256-rank x 2-iteration build).
+    tid and thread_name: the thread the range was recorded on (the trace's
+    `threads`), so that a reader can show each thread's tree apart.
     Per trace (macros/per_trace.sql): delete+insert on trace_id.
 #}
 
@@ -31,6 +33,10 @@ ranges as (
     select * from {{ annotation_range_slices(pending) }} as scanned  -- noqa: AM04
 ),
 
+threads as (
+    select * from {{ trace_threads(pending) }} as scanned  -- noqa: AM04
+),
+
 final as (
     select
         ranges.run_id,
@@ -40,6 +46,8 @@ final as (
         ranges.annotation_kind,
         ranges.parent_range_id,
         ranges.track_id,
+        threads.tid,
+        threads.thread_name,
         ranges.name,
         {{ array_length('ranges.lineage_range_ids') }} - 1 as annotation_depth,
         ranges.annotation_path,
@@ -48,6 +56,10 @@ final as (
         ranges.end_ns,
         ranges.lineage_range_ids
     from ranges
+    left join threads
+        on
+            ranges.trace_id = threads.trace_id
+            and ranges.track_id = threads.track_id
 )
 
 select * from final

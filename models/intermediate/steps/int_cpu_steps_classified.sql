@@ -47,13 +47,7 @@ frames as (
 ),
 
 threads as (
-    select
-        trace_id,
-        track_id,
-        tid,
-        thread_name
-    from {{ lake_scan('threads', pending) }}
-    where {{ new_traces }}
+    select * from {{ trace_threads(pending) }} as scanned  -- noqa: AM04
 ),
 
 patterns as (

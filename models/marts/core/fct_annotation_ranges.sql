@@ -37,6 +37,8 @@ final as (
         ranges.annotation_kind,
         ranges.parent_range_id,
         ranges.track_id,
+        ranges.tid,
+        ranges.thread_name,
         ranges.name,
         ranges.annotation_depth,
         ranges.annotation_path,

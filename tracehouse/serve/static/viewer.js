@@ -548,7 +548,9 @@ async function timelineView(params) {
     el("h1", {text: `${run} · timeline`}),
     el("p", {class: "meta", text: "Kernels by stream, and each rank's Megatron step frames " +
              "(CPU steps), on the run's reference clock (times after its first step); each " +
-             "pixel shows its longest kernel or frame. Scroll to zoom, drag to " +
+             "pixel shows its longest kernel or frame (zoomed out over many ranks, how busy " +
+             "each rank was: the depth of a cell is its busy share, its colour the kind that " +
+             "kept it busiest). Scroll to zoom, drag to " +
              "pan, click a kernel to open it. Lines join the members of a collective in " +
              "arrival order; a red dot marks the last to arrive, the one the others waited for."}),
     el("div", {class: "toolbar"}, groupSelect, ranksInput, ...iterationButtons,
@@ -582,15 +584,18 @@ async function timelineView(params) {
         ctx.fillText(lane.label, 4, y + box.laneH / 2, LEFT - 8);
       }
     });
-    const rects = data.rects;
+    const rects = data.rects, busy = data.mode === "busy";
     for (let i = 0; i < rects.ts.length; i++) {
       const x0 = Math.max(LEFT, xOf(rects.ts[i], box));
       const x1 = Math.min(box.width, xOf(rects.ts[i] + rects.dur[i], box));
       if (x1 < LEFT || x0 > box.width) continue;
       ctx.fillStyle = data.colors[data.kind_names[rects.kind[i]]] || "#7f7f7f";
+      // A busy cell's depth is its busy share (a faint trace of any work stays visible).
+      ctx.globalAlpha = busy ? Math.max(0.12, Math.min(1, rects.busy[i] / Math.max(1, rects.dur[i]))) : 1;
       ctx.fillRect(x0, TOP + rects.lane[i] * box.laneH + 1, Math.max(1, x1 - x0),
                    Math.max(1, box.laneH - 2));
     }
+    ctx.globalAlpha = 1;
     ctx.lineWidth = 1;
     for (const link of data.links) {
       ctx.strokeStyle = "rgba(29,35,42,0.55)";
@@ -645,9 +650,12 @@ async function timelineView(params) {
     }
     if (state.pending !== token) return;  // a newer request is on its way
     state.data = data;
-    const drawn = data.rects.ts.length, kernels = data.rects.n.reduce((a, b) => a + b, 0);
-    status.textContent = `${data.exact ? "exact" : "per pixel"}: ${drawn} of ${kernels} ` +
-      `slices drawn · ${data.links.length} collectives linked` +
+    const drawn = data.rects.ts.length;
+    status.textContent = (data.mode === "busy"
+      ? `busy time per ${timeText(data.step)} cell: ${drawn} cells drawn, zoom in for kernels`
+      : `${data.exact ? "exact" : "per pixel"}: ${drawn} of ` +
+        `${data.rects.n.reduce((a, b) => a + b, 0)} slices drawn`) +
+      ` · ${data.links.length} collectives linked` +
       (data.links_left_out ? ` (${data.links_left_out} more: zoom in)` : "");
     draw();
     document.body.dataset.state = "ready";
@@ -665,6 +673,14 @@ async function timelineView(params) {
     const i = rectAt(event);
     if (i < 0) { hideTooltip(); return; }
     const data = state.data, rects = data.rects;
+    if (data.mode === "busy") {
+      const share = (ns) => `${Math.round(100 * ns / Math.max(1, rects.dur[i]))}%`;
+      showTooltip(event, `${data.lanes[rects.lane[i]].label}\n${share(rects.busy[i])} busy over ` +
+        `${timeText(rects.dur[i])} at ${timeText(rects.ts[i])}: compute ${share(rects.compute[i])}, ` +
+        `communication ${share(rects.communication[i])}, memory ${share(rects.memory[i])}` +
+        "\nzoom in for its kernels");
+      return;
+    }
     showTooltip(event, `${data.names[rects.name[i]]}\n${data.lanes[rects.lane[i]].label} · ` +
       `${data.kind_names[rects.kind[i]]} · ${timeText(rects.dur[i])} at ${timeText(rects.ts[i])}` +
       (rects.n[i] > 1 ? `\nthe longest of ${rects.n[i]} kernels in this pixel: zoom in` : ""));
@@ -673,7 +689,8 @@ async function timelineView(params) {
   canvas.addEventListener("click", (event) => {
     if (gesture.wasDrag()) return;
     const i = rectAt(event);
-    if (i < 0 || state.data.lanes[state.data.rects.lane[i]].stream === "cpu") return;
+    if (i < 0 || state.data.mode === "busy" ||
+        state.data.lanes[state.data.rects.lane[i]].stream === "cpu") return;
     hideTooltip();
     go("kernel", {run, trace: state.data.traces[state.data.rects.trace[i]],
                   slice: state.data.rects.slice[i]});
@@ -811,12 +828,41 @@ async function annotationsView(params) {
     el("h1", {text: `${run} · annotation ranges · rank ${rank}`}),
     el("p", {class: "meta", text: "User annotations and NVTX ranges as a tree " +
       "(fct_annotation_ranges): CPU span, GPU projection (first to last kernel launched in it " +
-      "or below) and kernel counts. Open a range for its children; search finds ranges at any " +
-      "depth."}),
+      "or below) and kernel counts, one tree per thread. Open a range for its children; " +
+      "search finds ranges at any depth."}),
     el("div", {class: "toolbar"}, el("label", {text: "rank "}, rankInput), search,
        exportLinks("annotations", {run, rank, ...(q ? {q} : {})})), holder);
   const data = await api("annotations", {run, rank, ...(q ? {q} : {})});
-  holder.replaceChildren(treeLevel(run, rank, data, Boolean(q)));
+  holder.replaceChildren(q ? treeLevel(run, rank, data, true) : threadTrees(run, rank, data));
+}
+
+// The top level, one tree per thread when the rank's ranges lie on several (the steps on the
+// main thread, NCCL ranges on autograd's): each thread a node of its own, the first open.
+function threadTrees(run, rank, data) {
+  const threads = [...new Set(data.nodes.map((node) => node.thread))];
+  if (threads.length < 2) return treeLevel(run, rank, data, false);
+  const list = el("ul", {class: "tree threads"});
+  threads.forEach((thread, index) => {
+    const nodes = data.nodes.filter((node) => node.thread === thread);
+    const toggle = el("button", {class: "toggle", text: index ? "▸" : "▾"});
+    const children = el("div", {class: "children"});
+    const fill = () => children.replaceChildren(
+      treeLevel(run, rank, {...data, nodes, left_out: false}, false));
+    if (!index) fill();
+    let open = !index;
+    toggle.addEventListener("click", () => {
+      open = !open;
+      toggle.textContent = open ? "▾" : "▸";
+      if (open) fill(); else children.replaceChildren();
+    });
+    list.append(el("li", {dataset: {thread}},
+      el("div", {class: "node thread"}, toggle, el("span", {class: "name", text: thread}),
+         el("span", {class: "figure", text: `${nodes.length} ranges at the top`})),
+      children));
+  });
+  if (data.left_out) list.append(el("li", {class: "note", text: "More ranges than shown: " +
+                                                                 "search to narrow them."}));
+  return list;
 }
 
 function treeLevel(run, rank, data, showPath) {

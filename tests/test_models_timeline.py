@@ -1,0 +1,98 @@
+"""The timeline marts: fct_kernel_timeline is fct_kernels' rows in read order, and
+fct_rank_busy_buckets' busy time is the one busy time of the other marts.
+
+On the report tests' shared warehouse (simulated, hostile-named, CPU-only and
+real runs; real ingest and build; read-only). The oracles are other marts:
+fct_kernels' rows, fct_rank_iterations' busy columns, and the union of
+fct_kernels' intervals merged here in Python for a window of buckets.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+
+from report_warehouse import ReportWarehouse
+
+pytestmark = pytest.mark.slow  # reads the report tests' built warehouse
+
+KINDS = ("compute", "communication", "memory")
+
+
+def test_kernel_timeline_holds_fct_kernels_rows(report_wh: ReportWarehouse) -> None:
+    columns = "run_id, rank, iteration, stream, trace_id, slice_id, kind, name, ts_ns, " \
+              "dur_ns, end_ns"
+    timeline = report_wh.rows(f"select {columns} from fct_kernel_timeline")
+    kernels = report_wh.rows(f"select {columns} from fct_kernels")
+    assert len(timeline) > 1000
+    assert sorted(timeline, key=repr) == sorted(kernels, key=repr)
+
+
+def test_kernel_timeline_is_stored_in_read_order(report_wh: ReportWarehouse) -> None:
+    """Run, iteration (NULL last), rank: the order zone maps prune by."""
+    stored = report_wh.rows("select run_id, iteration, rank from fct_kernel_timeline "
+                            "order by rowid")
+    keys = [(run, iteration is None, iteration or 0, rank) for run, iteration, rank in stored]
+    assert keys == sorted(keys)
+    assert len(set(keys)) > 10
+
+
+def test_busy_buckets_sum_to_the_ranks_iterations(report_wh: ReportWarehouse) -> None:
+    """Per rank, every busy column summed over the buckets equals fct_rank_iterations'."""
+    sums = ", ".join(f"sum({column})::bigint"
+                     for column in ("busy_ns", *(f"{kind}_ns" for kind in KINDS)))
+    buckets = {tuple(row[:2]): row[2:] for row in report_wh.rows(
+        f"select run_id, rank, {sums} from fct_rank_busy_buckets group by 1, 2")}
+    iterations = {tuple(row[:2]): row[2:] for row in report_wh.rows(
+        f"select run_id, rank, {sums} from fct_rank_iterations where busy_ns is not null "
+        "group by 1, 2")}
+    assert report_wh.need("sim_a") in {run for run, _ in buckets}
+    assert buckets == iterations
+
+
+def _union_ns(intervals: list[tuple[int, int]], low: int, high: int) -> int:
+    """Length of the union of ``intervals`` inside ``[low, high)``."""
+    total, reach = 0, low
+    for start, end in sorted(intervals):
+        start, end = max(start, reach), min(end, high)
+        if end > start:
+            total += end - start
+            reach = end
+    return total
+
+
+def test_busy_buckets_of_a_window_are_its_kernels_busy_time(report_wh: ReportWarehouse) -> None:
+    """For a window of whole buckets in the middle of an iteration, each rank's busy time
+    per kind is the union of its kernels' intervals clipped to the window (fct_kernels)."""
+    run = report_wh.need("sim_a")
+    (bucket_ns,), = report_wh.rows("select distinct bucket_ns from fct_rank_busy_buckets "
+                                   "where run_id = ?", [run])
+    (first, last), = report_wh.rows("select min(first_start_ns), max(last_end_ns) "
+                                    "from fct_rank_iterations where run_id = ? and iteration = "
+                                    "(select min(iteration) from fct_rank_iterations "
+                                    "where run_id = ?)", [run, run])
+    low = (first + (last - first) // 3) // bucket_ns * bucket_ns
+    high = low + 37 * bucket_ns
+    assert high < last
+    intervals: dict[tuple[int, str], list[tuple[int, int]]] = defaultdict(list)
+    for rank, kind, ts, end in report_wh.rows(
+            "select rank, kind, ts_ns, end_ns from fct_kernels where run_id = ? "
+            "and ts_ns < ? and end_ns > ?", [run, high, low]):
+        intervals[(rank, kind)].append((ts, end))
+        intervals[(rank, "all")].append((ts, end))
+    expected = {(rank, kind): _union_ns(spans, low, high)
+                for (rank, kind), spans in intervals.items()}
+    found = report_wh.rows("""
+        select rank, sum(busy_ns)::bigint, sum(compute_ns)::bigint,
+               sum(communication_ns)::bigint, sum(memory_ns)::bigint
+        from fct_rank_busy_buckets
+        where run_id = ? and bucket_start_ns >= ? and bucket_start_ns < ?
+        group by 1
+    """, [run, low, high])
+    assert len(found) >= 4
+    for rank, busy, *by_kind in found:
+        assert busy == expected.get((rank, "all"), 0), rank
+        for kind, value in zip(KINDS, by_kind):
+            assert value == expected.get((rank, kind), 0), (rank, kind)
+    assert sum(row[1] for row in found) > 0
