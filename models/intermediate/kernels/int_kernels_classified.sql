@@ -11,6 +11,19 @@
     no kernel is counted in two phases; none means `other`. The microbatch
     is that of the outermost forward/backward step found the same way
     (`step_slice_id`, the key of its vpp chunk in int_microbatch_steps_chunked).
+    A plain PyTorch trace (no Megatron step frame at all: Megatron's keep
+    priority, so a Megatron trace's phases are its frames' alone) takes the
+    phase from torch's own signals, seed torch_phase_patterns (lowest
+    priority wins): launched inside a range it names (torch.optim's
+    `Optimizer.step#AdamW.step`, `Optimizer.zero_grad#...`), or in a range
+    nested in one, optimizer; launched from the autograd engine's thread
+    (int_backward_threads_found), backward. Forward is the rest of the step
+    before its first backward launch (all of a step without one: inference):
+    the loss is computed there, so it counts as forward; copies launched
+    there (the batch's host-to-device copy) are data movement, `other`.
+    Work after the first backward launch that no range names (`.item()`'s
+    copy, a host-side metric, the LR scheduler) and work outside every step
+    is `other`. These kernels have no microbatch (one per step).
     The process group a communication kernel's args name (description,
     name, `process_group_ranks_key` = sorted ranks) is resolved against the
     run's groups by int_process_groups_matched, a per-run lookup that
@@ -121,6 +134,9 @@ launched as (
     select
         trace_id,
         slice_id,
+        category,
+        iteration,
+        annotation_slice_id,
         launch_track_id,
         launch_ts_ns
     from {{ ref('int_slices_contextualized') }}
@@ -232,6 +248,154 @@ kernel_steps as (
             and phases.slice_id = microbatches.slice_id
 ),
 
+{# Plain PyTorch (a trace without Megatron step frames): torch's own
+   signals, seed torch_phase_patterns. #}
+megatron_traces as (
+    select distinct trace_id
+    from step_frames
+),
+
+torch_patterns as (
+    select
+        pattern_id,
+        priority,
+        phase,
+        source,
+        pattern
+    from {{ ref('torch_phase_patterns') }}
+),
+
+annotation_ranges as (
+    select
+        trace_id,
+        slice_id,
+        name,
+        lineage_range_ids
+    from {{ ref('int_annotation_ranges_nested') }}
+    where {{ new_traces }}
+),
+
+backward_threads as (
+    select
+        trace_id,
+        track_id,
+        phase,
+        pattern_id
+    from {{ ref('int_backward_threads_found') }}
+    where {{ new_traces }}
+),
+
+torch_launched as (
+    select launched.*
+    from launched
+    where launched.trace_id not in (select megatron_traces.trace_id from megatron_traces)
+),
+
+{# The ranges a pattern names (Optimizer.step#AdamW.step), and every range
+   inside one of them (its lineage holds it). #}
+named_ranges as (
+    select
+        annotation_ranges.trace_id,
+        annotation_ranges.slice_id,
+        torch_patterns.phase,
+        torch_patterns.pattern_id,
+        torch_patterns.priority
+    from annotation_ranges
+    inner join torch_patterns
+        on
+            torch_patterns.source = 'annotation'
+            and {{ regex_matches('annotation_ranges.name', 'torch_patterns.pattern') }}
+),
+
+range_candidates as (
+    select
+        annotation_ranges.trace_id,
+        annotation_ranges.slice_id,
+        named_ranges.phase,
+        named_ranges.pattern_id,
+        named_ranges.priority
+    from annotation_ranges
+    inner join named_ranges
+        on
+            annotation_ranges.trace_id = named_ranges.trace_id
+            and {{ array_has('annotation_ranges.lineage_range_ids', 'named_ranges.slice_id') }}
+),
+
+torch_candidates as (
+    select
+        torch_launched.trace_id,
+        torch_launched.slice_id,
+        range_candidates.phase,
+        range_candidates.pattern_id,
+        range_candidates.priority
+    from torch_launched
+    inner join range_candidates
+        on
+            torch_launched.trace_id = range_candidates.trace_id
+            and torch_launched.annotation_slice_id = range_candidates.slice_id
+    union all
+    select
+        torch_launched.trace_id,
+        torch_launched.slice_id,
+        backward_threads.phase,
+        backward_threads.pattern_id,
+        torch_patterns.priority
+    from torch_launched
+    inner join backward_threads
+        on
+            torch_launched.trace_id = backward_threads.trace_id
+            and torch_launched.launch_track_id = backward_threads.track_id
+    inner join torch_patterns
+        on backward_threads.pattern_id = torch_patterns.pattern_id
+),
+
+torch_matches as (
+    {{ first_match('torch_candidates', ['trace_id', 'slice_id'], ['priority', 'pattern_id']) }}
+),
+
+{# Forward: what the step's own threads launch before its first backward
+   launch (all of it in a step without backward: inference). #}
+first_backward_launches as (
+    select
+        torch_launched.trace_id,
+        torch_launched.iteration,
+        min(torch_launched.launch_ts_ns) as first_backward_launch_ns
+    from torch_launched
+    inner join backward_threads
+        on
+            torch_launched.trace_id = backward_threads.trace_id
+            and torch_launched.launch_track_id = backward_threads.track_id
+    where backward_threads.phase = 'backward'
+    group by 1, 2
+),
+
+torch_phases as (
+    select
+        torch_launched.trace_id,
+        torch_launched.slice_id,
+        case
+            when torch_matches.phase is not null then torch_matches.phase
+            when
+                torch_launched.iteration is not null
+                and torch_launched.category <> 'gpu_memcpy'
+                and (
+                    first_backward_launches.first_backward_launch_ns is null
+                    or torch_launched.launch_ts_ns
+                    < first_backward_launches.first_backward_launch_ns
+                )
+                then 'forward'
+        end as phase
+    from torch_launched
+    left join torch_matches
+        on
+            torch_launched.trace_id = torch_matches.trace_id
+            and torch_launched.slice_id = torch_matches.slice_id
+    left join first_backward_launches
+        on
+            torch_launched.trace_id = first_backward_launches.trace_id
+            and torch_launched.iteration = first_backward_launches.iteration
+),
+
 final as (
     select
         kernels.run_id,
@@ -243,7 +407,7 @@ final as (
         kernel_names.kind,
         kernel_names.pattern_id as kind_pattern_id,
         kernel_names.comm_op,
-        coalesce(kernel_steps.phase, 'other') as phase,
+        coalesce(kernel_steps.phase, torch_phases.phase, 'other') as phase,
         kernel_steps.phase_group_kind,
         kernels.iteration,
         kernel_steps.microbatch,
@@ -282,6 +446,10 @@ final as (
         on
             kernels.trace_id = kernel_steps.trace_id
             and kernels.slice_id = kernel_steps.slice_id
+    left join torch_phases
+        on
+            kernels.trace_id = torch_phases.trace_id
+            and kernels.slice_id = torch_phases.slice_id
 )
 
 select * from final
