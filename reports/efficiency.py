@@ -95,12 +95,18 @@ def stage_labels(stages: pd.DataFrame) -> list[str]:
     return labels
 
 
+def rate_label(tflops: float) -> str:
+    """A bar's TFLOP/s as text: three figures, and "<0.01" for the elementwise and
+    optimizer phases whose few modelled FLOPs would print as 1.13e-09."""
+    return "<0.01" if 0 < tflops < 0.01 else f"{tflops:.3g}"
+
+
 def _bars(ax: Axes, labels: list[str], frame: pd.DataFrame, colors: list[str]) -> None:
     ax.barh(labels, frame["achieved_tflops"], color=colors, edgecolor="black", linewidth=0.5)
     ax.invert_yaxis()
     for y, (rate, coverage) in enumerate(zip(frame["achieved_tflops"],
                                              frame["flop_coverage_ratio"])):
-        ax.annotate(f"{rate:.3g} TFLOP/s ({100 * coverage:.0f} % modelled)", (rate, y),
+        ax.annotate(f"{rate_label(rate)} TFLOP/s ({100 * coverage:.0f} % modelled)", (rate, y),
                     xytext=(3, 0), textcoords="offset points", va="center", fontsize=8)
     ax.set_xlim(0, float(frame["achieved_tflops"].max()) * 1.6)
     ax.set_xlabel("achieved TFLOP/s (FLOPs / time of the kernels with a model)")

@@ -697,7 +697,7 @@ def test_phase_and_stage_chart_shows_the_marts_ratios_of_sums(
     import duckdb
 
     from tracehouse.reports.base import NothingToShow
-    from tracehouse.reports.efficiency import phase_rates, stage_rates
+    from tracehouse.reports.efficiency import phase_rates, rate_label, stage_rates
 
     family, _con, [chart] = _render(warehouse, "tracehouse.reports.efficiency", "dlrm_8rank",
                                     tmp_path / "dlrm")
@@ -717,7 +717,7 @@ def test_phase_and_stage_chart_shows_the_marts_ratios_of_sums(
         for phase, rate, cover in want]
     svg = chart.svg.read_text()
     for rate, cover in zip(phases["achieved_tflops"], phases["flop_coverage_ratio"]):
-        assert f"{rate:.3g} TFLOP/s ({100 * cover:.0f} % modelled)" in svg
+        assert f"{rate_label(rate)} TFLOP/s ({100 * cover:.0f} % modelled)" in svg
     assert "no pipeline stages" in chart.caption  # DLRM has no pipeline topology
     assert chart.png.stat().st_size > 10_000
 
