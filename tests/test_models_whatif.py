@@ -1,0 +1,140 @@
+"""The dependency replay (issue 33): it reproduces the measured run, and a
+lengthened kernel moves exactly what depends on it.
+
+Read from the shared reference warehouse's ``sim_straggler_skew`` run (tp2
+pp2 dp2, rank 5 slowed 1.5x, 200 us of clock skew between nodes): the
+replay graph there is replayed again in memory with one kernel of rank 5
+made longer, and every op's new start and end is compared with the
+original replay and with what the edges say depends on that kernel.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pytest
+
+from conftest import ReferenceWarehouse, query_warehouse
+from tracehouse.core.replay import END, START, graph_from_relations, replay
+from tracehouse.core.warehouse import Warehouse
+
+pytestmark = pytest.mark.slow
+
+SIM = "sim_straggler_skew"
+#: How much longer the chosen kernel is made: a sixth of the simulated step.
+LENGTHEN_NS = 1_000_000
+
+
+@pytest.fixture(scope="module")
+def warehouse(reference_warehouse: ReferenceWarehouse) -> Path:
+    return reference_warehouse.root
+
+
+@pytest.fixture(scope="module")
+def graph(warehouse: Path):
+    """(node ids, replay graph, node facts) of the simulated run, read-only."""
+    con = duckdb.connect(str(Warehouse(warehouse).database), read_only=True)
+    try:
+        nodes = con.table("intermediate.int_replay_nodes_weighted").filter(f"run_id = '{SIM}'")
+        # Node ids are global: renumber this run's from 1 for the loader.
+        nodes = con.sql(
+            "select * exclude (node_id), node_id as warehouse_node_id, "
+            "row_number() over (order by node_id) as node_id from nodes")
+        edges = con.sql(
+            "select edges.* exclude (src_node_id, dst_node_id), "
+            "src.node_id as src_node_id, dst.node_id as dst_node_id "
+            "from intermediate.int_replay_edges_typed as edges "
+            "inner join nodes as src on edges.src_node_id = src.warehouse_node_id "
+            "inner join nodes as dst on edges.dst_node_id = dst.warehouse_node_id")
+        node_id, replay_graph = graph_from_relations(nodes, edges)
+        facts = nodes.select(
+            "node_id, warehouse_node_id, rank, iteration, node_kind, collective_id, "
+            "trace_id, device, gpu_stream, start_ns, end_ns, start_ready_ns").order("node_id").df()
+    finally:
+        con.close()
+    return node_id, replay_graph, facts
+
+
+def _descendants(graph, vertex: int) -> set[int]:
+    """Vertices (2i start, 2i+1 end) reachable from ``vertex`` along edges."""
+    src = np.concatenate([2 * graph.src + graph.src_point, 2 * np.arange(graph.size)])
+    dst = np.concatenate([2 * graph.dst + graph.dst_point, 2 * np.arange(graph.size) + 1])
+    order = np.argsort(src, kind="stable")
+    src, dst = src[order], dst[order]
+    first = np.searchsorted(src, np.arange(2 * graph.size + 1))
+    seen = {vertex}
+    queue = deque([vertex])
+    while queue:
+        v = queue.popleft()
+        for w in dst[first[v]:first[v + 1]].tolist():
+            if w not in seen:
+                seen.add(w)
+                queue.append(w)
+    return seen
+
+
+def test_replay_reproduces_the_simulated_run(warehouse: Path) -> None:
+    """Every replayed step equals the measured one on the simulated run, which
+    has no unlaunched op and no measured time that breaks an edge."""
+    rows = query_warehouse(
+        warehouse,
+        "select count(*), max(error_ratio), sum(unlaunched_op_count), "
+        "sum(inconsistent_node_count) from fct_step_replay where run_id = ?", [SIM])
+    count, worst, unlaunched, inconsistent = rows[0]
+    assert count == 16  # 8 ranks x 2 iterations
+    assert worst == 0.0
+    assert (unlaunched, inconsistent) == (0, 0)
+
+
+def test_lengthened_kernel_moves_exactly_its_dependents(graph) -> None:
+    node_id, replay_graph, facts = graph
+    start0, end0 = replay(replay_graph)
+    assert np.array_equal(start0, facts["start_ns"].to_numpy())
+    assert np.array_equal(end0, facts["end_ns"].to_numpy())
+
+    # A compute kernel of rank 5 in iteration 1, mid-step, and the next op on its stream.
+    compute = facts[(facts["rank"] == 5) & (facts.iteration == 1)
+                    & (facts.node_kind == "gpu_compute")].sort_values("start_ns")
+    index = int(compute.iloc[len(compute) // 2].node_id) - 1
+    follower = int(compute.iloc[len(compute) // 2 + 1].node_id) - 1
+
+    work = replay_graph.work.copy()
+    work[index] += LENGTHEN_NS
+    start1, end1 = replay(replay_graph, work)
+
+    moved_start = np.flatnonzero(start1 != start0)
+    moved_end = np.flatnonzero(end1 != end0)
+    reach = _descendants(replay_graph, 2 * index + START)
+    # Nothing moves earlier, and nothing that does not depend on the kernel moves.
+    assert (start1 >= start0).all() and (end1 >= end0).all()
+    assert {2 * int(i) + START for i in moved_start} <= reach
+    assert {2 * int(i) + END for i in moved_end} <= reach
+    # The kernel itself: same start, ends LENGTHEN_NS later. Its stream successor
+    # (launched before the kernel ended, so its other dependencies stay put) starts
+    # its own delay after the later of the kernel's new end and its old readiness.
+    assert start1[index] == start0[index]
+    assert end1[index] - end0[index] == LENGTHEN_NS
+    delay = replay_graph.delay[follower]
+    assert start1[follower] == max(start0[follower], end1[index] + delay)
+    assert start1[follower] > start0[follower]
+    # Across a collective: ops of other ranks move, and each moved collective's
+    # members all end by the same amount (every member ends at the last arrival
+    # plus its own transfer).
+    moved = facts.iloc[moved_end]
+    assert set(moved["rank"].dropna().astype(int)) - {5}, "no other rank moved"
+    kinds = facts.node_kind.to_numpy()
+    into_members = (kinds[replay_graph.src] == "collective") & (replay_graph.dst_point == END)
+    shifts: dict[int, set[int]] = {}
+    for instance, member in zip(replay_graph.src[into_members], replay_graph.dst[into_members]):
+        shifts.setdefault(int(instance), set()).add(int(end1[member] - end0[member]))
+    moved_instances = {i: s for i, s in shifts.items() if s != {0}}
+    assert moved_instances, "no collective moved"
+    assert all(len(s) == 1 for s in moved_instances.values()), moved_instances
+    other_ranks = facts.iloc[[int(m) for m in replay_graph.dst[into_members]
+                              if end1[m] != end0[m]]]["rank"]
+    assert set(other_ranks.astype(int)) - {5}, "no other rank's collective member moved"
+    # Another iteration (its own anchors) does not move at all.
+    assert not (facts.iloc[moved_end].iteration == 2).any()
