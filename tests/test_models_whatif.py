@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from conftest import ReferenceWarehouse, query_warehouse
-from tracehouse.core.replay import END, START, graph_from_relations, replay
+from tracehouse.core.replay import END, START, graph_from_relations, replay, vertex_edges
 from tracehouse.core.warehouse import Warehouse
 
 pytestmark = pytest.mark.slow
@@ -60,8 +60,7 @@ def graph(warehouse: Path):
 
 def _descendants(graph, vertex: int) -> set[int]:
     """Vertices (2i start, 2i+1 end) reachable from ``vertex`` along edges."""
-    src = np.concatenate([2 * graph.src + graph.src_point, 2 * np.arange(graph.size)])
-    dst = np.concatenate([2 * graph.dst + graph.dst_point, 2 * np.arange(graph.size) + 1])
+    src, dst, _weight = vertex_edges(graph)
     order = np.argsort(src, kind="stable")
     src, dst = src[order], dst[order]
     first = np.searchsorted(src, np.arange(2 * graph.size + 1))
@@ -138,3 +137,51 @@ def test_lengthened_kernel_moves_exactly_its_dependents(graph) -> None:
     assert set(other_ranks.astype(int)) - {5}, "no other rank's collective member moved"
     # Another iteration (its own anchors) does not move at all.
     assert not (facts.iloc[moved_end].iteration == 2).any()
+
+
+def test_critical_path_runs_from_an_iteration_start_to_the_last_gpu_end(warehouse: Path) -> None:
+    """Each iteration's path starts at a rank's iteration start, ends at the GPU
+    op that ends last in the replay (any rank), and its segments add up to
+    that span; on the straggler run the slow rank 5 carries the largest share."""
+    rows = query_warehouse(
+        warehouse,
+        """
+        with path as (
+            select path.iteration, path.path_step, path.segment_ns, nodes.node_kind,
+                   nodes.start_ns, replayed.replayed_end_ns
+            from intermediate.int_critical_path_walked as path
+            inner join intermediate.int_replay_nodes_weighted as nodes using (node_id)
+            inner join intermediate.int_replay_ops_replayed as replayed using (node_id)
+            where path.run_id = ?
+        ),
+        gpu_ends as (
+            select nodes.iteration, max(replayed.replayed_end_ns) as last_end_ns
+            from intermediate.int_replay_nodes_weighted as nodes
+            inner join intermediate.int_replay_ops_replayed as replayed using (node_id)
+            where nodes.run_id = ? and nodes.node_kind like 'gpu_%'
+            group by 1
+        )
+        select path.iteration,
+               arg_min(node_kind, path_step) as first_kind,
+               arg_min(start_ns, path_step) as first_start_ns,
+               arg_max(replayed_end_ns, path_step) as last_end_ns,
+               sum(segment_ns) as length_ns,
+               any_value(gpu_ends.last_end_ns) as gpu_last_end_ns
+        from path
+        inner join gpu_ends using (iteration)
+        group by 1 order by 1
+        """,
+        [SIM, SIM],
+    )
+    assert [row[0] for row in rows] == [1, 2]
+    for _iteration, first_kind, first_start, last_end, length, gpu_last_end in rows:
+        assert first_kind == "iteration_start"
+        assert last_end == gpu_last_end
+        assert length == last_end - first_start
+    shares = query_warehouse(
+        warehouse,
+        "select rank, sum(share_ratio) from fct_critical_path where run_id = ? "
+        "and rank is not null group by 1 order by 2 desc",
+        [SIM],
+    )
+    assert shares[0][0] == 5

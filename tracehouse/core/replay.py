@@ -54,6 +54,20 @@ class ReplayGraph:
         return int(self.delay.shape[0])
 
 
+def vertex_edges(graph: ReplayGraph, work: np.ndarray | None = None,
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(source, target, weight) of every vertex edge: vertex 2i is node i's start,
+    2i+1 its end; the graph's edges weigh 0, each node's own start -> end edge
+    its work (``work`` replaces the graph's)."""
+    work = graph.work if work is None else work
+    nodes = np.arange(graph.size, dtype=np.int64)
+    src_v = np.concatenate([2 * graph.src.astype(np.int64) + graph.src_point, 2 * nodes])
+    dst_v = np.concatenate([2 * graph.dst.astype(np.int64) + graph.dst_point, 2 * nodes + 1])
+    weight = np.concatenate([np.zeros(graph.src.shape[0], dtype=np.int64),
+                             work.astype(np.int64)])
+    return src_v, dst_v, weight
+
+
 def replay(graph: ReplayGraph, work: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Replayed (start, end) of every node, int64 ns.
 
@@ -61,15 +75,8 @@ def replay(graph: ReplayGraph, work: np.ndarray | None = None) -> tuple[np.ndarr
     them). Raises ValueError naming the nodes left when the graph has a cycle
     or a node no root reaches.
     """
-    n = graph.size
-    work = graph.work if work is None else work
-    vertices = 2 * n
-    # Vertex 2i is node i's start, 2i+1 its end; the node's own edge start -> end weighs work.
-    nodes = np.arange(n, dtype=np.int64)
-    src_v = np.concatenate([2 * graph.src.astype(np.int64) + graph.src_point, 2 * nodes])
-    dst_v = np.concatenate([2 * graph.dst.astype(np.int64) + graph.dst_point, 2 * nodes + 1])
-    weight = np.concatenate([np.zeros(graph.src.shape[0], dtype=np.int64),
-                             work.astype(np.int64)])
+    vertices = 2 * graph.size
+    src_v, dst_v, weight = vertex_edges(graph, work)
     add = np.empty(vertices, dtype=np.int64)
     add[0::2] = graph.delay
     add[1::2] = graph.own
@@ -138,3 +145,36 @@ def graph_from_relations(nodes, edges) -> tuple[np.ndarray, ReplayGraph]:
         dst_point=np.asarray(links["dst_end"], dtype=np.int64),
     )
     return node_id, graph
+
+
+def binding_predecessors(graph: ReplayGraph, start: np.ndarray, end: np.ndarray,
+                         work: np.ndarray | None = None) -> np.ndarray:
+    """For every vertex (2i start, 2i+1 end of node i) the vertex whose edge set
+    its replayed time, or -1 for a root: the edge HTA's critical path follows.
+
+    Ties go to the edge listed first (graph edges before a node's own
+    start -> end edge), so a collective member's end is bound by its
+    instance (the last arrival) rather than by its own start.
+    """
+    n = graph.size
+    src_v, dst_v, weight = vertex_edges(graph, work)
+    value = np.empty(2 * n, dtype=np.int64)
+    value[0::2], value[1::2] = start, end
+    reach = value[src_v] + weight
+    best = np.full(2 * n, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(best, dst_v, reach)
+    binding = np.flatnonzero(reach == best[dst_v])
+    targets, first = np.unique(dst_v[binding], return_index=True)
+    predecessor = np.full(2 * n, -1, dtype=np.int64)
+    predecessor[targets] = src_v[binding[first]]
+    return predecessor
+
+
+def walk_back(predecessor: np.ndarray, sink: int) -> np.ndarray:
+    """Vertices from the root to ``sink`` along ``predecessor`` (binding_predecessors)."""
+    path = [sink]
+    while predecessor[path[-1]] >= 0:
+        path.append(int(predecessor[path[-1]]))
+        if len(path) > predecessor.shape[0]:
+            raise ValueError("binding predecessors form a cycle")
+    return np.asarray(path[::-1], dtype=np.int64)

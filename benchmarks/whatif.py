@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""What-if benchmark (issue 33): replay fidelity, the no-straggler check, and scale.
+
+One command, prints figures (benchmarks/README.md, "whatif.py"):
+
+1. ``--check``: simulate one run with a 1.5x straggler (rank 5) and clock
+   skew and the same run without either (same seed), ingest both into one
+   warehouse, build; print fct_step_replay's error per run, then replay the
+   straggler run with every compute kernel at its stage's median (the
+   no-straggler scenario: per pipeline stage, iteration and position of the
+   kernel in the rank's iteration, the median over the stage's ranks) and
+   compare the predicted iteration step (slowest rank) with the clean run's
+   measured one.
+2. ``--scale``: simulate a ``--tp x --pp x --dp`` run (default 256 ranks), ingest,
+   build, then time the what-if models alone (``dbt run -s
+   int_replay_nodes_listed+``) and the replay routine alone on its graph.
+
+    python benchmarks/whatif.py --check [--schedule 1f1b|interleaved]
+    python benchmarks/whatif.py --scale [--tp 4 --pp 8 --dp 8] [--microbatches 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import duckdb
+import numpy as np
+
+from tracehouse.build.dbt import build_warehouse, run_dbt
+from tracehouse.core.replay import graph_from_relations, replay
+from tracehouse.core.warehouse import Warehouse
+from tracehouse.ingest.runner import ingest_paths
+from tracehouse.simulate import SimConfig, simulate_run
+
+#: The no-straggler scenario's durations: every compute kernel at the median of the
+#: same kernel (pipeline stage, iteration, position among the rank's compute
+#: kernels) over the stage's ranks.
+NO_STRAGGLER_WORK = """
+with nodes as (
+    select nodes.node_id, nodes.rank, nodes.iteration, nodes.node_kind, nodes.work_ns,
+           ranks.pp_stage,
+           row_number() over (partition by nodes.rank, nodes.iteration, nodes.node_kind
+                              order by nodes.start_ns, nodes.node_id) as position
+    from run_nodes as nodes
+    left join main.dim_ranks as ranks
+        on ranks.run_id = nodes.run_id and ranks.rank = nodes.rank
+)
+select node_id,
+       case when node_kind = 'gpu_compute' then cast(median(work_ns) over (
+           partition by pp_stage, iteration, node_kind, position) as bigint)
+       else work_ns end as work_ns
+from nodes order by node_id
+"""
+
+
+def _run_graph(con: duckdb.DuckDBPyConnection, run: str):
+    """(node ids, graph) of one run, its nodes renumbered 1..n (as the loader wants)."""
+    con.execute("create or replace temp table run_nodes as select * exclude (node_id), "
+                "node_id as warehouse_node_id, row_number() over (order by node_id) as node_id "
+                "from intermediate.int_replay_nodes_weighted where run_id = ?", [run])
+    edges = con.sql(
+        "select edges.* exclude (src_node_id, dst_node_id), src.node_id as src_node_id, "
+        "dst.node_id as dst_node_id from intermediate.int_replay_edges_typed as edges "
+        "inner join run_nodes as src on edges.src_node_id = src.warehouse_node_id "
+        "inner join run_nodes as dst on edges.dst_node_id = dst.warehouse_node_id")
+    return graph_from_relations(con.table("run_nodes"), edges)
+
+
+def _iteration_steps(con, start: np.ndarray, end: np.ndarray) -> dict[int, int]:
+    """Replayed step per iteration: the slowest rank's GPU span (fct_step_replay's rule)."""
+    facts = con.sql("select node_id, rank, iteration, node_kind like 'gpu_%' as is_gpu "
+                    "from run_nodes order by node_id").fetchnumpy()
+    gpu = facts["is_gpu"].astype(bool)
+    steps: dict[int, int] = {}
+    for iteration in np.unique(facts["iteration"]):
+        worst = 0
+        for rank in np.unique(facts["rank"][gpu]):
+            pick = gpu & (facts["iteration"] == iteration) & (facts["rank"] == rank)
+            if pick.any():
+                worst = max(worst, int(end[pick].max() - start[pick].min()))
+        steps[int(iteration)] = worst
+    return steps
+
+
+def check(schedule: str, tmp: Path) -> None:
+    common = dict(tp=2, pp=2, dp=2, microbatches=4, iterations=2, layers=8, hidden=2048,
+                  heads=16, seq_length=2048, vocab=32000, gpus_per_node=2, seed=3)
+    if schedule == "interleaved":
+        common.update(vpp=2, schedule="interleaved")
+    runs = {"straggler": SimConfig(**common, stragglers=((5, 1.5),), clock_skew_us=200.0),
+            "clean": SimConfig(**common)}
+    warehouse = tmp / "warehouse"
+    for name, cfg in runs.items():
+        simulate_run(cfg, tmp / name, jobs=1)
+        result = ingest_paths([tmp / name], warehouse=warehouse, run=name, progress=False)
+        assert not result.failed, result.failed
+    build_warehouse(warehouse)
+    con = duckdb.connect(str(Warehouse(warehouse).database), read_only=True)
+    print(con.sql("select run_id, count(*) as rank_iterations, "
+                  "round(100 * avg(error_ratio), 3) as mean_error_pct, "
+                  "round(100 * max(error_ratio), 3) as max_error_pct, "
+                  "sum(inconsistent_node_count) as inconsistent "
+                  "from main.fct_step_replay group by 1 order by 1"))
+    clean = dict(con.sql("select iteration, max(step_ns) from main.fct_rank_iterations "
+                         "where run_id = 'clean' group by 1").fetchall())
+    measured = dict(con.sql("select iteration, max(step_ns) from main.fct_rank_iterations "
+                            "where run_id = 'straggler' group by 1").fetchall())
+    _, graph = _run_graph(con, "straggler")
+    work = con.sql(NO_STRAGGLER_WORK).fetchnumpy()["work_ns"].astype(np.int64)
+    start, end = replay(graph, work)
+    predicted = _iteration_steps(con, start, end)
+    for iteration, step in sorted(predicted.items()):
+        error = abs(step - clean[iteration]) / clean[iteration]
+        print(f"{schedule} iteration {iteration}: straggler run step {measured[iteration]} ns, "
+              f"no_straggler predicted {step} ns, clean run measured {clean[iteration]} ns, "
+              f"error {100 * error:.2f}%")
+
+
+def scale(args: argparse.Namespace, tmp: Path) -> None:
+    cfg = SimConfig(tp=args.tp, pp=args.pp, dp=args.dp, microbatches=args.microbatches,
+                    iterations=1, layers=args.pp * 2, hidden=1024, heads=16, seq_length=1024,
+                    vocab=8000)
+    began = time.perf_counter()
+    simulate_run(cfg, tmp / "run", jobs=2)
+    print(f"simulate {cfg.world} ranks: {time.perf_counter() - began:.1f} s")
+    warehouse = tmp / "warehouse"
+    began = time.perf_counter()
+    result = ingest_paths([tmp / "run"], warehouse=warehouse, run="run", jobs=2, progress=False)
+    assert not result.failed, result.failed
+    print(f"ingest: {time.perf_counter() - began:.1f} s")
+    began = time.perf_counter()
+    build_warehouse(warehouse)
+    print(f"full build: {time.perf_counter() - began:.1f} s")
+    began = time.perf_counter()
+    code = run_dbt(["run", "-s", "int_replay_nodes_listed+"], warehouse)
+    print(f"what-if models alone (dbt run -s int_replay_nodes_listed+): "
+          f"{time.perf_counter() - began:.1f} s, exit {code}")
+    con = duckdb.connect(str(Warehouse(warehouse).database), read_only=True)
+    _, graph = _run_graph(con, "run")
+    began = time.perf_counter()
+    replay(graph)
+    print(f"replay routine alone: {graph.size} nodes, {graph.src.size} edges, "
+          f"{time.perf_counter() - began:.2f} s")
+    print(con.sql("select edge_type, count(*) from intermediate.int_replay_edges_typed "
+                  "group by 1 order by 1"))
+    print(con.sql("select count(*) as rank_iterations, max(error_ratio) as max_error "
+                  "from main.fct_step_replay"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true")
+    parser.add_argument("--schedule", default="1f1b", choices=("1f1b", "interleaved"))
+    parser.add_argument("--scale", action="store_true")
+    parser.add_argument("--tp", type=int, default=4)
+    parser.add_argument("--pp", type=int, default=8)
+    parser.add_argument("--dp", type=int, default=8)
+    parser.add_argument("--microbatches", type=int, default=8)
+    parser.add_argument("--tmp", type=Path, default=None)
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(dir=args.tmp) as folder:
+        if args.check:
+            check(args.schedule, Path(folder) / "check")
+        if args.scale:
+            scale(args, Path(folder) / "scale")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
