@@ -5,12 +5,10 @@ One command, prints figures (benchmarks/README.md, "whatif.py"):
 
 1. ``--check``: simulate one run with a 1.5x straggler (rank 5) and clock
    skew and the same run without either (same seed), ingest both into one
-   warehouse, build; print fct_step_replay's error per run, then replay the
-   straggler run with every compute kernel at its stage's median (the
-   no-straggler scenario: per pipeline stage, iteration and position of the
-   kernel in the rank's iteration, the median over the stage's ranks) and
-   compare the predicted iteration step (slowest rank) with the clean run's
-   measured one.
+   warehouse, build; print fct_step_replay's error per run, and compare the
+   straggler run's no-straggler prediction (fct_what_if: every compute
+   kernel at its stage's median, int_whatif_work_scaled's rule) with the
+   clean run's measured step (slowest rank).
 2. ``--scale``: simulate a ``--tp x --pp x --dp`` run (default 256 ranks), ingest,
    build, then time the what-if models alone (``dbt run -s
    int_replay_nodes_listed+``) and the replay routine alone on its graph.
@@ -27,33 +25,12 @@ import time
 from pathlib import Path
 
 import duckdb
-import numpy as np
 
 from tracehouse.build.dbt import build_warehouse, run_dbt
 from tracehouse.core.replay import graph_from_relations, replay
 from tracehouse.core.warehouse import Warehouse
 from tracehouse.ingest.runner import ingest_paths
 from tracehouse.simulate import SimConfig, simulate_run
-
-#: The no-straggler scenario's durations: every compute kernel at the median of the
-#: same kernel (pipeline stage, iteration, position among the rank's compute
-#: kernels) over the stage's ranks.
-NO_STRAGGLER_WORK = """
-with nodes as (
-    select nodes.node_id, nodes.rank, nodes.iteration, nodes.node_kind, nodes.work_ns,
-           ranks.pp_stage,
-           row_number() over (partition by nodes.rank, nodes.iteration, nodes.node_kind
-                              order by nodes.start_ns, nodes.node_id) as position
-    from run_nodes as nodes
-    left join main.dim_ranks as ranks
-        on ranks.run_id = nodes.run_id and ranks.rank = nodes.rank
-)
-select node_id,
-       case when node_kind = 'gpu_compute' then cast(median(work_ns) over (
-           partition by pp_stage, iteration, node_kind, position) as bigint)
-       else work_ns end as work_ns
-from nodes order by node_id
-"""
 
 
 def _run_graph(con: duckdb.DuckDBPyConnection, run: str):
@@ -67,22 +44,6 @@ def _run_graph(con: duckdb.DuckDBPyConnection, run: str):
         "inner join run_nodes as src on edges.src_node_id = src.warehouse_node_id "
         "inner join run_nodes as dst on edges.dst_node_id = dst.warehouse_node_id")
     return graph_from_relations(con.table("run_nodes"), edges)
-
-
-def _iteration_steps(con, start: np.ndarray, end: np.ndarray) -> dict[int, int]:
-    """Replayed step per iteration: the slowest rank's GPU span (fct_step_replay's rule)."""
-    facts = con.sql("select node_id, rank, iteration, node_kind like 'gpu_%' as is_gpu "
-                    "from run_nodes order by node_id").fetchnumpy()
-    gpu = facts["is_gpu"].astype(bool)
-    steps: dict[int, int] = {}
-    for iteration in np.unique(facts["iteration"]):
-        worst = 0
-        for rank in np.unique(facts["rank"][gpu]):
-            pick = gpu & (facts["iteration"] == iteration) & (facts["rank"] == rank)
-            if pick.any():
-                worst = max(worst, int(end[pick].max() - start[pick].min()))
-        steps[int(iteration)] = worst
-    return steps
 
 
 def check(schedule: str, tmp: Path) -> None:
@@ -106,16 +67,13 @@ def check(schedule: str, tmp: Path) -> None:
                   "from main.fct_step_replay group by 1 order by 1"))
     clean = dict(con.sql("select iteration, max(step_ns) from main.fct_rank_iterations "
                          "where run_id = 'clean' group by 1").fetchall())
-    measured = dict(con.sql("select iteration, max(step_ns) from main.fct_rank_iterations "
-                            "where run_id = 'straggler' group by 1").fetchall())
-    _, graph = _run_graph(con, "straggler")
-    work = con.sql(NO_STRAGGLER_WORK).fetchnumpy()["work_ns"].astype(np.int64)
-    start, end = replay(graph, work)
-    predicted = _iteration_steps(con, start, end)
-    for iteration, step in sorted(predicted.items()):
-        error = abs(step - clean[iteration]) / clean[iteration]
-        print(f"{schedule} iteration {iteration}: straggler run step {measured[iteration]} ns, "
-              f"no_straggler predicted {step} ns, clean run measured {clean[iteration]} ns, "
+    rows = con.sql("select iteration, step_ns, predicted_step_ns from main.fct_what_if "
+                   "where run_id = 'straggler' and scenario = 'no_straggler' "
+                   "order by 1").fetchall()
+    for iteration, measured, predicted in rows:
+        error = abs(predicted - clean[iteration]) / clean[iteration]
+        print(f"{schedule} iteration {iteration}: straggler run step {measured} ns, "
+              f"no_straggler predicted {predicted} ns, clean run measured {clean[iteration]} ns, "
               f"error {100 * error:.2f}%")
 
 

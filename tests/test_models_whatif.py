@@ -185,3 +185,43 @@ def test_critical_path_runs_from_an_iteration_start_to_the_last_gpu_end(warehous
         [SIM],
     )
     assert shares[0][0] == 5
+
+
+@pytest.fixture(scope="module")
+def straggler_pair(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A compute-bound 1F1B run with rank 5 slowed 1.5x (and clock skew) and the
+    same run clean (same seed), built in one warehouse: the shared warehouses
+    hold no clean twin of a straggler run, which this check needs."""
+    from tracehouse.build.dbt import build_warehouse
+    from tracehouse.ingest.runner import ingest_paths
+    from tracehouse.simulate import SimConfig, simulate_run
+
+    base = tmp_path_factory.mktemp("whatif_pair")
+    common = dict(tp=2, pp=2, dp=2, microbatches=4, iterations=1, layers=4, hidden=2048,
+                  heads=16, seq_length=2048, vocab=32000, gpus_per_node=2, seed=3)
+    runs = {"straggler": SimConfig(**common, stragglers=((5, 1.5),), clock_skew_us=200.0),
+            "clean": SimConfig(**common)}
+    warehouse = base / "warehouse"
+    for run, config in runs.items():
+        simulate_run(config, base / run, jobs=1)
+        result = ingest_paths([base / run], warehouse=warehouse, run=run, progress=False)
+        assert not result.failed, result.failed
+    build_warehouse(warehouse)
+    return warehouse
+
+
+def test_no_straggler_predicts_the_clean_run(straggler_pair: Path) -> None:
+    """The straggler run replayed with every compute kernel at its stage's median
+    predicts the clean run's measured step within 3% (issue 33's acceptance)."""
+    rows = query_warehouse(
+        straggler_pair,
+        "select what_if.step_ns, what_if.predicted_step_ns, clean.step_ns "
+        "from fct_what_if as what_if "
+        "inner join (select iteration, max(step_ns) as step_ns from fct_rank_iterations "
+        "where run_id = 'clean' group by 1) as clean using (iteration) "
+        "where what_if.run_id = 'straggler' and what_if.scenario = 'no_straggler'",
+    )
+    assert len(rows) == 1
+    measured, predicted, clean = rows[0]
+    assert measured > 1.05 * clean, "the straggler should have slowed the step"
+    assert abs(predicted - clean) / clean <= 0.03, (measured, predicted, clean)
