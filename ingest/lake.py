@@ -98,20 +98,25 @@ def write_parquet_tmp(table: pa.Table, final: Path, token: str,
     """
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.with_name(f".{final.name}.{token}{TMP_SUFFIX}")
-    parts = [table] if group_by is None else _split(table, group_by)
+    masks = [None] if group_by is None else _split(table, group_by)
     with pq.ParquetWriter(tmp, table.schema, compression="zstd",
                           **_encoding_options(table.schema)) as writer:
-        for part in parts:
-            writer.write_table(part, row_group_size=256 * 1024)
+        for mask in masks:
+            # One part built at a time and dropped once written: a copy of the
+            # trace's rows is the most ever held beside it, never two.
+            writer.write_table(table if mask is None else table.filter(mask),
+                               row_group_size=256 * 1024)
     return tmp
 
 
-def _split(table: pa.Table, flag: str) -> list[pa.Table]:
-    """``table``'s rows where ``flag`` is true, then the rest (NULL counts as false);
-    an empty part is left out (an empty table still writes its schema)."""
+def _split(table: pa.Table, flag: str) -> list[pa.ChunkedArray | None]:
+    """Masks of ``table``'s rows where ``flag`` is true, then of the rest (NULL counts
+    as false); an empty part is left out ([None], the whole table, when both are:
+    an empty table still writes its schema)."""
     chosen = pc.fill_null(table[flag], False)
-    parts = [table.filter(chosen), table.filter(pc.invert(chosen))]
-    return [part for part in parts if part.num_rows] or [table]
+    count = pc.sum(chosen).as_py() or 0
+    masks = [chosen] * (count > 0) + [pc.invert(chosen)] * (count < table.num_rows)
+    return masks or [None]
 
 
 def _encoding_options(table_schema: pa.Schema) -> dict[str, object]:

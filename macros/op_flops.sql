@@ -17,12 +17,22 @@
       (seed column read_inputs; an `out=` tensor after them is not read)
       plus the output written (the widest dtype among the inputs with
       dims); copies and fills move bytes only;
+    * convolutions (TraceLens' CONV.flops_func / bytes_func and
+      flops_bwd_func, `perf_model.py`; research §2.4): forward
+      2·prod(W[1:])·prod(out) (prod(x) for a transposed one; W[1] is
+      C_in/groups, so groups are counted) + prod(out) for a bias, the
+      output's spatial dims from stride, padding, dilation (and
+      output_padding) in `Concrete Inputs`; bytes x + W + out (+ C_out for
+      the bias); backward (aten::convolution_backward) the input and the
+      weight gradient as its output_mask asks, each as many FLOPs as the
+      forward and x + W + dout bytes (the bias gradient is the nested
+      aten::sum that PyTorch launches it from, so it is that op's);
     * layer norm 6·C + 5·E, softmax 3·E (backward 6·E).
 
     The macros read these columns of a relation of distinct shapes: a<i>_d<d> (dim d of input i), a<i>_rank, a<i>_numel,
     a<i>_bpe (bytes per element, NULL for a non-tensor input) and the
     seed op_flop_models' flop_model, q_input, layout, causal_input,
-    read_inputs.
+    read_inputs and the convolution arguments' positions (conv_sizes()).
 #}
 
 {#- Inputs and dims per input read from `Input Dims`. -#}
@@ -132,7 +142,112 @@
     {{ attention_dim(2, 3) }} as attention_v_dim
 {%- endmacro -%}
 
-{#- FLOPs of the op, from the columns gemm_sizes(), attention_sizes() and the inputs give. -#}
+{#- Concrete Inputs read, by position (the schemas in seed op_flop_models reach 11). -#}
+{%- macro concrete_positions() -%}{{ return(12) }}{%- endmacro -%}
+
+{#- The `Concrete Inputs` text at the position held in column `position_column` (NULL when that is NULL). -#}
+{%- macro concrete_input(position_column) -%}
+    case
+        {%- for position in range(concrete_positions()) %}
+            when {{ position_column }} = {{ position }}
+                then {{ json_text('shape_args', 'Concrete Inputs', [position]) }}
+        {%- endfor %}
+    end
+{%- endmacro -%}
+
+{#- A `Concrete Inputs` list at that position (`[2, 2]`, `[True, False, True]`)
+    as a JSON object '{"v": [...]}' for json_text; NULL when it is not a
+    list of numbers or booleans (so no trace text reaches the JSON reader
+    unchecked). -#}
+{%- macro concrete_list(position_column) -%}
+    case
+        when {{ regex_matches('lower(' ~ concrete_input(position_column) ~ ')',
+                "'^\\[ *([0-9]+|true|false)( *, *([0-9]+|true|false))* *\\]$'") }}
+            then '{"v": ' || lower({{ concrete_input(position_column) }}) || '}'
+    end
+{%- endmacro -%}
+
+{#- Item `item` of a list column from concrete_list(), the list's only item
+    when it has one (PyTorch expands `[2]` to every spatial dim), else
+    `default` (the argument is not in the op's schema). -#}
+{%- macro list_item(list_column, item, default) -%}
+    coalesce(
+        try_cast({{ json_text(list_column, 'v', [item]) }} as bigint),
+        try_cast({{ json_text(list_column, 'v', [0]) }} as bigint),
+        {{ default }}
+    )
+{%- endmacro -%}
+
+{#- The convolution's arguments from `Concrete Inputs`, read in shape_dims
+    (they need shape_args): the int lists, the transposed flag and the
+    output mask, and whether every argument its schema has was readable. -#}
+{%- macro conv_args() -%}
+    {{ concrete_list('stride_input') }} as conv_stride_list,
+    {{ concrete_list('padding_input') }} as conv_padding_list,
+    {{ concrete_list('dilation_input') }} as conv_dilation_list,
+    {{ concrete_list('output_padding_input') }} as conv_output_padding_list,
+    {{ concrete_list('mask_input') }} as conv_mask_list,
+    try_cast({{ concrete_input('groups_input') }} as bigint) as conv_groups,
+    case
+        when flop_model = 'convolution_transpose' then true
+        when transposed_input is null then false
+        when lower({{ concrete_input('transposed_input') }}) in ('true', '1') then true
+        when lower({{ concrete_input('transposed_input') }}) in ('false', '0') then false
+    end as conv_transposed
+{%- endmacro -%}
+
+{#- Convolution sizes: output channels, each spatial dim of the output
+    (torch.nn.Conv*d's formula; ConvTranspose*d's for a transposed one),
+    the bias, the gradients a backward computes, and whether the arguments
+    were all read. Forward ops: x is input 0 and W input 1 [C_out,
+    C_in/groups, k...] ([C_in, C_out/groups, k...] when transposed);
+    convolution_backward: dout, x, W are inputs 0, 1, 2. -#}
+{%- macro conv_sizes() -%}
+    case
+        when conv_transposed then a1_d1 * coalesce(conv_groups, 1)
+        else a1_d0
+    end as conv_out_channels,
+    {%- for spatial in range(3) %}
+        case
+            when a0_d{{ spatial + 2 }} is null then 1
+            when conv_transposed
+                then (a0_d{{ spatial + 2 }} - 1) * {{ list_item('conv_stride_list', spatial, 1) }}
+                - 2 * {{ list_item('conv_padding_list', spatial, 0) }}
+                + {{ list_item('conv_dilation_list', spatial, 1) }} * (a1_d{{ spatial + 2 }} - 1)
+                + {{ list_item('conv_output_padding_list', spatial, 0) }} + 1
+            else {{ integer_divide(
+                'a0_d' ~ (spatial + 2) ~ ' + 2 * ' ~ list_item('conv_padding_list', spatial, 0)
+                ~ ' - ' ~ list_item('conv_dilation_list', spatial, 1)
+                ~ ' * (a1_d' ~ (spatial + 2) ~ ' - 1) - 1',
+                list_item('conv_stride_list', spatial, 1)) }} + 1
+        end as conv_out_spatial_{{ spatial }},
+    {%- endfor %}
+    case
+        when bias_input is null then 0
+        {%- for input in range(op_shape_inputs()) %}
+            when bias_input = {{ input }} and a{{ input }}_bpe is not null and a{{ input }}_rank >= 1
+                then 1
+        {%- endfor %}
+        else 0
+    end as conv_bias,
+    case when coalesce({{ json_text('conv_mask_list', 'v', [0]) }}, 'true') = 'true' then 1 else 0 end
+    + case when coalesce({{ json_text('conv_mask_list', 'v', [1]) }}, 'true') = 'true' then 1 else 0 end
+        as conv_gradients,
+    conv_transposed is not null
+    and (stride_input is null or conv_stride_list is not null)
+    and (padding_input is null or conv_padding_list is not null)
+    and (dilation_input is null or conv_dilation_list is not null)
+    and (output_padding_input is null or conv_output_padding_list is not null)
+    and (groups_input is null or conv_groups is not null)
+    and (mask_input is null or conv_mask_list is not null) as has_conv_args
+{%- endmacro -%}
+
+{#- Elements of a forward convolution's output (columns of conv_sizes()). -#}
+{%- macro conv_out_numel() -%}
+    (cast(a0_d0 as double) * conv_out_channels * conv_out_spatial_0 * conv_out_spatial_1 * conv_out_spatial_2)
+{%- endmacro -%}
+
+{#- FLOPs of the op, from the columns gemm_sizes(), attention_sizes(), conv_sizes() and the inputs give. -#}
 {%- macro op_flops() -%}
     case
         when flop_model in ('mm', 'addmm', 'bmm', 'baddbmm', 'matmul', 'linear')
@@ -150,6 +265,15 @@
                 * (attention_qk_dim + attention_v_dim)
                 * ({{ integer_divide('attention_q_heads', 'attention_kv_heads') }} - 1)
             ) * case when is_causal then 0.5 else 1.0 end
+        when flop_model in ('convolution', 'convolution_transpose')
+            then 2.0 * {{ integer_divide('a1_numel', 'a1_d0') }}
+            * case when conv_transposed then a0_numel else {{ conv_out_numel() }} end
+            + conv_bias * {{ conv_out_numel() }}
+        {#- dX and dW each as many multiply-adds as the forward: dout (input 0) is
+            its output, x (input 1) its input. #}
+        when flop_model = 'convolution_backward'
+            then conv_gradients * 2.0 * {{ integer_divide('a2_numel', 'a2_d0') }}
+            * case when conv_transposed then a1_numel else a0_numel end
         when flop_model = 'elementwise' and op_name = 'aten::copy_' then 0.0
         when flop_model = 'elementwise' then cast(output_numel as double)
         when flop_model = 'fill' then 0.0
@@ -194,6 +318,13 @@
                 + 2.0 * attention_batch * attention_kv_heads * attention_kv_length
                 * (attention_qk_dim + attention_v_dim)
             ) * operand_bpe
+        when flop_model in ('convolution', 'convolution_transpose')
+            then (
+                cast(a0_numel as double) + a1_numel + {{ conv_out_numel() }}
+                + conv_bias * conv_out_channels
+            ) * operand_bpe
+        when flop_model = 'convolution_backward'
+            then conv_gradients * (cast(a0_numel as double) + a1_numel + a2_numel) * operand_bpe
         when flop_model = 'elementwise' and op_name = 'aten::copy_'
             then cast({{ input_bytes(0) }} as double) + {{ input_bytes(1) }}
         when flop_model = 'elementwise'

@@ -25,6 +25,8 @@ FAMILY_MODULES: tuple[str, ...] = (
     "tracehouse.reports.stragglers",    # who holds the job back: stragglers, skew, clocks
     "tracehouse.reports.kernels",       # top kernels
     "tracehouse.reports.roofline",      # kernels' FLOP/s against the GPU's roofs (issue 32)
+    "tracehouse.reports.efficiency",    # achieved TFLOP/s per phase and pipeline stage (issue 32)
+    "tracehouse.reports.mfu",           # MFU per iteration against the run's (issue 32)
     "tracehouse.reports.compare",       # two runs side by side (only with a second run)
 )
 

@@ -56,6 +56,7 @@ VALID = {
     ("nsys",): ["summary", "{tmp}/capture.sqlite"],
     ("commtrace",): ["--tp", "1", "--pp", "1", "--dp", "1", "--model", "small",
                      "--out", "{tmp}/ct"],
+    ("serve",): [],
 }
 
 
@@ -168,6 +169,10 @@ MALFORMED = [
     ["commtrace", "--tp", "1", "--pp", "1", "--dp", "1", "--ranks", "5", "--out", "{tmp}/ct"],
     ["commtrace", "--tp", "1", "--pp", "1", "--dp", "1", "-j", "0", "--out", "{tmp}/ct"],
     ["commtrace", "--tp", "1", "--pp", "1", "--dp", "1", "--out", "{file}"],
+    ["serve", "--warehouse", "{tmp}/missing"],
+    ["serve", "--warehouse", "{file}"],
+    ["serve", "--port", "70000", "--warehouse", "{tmp}/missing"],
+    ["serve", "--port", "x"],
     ["export"],
     ["nope"],
     [],

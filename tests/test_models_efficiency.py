@@ -10,8 +10,11 @@ tests/test_models_core.py.
 
 from __future__ import annotations
 
+import importlib
 import json
+import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -81,7 +84,9 @@ def test_var_names_the_gpu_of_every_trace(warehouse: Path, tmp_path: Path) -> No
 # research/efficiency_whatif_viewer.md §2) restated in Python: GEMM.flops_func /
 # bytes_func (bias assumed 1 x N), SDPA.flops_func / bytes_func (q + k + v + out),
 # SDPA.flops_bwd_func with flash_impl=True (QK^T recomputed, GQA sum of dK and dV)
-# and bytes_bwd_func, and the elementwise binary/unary models. Not imported: the
+# and bytes_bwd_func, CONV.get_output_shape / flops_func / bytes_func /
+# flops_bwd_func / bytes_bwd_func (aten_conv, aten_conv_bwd), and the elementwise
+# binary/unary models. Not imported: the
 # package is not on PyPI; these few lines are what it computes.
 
 
@@ -111,6 +116,43 @@ def _tl_sdpa_bwd(b: int, n_q: int, h_q: int, n_kv: int, h_kv: int, d_qk: int, d_
     elems = 2 * (b * n_q * h_q * d_qk + b * n_kv * h_kv * d_qk + b * n_kv * h_kv * d_v)
     elems += b * n_q * h_q * d_v  # dO
     return flops, elems * bpe
+
+
+def _tl_conv_out(x: tuple[int, ...], w: tuple[int, ...], stride: int, padding: int,
+                 dilation: int, transposed: bool, output_padding: int) -> tuple[int, ...]:
+    """CONV.get_output_shape: get_conv_out_dim / get_transposed_conv_out_dim per
+    spatial dim (the filter count is W[1] when transposed, W[0] otherwise)."""
+    spatial = []
+    for size, kernel in zip(x[2:], w[2:]):
+        if transposed:
+            spatial.append((size - 1) * stride - 2 * padding + dilation * (kernel - 1)
+                           + output_padding + 1)
+        else:
+            spatial.append(int((size + 2 * padding - dilation * (kernel - 1) - 1) / stride) + 1)
+    return (x[0], w[1] if transposed else w[0], *spatial)
+
+
+def _tl_conv(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...], bias: bool,
+             transposed: bool, bpe: int) -> tuple[float, float]:
+    """CONV.flops_func and CONV.bytes_func."""
+    flops = (math.prod(x) if transposed else math.prod(out)) * 2 * math.prod(w[1:])
+    flops += math.prod(out) if bias else 0
+    nbytes = (math.prod(x) + math.prod(w) + (out[1] if bias else 0) + math.prod(out)) * bpe
+    return flops, nbytes
+
+
+def _tl_conv_bwd(x: tuple[int, ...], w: tuple[int, ...], out: tuple[int, ...],
+                 bpe: int) -> tuple[float, float]:
+    """CONV.flops_bwd_func and bytes_bwd_func without a bias (TraceLens counts the bias
+    gradient in convolution_backward's subtree; PyTorch launches it from a nested
+    aten::sum, which has its own row here): the input gradient is a transposed
+    convolution of dout, the weight gradient one of x^T with dout^T."""
+    def t(shape: tuple[int, ...]) -> tuple[int, ...]:
+        return (shape[1], shape[0], *shape[2:])
+    flops = _tl_conv(out, w, x, False, True, bpe)[0]
+    flops += _tl_conv(t(x), t(out), t(w), False, False, bpe)[0]
+    nbytes = _tl_conv(out, w, x, False, False, bpe)[1] + _tl_conv(out, x, w, False, False, bpe)[1]
+    return flops, nbytes
 
 
 def _tl_binary(n1: int, b1: int, n2: int, b2: int) -> tuple[float, float]:
@@ -151,6 +193,31 @@ TRACELENS_CASES = [
     ("aten::mul", [[4096, 1024], [1024]], ["float", "float"], None,
      _tl_binary(4096 * 1024, 4, 1024, 4)),
     ("aten::gelu", [[4096, 4096], []], [BF16, ""], None, _tl_unary(4096 * 4096, 2, 2)),
+    # aten_conv: input, weight, bias, stride, padding, dilation, transposed,
+    # output_padding, groups. TraceLens sees a bias only when Input Dims has 3 entries;
+    # a recorded aten::convolution has 9 (an absent bias is []), so here the bias is
+    # dims[2] being a tensor: the formulas are compared, not that quirk.
+    ("aten::convolution", [[8, 64, 56, 56], [128, 64, 3, 3], [128], [], [], [], [], [], []],
+     [BF16, BF16, BF16, "ScalarList", "ScalarList", "ScalarList", "Scalar", "ScalarList",
+      "Scalar"], ["", "", "", "[2, 2]", "[1, 1]", "[1, 1]", "False", "[0, 0]", "1"],
+     _tl_conv((8, 64, 56, 56), (128, 64, 3, 3),
+              _tl_conv_out((8, 64, 56, 56), (128, 64, 3, 3), 2, 1, 1, False, 0), True, False, 2)),
+    ("aten::cudnn_convolution", [[4, 32, 28, 28], [32, 32, 3, 3]] + [[]] * 7,
+     ["float", "float"] + ["ScalarList"] * 3 + ["Scalar"] * 4,
+     ["", "", "[2, 2]", "[1, 1]", "[2, 2]", "1", "False", "False", "True"],
+     _tl_conv((4, 32, 28, 28), (32, 32, 3, 3),
+              _tl_conv_out((4, 32, 28, 28), (32, 32, 3, 3), 1, 2, 2, False, 0), False, False, 4)),
+    ("aten::convolution", [[2, 16, 14, 14], [16, 8, 4, 4], [], [], [], [], [], [], []],
+     ["float", "float", "", "ScalarList", "ScalarList", "ScalarList", "Scalar", "ScalarList",
+      "Scalar"], ["", "", "", "[2, 2]", "[1, 1]", "[1, 1]", "True", "[1, 1]", "1"],
+     _tl_conv((2, 16, 14, 14), (16, 8, 4, 4),
+              _tl_conv_out((2, 16, 14, 14), (16, 8, 4, 4), 2, 1, 1, True, 1), False, True, 4)),
+    ("aten::convolution_backward",
+     [[8, 128, 28, 28], [8, 64, 56, 56], [128, 64, 3, 3]] + [[]] * 8,
+     [BF16] * 3 + ["ScalarList"] * 4 + ["Scalar", "ScalarList", "Scalar", "ScalarList"],
+     ["", "", "", "[]", "[2, 2]", "[1, 1]", "[1, 1]", "False", "[0, 0]", "1",
+      "[True, True, False]"],
+     _tl_conv_bwd((8, 64, 56, 56), (128, 64, 3, 3), (8, 128, 28, 28), 2)),
 ]
 
 
@@ -423,3 +490,221 @@ def test_simulated_run_flops_and_mfu_equal_the_simulators(
         assert mfu == pytest.approx(expected_mfu, rel=0.01)
         assert achieved == pytest.approx(mfu * H100_BF16_TFLOPS, rel=1e-9)
         assert 0 < mfu < 1
+
+
+def test_flop_coverage_script_agrees_with_the_rollups(warehouse: Path) -> None:
+    """benchmarks/flop_coverage.py gives each shaped trace's coverage from fct_kernels;
+    over DLRM's eight traces it is fct_rank_efficiency's 59.7 % (ratios of sums), the
+    Megatron CPU-only captures are named as having no compute, and the longest uncovered
+    op of every DLRM trace is an fbgemm embedding op or aten::sum/cat without a model."""
+    import importlib.util
+    import sys
+
+    from conftest import REPO_ROOT
+
+    spec = importlib.util.spec_from_file_location(
+        "flop_coverage", REPO_ROOT / "benchmarks" / "flop_coverage.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    rows = module.trace_coverage(warehouse / "tracehouse.duckdb", top=3)
+    dlrm = [row for row in rows if row.run_id == "dlrm_8rank"]
+    assert len(dlrm) == 8
+    [(modelled, compute)] = query_warehouse(warehouse, """
+        select sum(modelled_ns), sum(compute_ns) from fct_rank_efficiency
+        where run_id = 'dlrm_8rank'
+    """)
+    assert sum(row.modelled_ns for row in dlrm) == modelled
+    assert sum(row.compute_ns for row in dlrm) == compute
+    for row in dlrm:
+        assert 0.4 < row.coverage_ratio < 0.7, row
+        assert all(reason in ("unmodelled_op", "no_launch") for _op, reason, _ns in row.uncovered)
+    report = module.format_report(rows)
+    assert "dlrm_8rank: 59.7 % of" in report
+    cpu_only = [row for row in rows if row.coverage_ratio is None]
+    assert cpu_only and {row.compute_ns for row in cpu_only} == {0}
+
+
+def test_kernel_name_microbatch_and_stage_rollups_add_up_to_the_kernels(
+        warehouse: Path) -> None:
+    """Every run's FLOPs, bytes and modelled time by kernel name (fct_kernel_summary),
+    by microbatch (fct_op_efficiency) and by pipeline stage (fct_rank_efficiency.pp_stage)
+    are fct_kernels' sums grouped the same way; DLRM's GEMM kernels by name stay under
+    the V100's roof."""
+    by_name = """
+        select run_id, rank, name, {modelled}, {flops}, {nbytes}
+        from {mart} {where} group by all order by all
+    """
+    summary = query_warehouse(warehouse, by_name.format(
+        modelled="sum(modelled_ns)", flops="sum(flops)", nbytes="sum(bytes)",
+        mart="fct_kernel_summary", where="where flops is not null"))
+    kernels = query_warehouse(warehouse, by_name.format(
+        modelled="sum(dur_ns)", flops="sum(flops)", nbytes="sum(bytes)",
+        mart="fct_kernels", where="where flops is not null and kind = 'compute'"))
+    assert len(summary) == len(kernels) > 50
+    for got, want in zip(summary, kernels):
+        assert got[:4] == want[:4]
+        assert got[4] == pytest.approx(want[4], rel=1e-12) and got[5] == pytest.approx(
+            want[5], rel=1e-12)
+    # One figure, one definition: a run's achieved TFLOP/s and modelled time summed
+    # from the kernel names are those summed from the ops.
+    run_sums = """
+        select run_id, sum(modelled_ns), sum(flops) / sum(modelled_ns) / 1e3
+        from {mart} where flops is not null group by all order by all
+    """
+    by_names = query_warehouse(warehouse, run_sums.format(mart="fct_kernel_summary"))
+    by_ops = query_warehouse(warehouse, run_sums.format(mart="fct_op_efficiency"))
+    assert [row[:2] for row in by_names] == [row[:2] for row in by_ops]
+    assert [row[2] for row in by_names] == pytest.approx([row[2] for row in by_ops], rel=1e-12)
+    gemm_rates = query_warehouse(warehouse, """
+        select achieved_tflops from fct_kernel_summary
+        where run_id = 'dlrm_8rank' and flops > 0 and (name like '%gemm%' or name like '%sgemm%')
+    """)
+    assert gemm_rates and all(0 < rate <= 15.7 for (rate,) in gemm_rates)
+
+    per_group = """
+        select run_id, {key}, sum({time}), sum({modelled}), sum(flops)
+        from {source} group by all order by all
+    """
+    shaped_compute = """(
+        select kernels.run_id, kernels.microbatch, ranks.pp_stage, kernels.dur_ns,
+               kernels.flops,
+               case when kernels.flops is not null then kernels.dur_ns end as modelled_ns
+        from fct_kernels as kernels
+        inner join intermediate.int_traces as traces
+            on kernels.trace_id = traces.trace_id
+        left join dim_ranks as ranks
+            on kernels.run_id = ranks.run_id and kernels.rank = ranks.rank
+        where traces.has_op_shapes and kernels.kind = 'compute'
+    )"""
+    for key, mart in (("microbatch", "fct_op_efficiency"), ("pp_stage", "fct_rank_efficiency"),
+                      ("pp_stage", "fct_op_efficiency")):
+        got = query_warehouse(warehouse, per_group.format(
+            key=key, time="compute_ns", modelled="modelled_ns", source=mart))
+        want = query_warehouse(warehouse, per_group.format(
+            key=key, time="dur_ns", modelled="modelled_ns", source=shaped_compute))
+        assert [row[:4] for row in got] == [row[:4] for row in want], (key, mart)
+        for got_row, want_row in zip(got, want):
+            assert got_row[4] == pytest.approx(want_row[4], rel=1e-12), (key, mart)
+
+
+def _render(root: Path, family_module: str, run_id: str, out: Path) -> Any:
+    import duckdb
+
+    from tracehouse.core.warehouse import Warehouse
+    from tracehouse.reports.base import ChartContext
+
+    family = importlib.import_module(family_module)
+    con = duckdb.connect(str(Warehouse(root).database), read_only=True)
+    try:
+        return family, con, family.FAMILY.render(ChartContext(con=con, run_id=run_id,
+                                                              out_dir=out))
+    finally:
+        con.close()
+
+
+_SHAPED_RATES = """
+    select {key}, sum(kernels.flops) / sum(kernels.dur_ns) filter (where kernels.flops is not null)
+           / 1e3,
+           cast(sum(kernels.dur_ns) filter (where kernels.flops is not null) as double)
+           / sum(kernels.dur_ns)
+    from fct_kernels as kernels
+    inner join intermediate.int_traces as traces on kernels.trace_id = traces.trace_id
+    where kernels.run_id = $1 and kernels.kind = 'compute' and traces.has_op_shapes
+    group by all
+    having sum(kernels.flops) > 0
+    order by all
+"""
+
+
+def test_phase_and_stage_chart_shows_the_marts_ratios_of_sums(
+        warehouse: Path, tmp_path: Path) -> None:
+    """The achieved-TFLOP/s chart's bars are the ratios of sums of the shaped compute
+    kernels per phase (and per stage), its labels say so, and without stages it says
+    why; a run without shapes has nothing to show, with the reason."""
+    import duckdb
+
+    from tracehouse.reports.base import NothingToShow
+    from tracehouse.reports.efficiency import phase_rates, stage_rates
+
+    family, _con, [chart] = _render(warehouse, "tracehouse.reports.efficiency", "dlrm_8rank",
+                                    tmp_path / "dlrm")
+    con = duckdb.connect(str(warehouse / "tracehouse.duckdb"), read_only=True)
+    try:
+        phases = phase_rates(con, "dlrm_8rank")
+        with pytest.raises(NothingToShow, match="record_shapes"):
+            from tracehouse.reports.base import ChartContext
+            family.FAMILY.render(ChartContext(con=con, run_id=A100, out_dir=tmp_path / "a"))
+    finally:
+        con.close()
+    want = query_warehouse(warehouse, _SHAPED_RATES.format(key="kernels.phase"),
+                           ["dlrm_8rank"])
+    assert sorted(zip(phases["phase"], phases["achieved_tflops"],
+                      phases["flop_coverage_ratio"])) == [
+        (phase, pytest.approx(rate, rel=1e-12), pytest.approx(cover, rel=1e-12))
+        for phase, rate, cover in want]
+    svg = chart.svg.read_text()
+    for rate, cover in zip(phases["achieved_tflops"], phases["flop_coverage_ratio"]):
+        assert f"{rate:.3g} TFLOP/s ({100 * cover:.0f} % modelled)" in svg
+    assert "no pipeline stages" in chart.caption  # DLRM has no pipeline topology
+    assert chart.png.stat().st_size > 10_000
+
+    # Give DLRM's ranks two stages (rank % 2) in a copy: the right panel's bars are the
+    # kernels' ratios of sums per stage.
+    copy = copy_warehouse(warehouse, tmp_path / "staged")
+    con = duckdb.connect(str(copy / "tracehouse.duckdb"))
+    try:
+        con.execute("update fct_rank_efficiency set pp_stage = rank % 2")
+    finally:
+        con.close()
+    _family, _con, [staged] = _render(copy, "tracehouse.reports.efficiency", "dlrm_8rank",
+                                      tmp_path / "staged_charts")
+    con = duckdb.connect(str(copy / "tracehouse.duckdb"), read_only=True)
+    try:
+        stages = stage_rates(con, "dlrm_8rank")
+    finally:
+        con.close()
+    want = query_warehouse(copy, _SHAPED_RATES.format(key="kernels.rank % 2"), ["dlrm_8rank"])
+    assert [(int(stage), rate, cover) for stage, rate, cover in zip(
+        stages["pp_stage"], stages["achieved_tflops"], stages["flop_coverage_ratio"])] == [
+        (stage, pytest.approx(rate, rel=1e-12), pytest.approx(cover, rel=1e-12))
+        for stage, rate, cover in want]
+    assert "no pipeline stages" not in staged.caption
+    assert "stage 1" in staged.svg.read_text()
+
+
+def test_mfu_chart_shows_each_iterations_mfu_and_the_runs(
+        reference_warehouse: ReferenceWarehouse, tmp_path: Path) -> None:
+    """The MFU chart's bars are fct_iteration_efficiency's mfu, its line
+    fct_run_efficiency's; a run without a model config has nothing to show, and says
+    where the config comes from."""
+    import duckdb
+
+    from tracehouse.reports.base import ChartContext, NothingToShow
+    from tracehouse.reports.mfu import iteration_mfu
+
+    root = reference_warehouse.root
+    family, _con, [chart] = _render(root, "tracehouse.reports.mfu", "sim_straggler_skew",
+                                    tmp_path / "sim")
+    rows = query_warehouse(root, """
+        select iteration, mfu, achieved_tflops_per_gpu from fct_iteration_efficiency
+        where run_id = 'sim_straggler_skew' order by iteration
+    """)
+    [(run_mfu,)] = query_warehouse(root, """
+        select mfu from fct_run_efficiency where run_id = 'sim_straggler_skew'
+    """)
+    con = duckdb.connect(str(root / "tracehouse.duckdb"), read_only=True)
+    try:
+        shown = iteration_mfu(con, "sim_straggler_skew")
+        with pytest.raises(NothingToShow, match="model_config.json"):
+            family.FAMILY.render(ChartContext(con=con, run_id="dlrm_8rank",
+                                              out_dir=tmp_path / "d"))
+    finally:
+        con.close()
+    assert list(zip(shown["iteration"], shown["mfu"])) == [(it, mfu) for it, mfu, _ in rows]
+    svg = chart.svg.read_text()
+    for _it, mfu, tflops in rows:
+        assert f"{100 * mfu:.1f} %" in svg and f"{tflops:.3g} TFLOP/s" in svg
+    assert f"run: {100 * run_mfu:.1f} %" in svg
+    assert f"the run's MFU, {100 * run_mfu:.1f} %" in chart.caption

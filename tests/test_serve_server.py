@@ -193,12 +193,20 @@ def test_cli_without_a_warehouse_is_a_usage_error(tmp_path: Path,
     assert main(["serve", "--port", "70000"]) == 2
 
 
+def _interruptible() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_stops_it_and_leaves_the_warehouse_as_it_was(small_warehouse: Path) -> None:
     database = small_warehouse / "tracehouse.duckdb"
     before = (database.read_bytes(), sorted(p.name for p in small_warehouse.iterdir()))
+    # As a terminal's Ctrl-C finds it: a shell that started these tests in the
+    # background (`.ci/run &`) left SIGINT ignored, which children inherit, and
+    # Python then installs no KeyboardInterrupt handler.
     process = subprocess.Popen(
         [sys.executable, "-m", "tracehouse.cli", "serve", "--warehouse", str(small_warehouse),
-         "--port", "0"], cwd=REPO_ROOT, stderr=subprocess.PIPE, text=True)
+         "--port", "0"], cwd=REPO_ROOT, stderr=subprocess.PIPE, text=True,
+        preexec_fn=_interruptible)
     try:
         line = process.stderr.readline()
         assert "read-only at http://127.0.0.1:" in line, line

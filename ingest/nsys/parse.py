@@ -52,6 +52,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import schema
+from ..memory import release_free_memory
 from ..nesting import nest_slices
 from ..trace_types import ParsedTrace, TraceError, TraceFile, display_path
 from .read import NsysDatabase
@@ -112,34 +113,49 @@ _MEM_KIND = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed",
              5: "Device Static", 6: "Managed Static", 7: "Unknown"}
 
 
-def _read(db: NsysDatabase, source: _Source) -> pa.Table | None:
-    """The table's columns we use (NULL for those this export lacks); None if absent."""
+def _read(db: NsysDatabase, source: _Source, where: Callable[[set[str]], str] | None = None
+          ) -> pa.Table | None:
+    """The table's columns we use (NULL for those this export lacks); None if absent.
+
+    ``where(present columns)`` gives a SQL filter (built from column names and
+    ints this module read, never from text), so that SQLite hands over only
+    the rows of one GPU. The rows come as Arrow record batches and are cast
+    batch by batch, so no table of the whole export is held twice.
+    """
     table = db.table(source.base)
     if table is None:
         return None
     present = db.columns(table)
     select = ", ".join(f'"{c}"' if c in present else f'null as "{c}"' for c in source.columns)
-    return _typed(db.query(f'select {select} from "{table}"'), source.schema)
+    sql = f'select {select} from "{table}"'
+    if where is not None:
+        sql += f" where {where(present)}"
+    return db.query_batches(sql, lambda batch: _typed(batch, source.schema))
 
 
-def _typed(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    """``table`` with ``schema``'s types, so the SQL below binds one way on every export."""
+def _typed(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """``batch`` with ``schema``'s types, so the SQL below binds one way on every export."""
     try:
-        return table.cast(schema)
+        return batch.cast(schema)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise TraceError("invalid_sqlite", f"a column holds values of an unexpected type: {exc}",
                          "export the report again with `nsys export --type sqlite`") from exc
 
 
-def read_export(db: NsysDatabase) -> dict[str, pa.Table]:
-    """Every table of the export that ingest maps, as Arrow (absent ones left out)."""
+#: GPU activity tables, by the key the mapping registers them under.
+_GPU_SOURCES = (("kernel", _KERNEL), ("memcpy", _MEMCPY), ("memset", _MEMSET),
+                ("graph", _GRAPH))
+#: CPU activity tables (a thread's calls and ranges), by their key.
+_CPU_SOURCES = (("runtime", _RUNTIME), ("driver", _DRIVER), ("nvtx", _NVTX))
+#: The NVTX event types that become rows (domain creates only name domains).
+_NVTX_ROW_TYPES = (NVTX_MARK, NVTX_PUSH_POP, NVTX_START_END)
+
+
+def read_shared(db: NsysDatabase) -> dict[str, pa.Table]:
+    """What every GPU's rows need: strings, names, clocks, GPU details, NVTX domains,
+    which activity tables exist, and the work counts that decide the GPUs and the
+    GPU each process belongs to (a few rows per process and device, counted by SQLite)."""
     tables: dict[str, pa.Table] = {}
-    for key, source in (("kernel", _KERNEL), ("memcpy", _MEMCPY), ("memset", _MEMSET),
-                        ("graph", _GRAPH), ("runtime", _RUNTIME), ("driver", _DRIVER),
-                        ("nvtx", _NVTX)):
-        table = _read(db, source)
-        if table is not None:
-            tables[key] = table
     tables["strings"] = db.query('select id, value from "StringIds"')
     if "PROCESSES" in db.tables:
         tables["processes"] = db.query('select globalPid, pid, name from "PROCESSES"')
@@ -156,6 +172,67 @@ def read_export(db: NsysDatabase) -> dict[str, pa.Table]:
         tables["cuda_device"] = db.query(f'select * from "{cuda_device}"')
     if "META_DATA_EXPORT" in db.tables:
         tables["export_meta"] = db.query('select name, value from "META_DATA_EXPORT"')
+    counts = []
+    for _key, source in _GPU_SOURCES[:3]:  # graph records are not counted as work
+        name = db.table(source.base)
+        if name is None:
+            continue
+        present = db.columns(name)
+        device = '"deviceId"' if "deviceId" in present else "null"
+        pid = _PID.format(col='"globalPid"') if "globalPid" in present else "null"
+        counts.append(db.query(
+            f'select cast({device} as integer) as device, cast({pid} as integer) as pid, '
+            f'count(*) as n from "{name}" group by 1, 2'))
+    tables["gpu_work"] = pa.concat_tables(
+        [_typed_table(c, _WORK_SCHEMA) for c in counts] or [_WORK_SCHEMA.empty_table()])
+    nvtx = _read(db, _NVTX, lambda present: f'"eventType" = {NVTX_DOMAIN_CREATE}'
+                 if "eventType" in present else "0")
+    tables["nvtx_domains"] = nvtx if nvtx is not None else _NVTX.schema.empty_table()
+    tables["present"] = pa.table({"key": [key for key, source in (*_GPU_SOURCES, *_CPU_SOURCES)
+                                          if db.table(source.base) is not None]})
+    return tables
+
+
+_WORK_SCHEMA = pa.schema([("device", pa.int64()), ("pid", pa.int64()), ("n", pa.int64())])
+
+
+def _typed_table(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    return pa.Table.from_batches([_typed(b, schema) for b in table.to_batches()], schema)
+
+
+def read_gpu(db: NsysDatabase, device: int, pids: list[int],
+             other_pids: list[int] | None) -> dict[str, pa.Table]:
+    """One GPU's activity tables: its device work, and the CPU rows of ``pids`` (the
+    processes that launch most on it). ``other_pids`` is given for the first GPU
+    only: the CPU rows of every process not in it (those that launch nothing, and
+    rows without a process) belong there too."""
+    device = int(device)  # inlined below: an int this module read, never text
+    tables: dict[str, pa.Table] = {}
+    for key, source in _GPU_SOURCES:
+        table = _read(db, source, lambda present: f'"deviceId" = {device}'
+                      if "deviceId" in present else "0")
+        if table is not None:
+            tables[key] = table
+
+    def cpu_rows(present: set[str], nvtx: bool) -> str:
+        if "globalTid" not in present:
+            return "1" if other_pids is not None else "0"
+        pid = _PID.format(col='"globalTid"')
+        mine = f"{pid} in ({', '.join(str(int(p)) for p in pids)})" if pids else "0"
+        if other_pids is not None:
+            others = ", ".join(str(int(p)) for p in other_pids)
+            mine += ' or "globalTid" is null' + (f" or {pid} not in ({others})" if others
+                                                  else " or 1")
+        if nvtx:
+            types = ", ".join(str(t) for t in _NVTX_ROW_TYPES)
+            mine = (f"({mine}) and \"eventType\" in ({types})" if "eventType" in present
+                    else "0")
+        return mine
+
+    for key, source in _CPU_SOURCES:
+        table = _read(db, source, lambda present, nvtx=key == "nvtx": cpu_rows(present, nvtx))
+        if table is not None:
+            tables[key] = table
     return tables
 
 
@@ -259,6 +336,7 @@ def _cpu_slices_sql(tables: dict[str, pa.Table]) -> str:
 
 
 def _register(con: duckdb.DuckDBPyConnection, tables: dict[str, pa.Table]) -> None:
+    """One GPU's activity tables (``tables``, with the shared ones) as DuckDB views' inputs."""
     for key, source in (("kernel", _KERNEL), ("memcpy", _MEMCPY), ("memset", _MEMSET),
                         ("runtime", _RUNTIME), ("nvtx", _NVTX)):
         con.register(key, tables.get(key, _empty_like(source)))
@@ -269,10 +347,11 @@ def _register(con: duckdb.DuckDBPyConnection, tables: dict[str, pa.Table]) -> No
     con.register("copy_kinds", pa.table({"id": list(_MEMCPY_KIND),
                                          "label": list(_MEMCPY_KIND.values())}))
     con.register("mem_kinds", pa.table({"id": list(_MEM_KIND), "label": list(_MEM_KIND.values())}))
+    con.register("nvtx_domains", tables["nvtx_domains"])
     con.execute(f"""
         create temp table domains as
         select coalesce(domainId, 0) as domain_id, min(coalesce(text, texts.value)) as name
-        from nvtx left join strings as texts on nvtx.textId = texts.id
+        from nvtx_domains left join strings as texts on nvtx_domains.textId = texts.id
         where eventType = {NVTX_DOMAIN_CREATE} group by 1""")
 
 
@@ -315,25 +394,19 @@ def parse_nsys_export(db: NsysDatabase, source: TraceFile, *, content_hash: str,
     """Turn one open export into one :class:`ParsedTrace` per GPU, in rank order.
 
     A generator, so that the caller writes each GPU's rows before the next
-    is built: memory holds the export's Arrow tables once (DuckDB reads them
-    in place) plus one GPU's output. ``id_for(device_index)`` gives each GPU's ``trace_id``. Raises
-    :class:`TraceError` for an export without GPU activity.
+    is built; and each GPU's activity is read from SQLite when its turn
+    comes, filtered there (:func:`read_gpu`), so memory holds one GPU's input
+    and output at a time, never the whole export's: an 8-GPU node's export
+    costs about an eighth of its tables. ``id_for(device_index)`` gives each
+    GPU's ``trace_id``. Raises :class:`TraceError` for an export without GPU
+    activity.
     """
-    tables = read_export(db)
+    shared = read_shared(db)
     con = duckdb.connect()
     try:
-        _register(con, tables)
-        # Views over the Arrow tables: the JSON args and joined names of a row are
-        # built only when that GPU's rows are taken, never held for the whole file.
-        con.execute(f"create temp view gpu as {_gpu_slices_sql(tables)}")
-        con.execute(f"create temp view cpu as {_cpu_slices_sql(tables)}")
-        names = _thread_and_process_names(con, tables)
-        base_ns = _base_time_ns(tables)
-        con.execute(f"""
-            create temp table gpu_work as
-            select deviceId as device, {_PID.format(col='globalPid')} as pid from kernel
-            union all select deviceId, {_PID.format(col='globalPid')} from memcpy
-            union all select deviceId, {_PID.format(col='globalPid')} from memset""")
+        con.register("strings", shared["strings"])
+        names = _thread_and_process_names(con, shared)
+        con.register("gpu_work", shared["gpu_work"])
         devices = [row[0] for row in con.execute(
             "select distinct device from gpu_work where device is not null order by 1"
         ).fetchall()]
@@ -341,26 +414,39 @@ def parse_nsys_export(db: NsysDatabase, source: TraceFile, *, content_hash: str,
             raise TraceError("empty", "the export has no CUDA kernels, copies or fills",
                              "profile with `nsys profile --trace=cuda,nvtx` and export again")
         # The GPU each process launches most work on; ties go to the lower device.
-        con.execute("""
-            create temp table process_device as
+        process_device = con.execute("""
             select pid, arg_max(device, n) as device from (
-                select pid, device, count(*) * 1000000 - device as n
+                select pid, device, sum(n) * 1000000 - device as n
                 from gpu_work where pid is not null group by 1, 2
-            ) group by 1""")
-        # Views take no bind parameters; the device ids are ints we read, never text.
-        con.execute(f"""
-            create temp view cpu_device as
-            select cpu.*, coalesce(process_device.device, {int(devices[0])}) as device
-            from cpu left join process_device on cpu.pid = process_device.pid""")
-        first_rank = source.rank_hint if source.rank_hint is not None else 0
-        world = len(devices) if source.rank_hint is None else None
-        for index, device in enumerate(devices):
-            yield _one_gpu(con, source, device, first_rank + index, world, base_ns, names,
-                           trace_id=id_for(index), content_hash=content_hash,
-                           ingested_at=ingested_at,
-                           device_properties=_device_properties(tables, device))
+            ) group by 1 order by 1""").fetchall()
     finally:
         con.close()
+    base_ns = _base_time_ns(shared)
+    first_rank = source.rank_hint if source.rank_hint is not None else 0
+    world = len(devices) if source.rank_hint is None else None
+    mapped = [pid for pid, _device in process_device]
+    for index, device in enumerate(devices):
+        pids = [pid for pid, owner in process_device if owner == device]
+        tables = {**shared, **read_gpu(db, device, pids, mapped if index == 0 else None)}
+        con = duckdb.connect()
+        try:
+            _register(con, tables)
+            # Views over the Arrow tables: the JSON args and joined names of a row
+            # are built only when the rows are taken, never held for the whole file.
+            con.execute(f"create temp view gpu as {_gpu_slices_sql(tables)}")
+            con.execute(f"create temp view cpu_device as select *, {int(device)} as device "
+                        f"from ({_cpu_slices_sql(tables)})")
+            part = _one_gpu(con, source, device, first_rank + index, world, base_ns, names,
+                            trace_id=id_for(index), content_hash=content_hash,
+                            ingested_at=ingested_at,
+                            device_properties=_device_properties(shared, device))
+        finally:
+            con.close()
+        del tables
+        release_free_memory()  # DuckDB's working memory, before the lake writer's arrays
+        yield part
+        del part
+        release_free_memory()  # this GPU's rows, written by now
 
 
 @dataclass

@@ -22,7 +22,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -167,6 +167,24 @@ class NsysDatabase:
             with self._conn.cursor() as cursor:
                 cursor.execute(sql)
                 return repair_utf8(cursor.fetch_arrow_table())
+        except TraceError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise _database_error(exc) from exc
+
+    def query_batches(self, sql: str,
+                      each: Callable[[pa.RecordBatch], pa.RecordBatch]) -> pa.Table:
+        """Run ``sql`` and build its result batch by batch, ``each`` applied to every
+        record batch as the driver hands it over (a cast, so a column is never held
+        in two types at once)."""
+        try:
+            with self._conn.cursor() as cursor:
+                cursor.execute(sql)
+                reader = cursor.fetch_record_batch()
+                batches = [each(batch) for batch in reader]
+                schema = (batches[0] if batches else each(
+                    pa.RecordBatch.from_pylist([], schema=reader.schema))).schema
+                return repair_utf8(pa.Table.from_batches(batches, schema))
         except TraceError:
             raise
         except Exception as exc:  # noqa: BLE001

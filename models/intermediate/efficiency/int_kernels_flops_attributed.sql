@@ -26,7 +26,8 @@
     null_reason: `no_cpu_op` (the launch is not inside a CPU op),
     `no_shapes` (the op has no `Input Dims`), `unmodelled_op` (no row in
     op_flop_models), `no_causal_flag` (attention without its is_causal
-    input), `bad_shapes` (the dims do not fit the model),
+    input), `bad_shapes` (the dims do not fit the model, or a
+    convolution's stride, padding, ... are not in `Concrete Inputs`),
     `helper_of_op` (a copy or fill of an op whose work its kernels do, e.g.
     a GEMM's workspace memset).
 
@@ -98,7 +99,15 @@ op_models as (
         q_input,
         layout,
         causal_input,
-        read_inputs
+        read_inputs,
+        bias_input,
+        stride_input,
+        padding_input,
+        dilation_input,
+        transposed_input,
+        output_padding_input,
+        groups_input,
+        mask_input
     from {{ ref('op_flop_models') }}
 ),
 
@@ -137,6 +146,14 @@ distinct_shapes as (
         op_models.layout,
         op_models.causal_input,
         op_models.read_inputs,
+        op_models.bias_input,
+        op_models.stride_input,
+        op_models.padding_input,
+        op_models.dilation_input,
+        op_models.transposed_input,
+        op_models.output_padding_input,
+        op_models.groups_input,
+        op_models.mask_input,
         {#- The shapes as one args object again, for json_text. #}
         '{"Input Dims": ' || coalesce(launching_ops.input_dims, 'null')
         || ', "Input type": ' || coalesce(launching_ops.input_types, 'null')
@@ -157,12 +174,8 @@ shape_dims as (
             {%- endfor %}
             lower({{ json_text('shape_args', 'Input type', [input]) }}) as a{{ input }}_type,
         {%- endfor %}
-        case
-            {%- for position in range(12) %}
-                when causal_input = {{ position }}
-                    then lower({{ json_text('shape_args', 'Concrete Inputs', [position]) }})
-            {%- endfor %}
-        end as causal_text
+        lower({{ concrete_input('causal_input') }}) as causal_text,
+        {{ conv_args() }}
     from distinct_shapes
 ),
 
@@ -208,18 +221,20 @@ shape_operands as (
         end as is_causal,
         case
             when flop_model in ('addmm', 'baddbmm') then a1_bpe
-            when flop_model = 'attention_backward' then a1_bpe
+            when flop_model in ('attention_backward', 'convolution_backward') then a1_bpe
             else a0_bpe
         end as operand_bpe,
         case
             when flop_model in ('addmm', 'baddbmm') then a1_type
-            when flop_model = 'attention_backward' then a1_type
+            when flop_model in ('attention_backward', 'convolution_backward') then a1_type
             else a0_type
         end as compute_dtype,
         case
             when flop_model in ('mm', 'addmm', 'bmm', 'baddbmm', 'matmul', 'linear')
                 then 'matrix'
             when flop_model in ('attention_forward', 'attention_backward') then 'matrix'
+            when flop_model in ('convolution', 'convolution_transpose', 'convolution_backward')
+                then 'matrix'
             else 'vector'
         end as compute_unit,
         {#- Elementwise: the output has the broadcast shape of the inputs read
@@ -248,7 +263,8 @@ shape_operands as (
             else {{ dim_from_right(0, 1) }}
         end as norm_channels,
         {{ gemm_sizes() }},
-        {{ attention_sizes() }}
+        {{ attention_sizes() }},
+        {{ conv_sizes() }}
     from shape_bytes
 ),
 
@@ -261,8 +277,13 @@ shape_costs as (
         flop_model,
         compute_dtype,
         compute_unit,
-        {{ op_flops() }} as op_flops,
-        {{ op_bytes() }} as op_bytes,
+        {#- A convolution whose stride, padding, ... are not readable has no size. #}
+        case
+            when flop_model not like 'convolution%' or has_conv_args then {{ op_flops() }}
+        end as op_flops,
+        case
+            when flop_model not like 'convolution%' or has_conv_args then {{ op_bytes() }}
+        end as op_bytes,
         flop_model in ('attention_forward', 'attention_backward') and is_causal is null
             as lacks_causal_flag
     from shape_operands

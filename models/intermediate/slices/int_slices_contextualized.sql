@@ -90,15 +90,15 @@ role_slices as (
     where
         {{ new_traces }}
         and {{ 'has_role' if marks_steps else kept_by_name }}
-    {%- if marks_steps and older_traces.get('ids', [none]) | length > 0 %}
-    union all
-    select *  -- noqa: AM04
-    from {{ lake_scan('slices', older_traces) }}
-    where
-        {{ new_traces }}
-        and {{ trace_filter(older_traces) }}
-        and has_role is null
-        and {{ kept_by_name }}
+    {% if marks_steps and older_traces.get('ids', [none]) | length > 0 -%}
+        union all
+        select *  -- noqa: AM04
+        from {{ lake_scan('slices', older_traces) }}
+        where
+            {{ new_traces }}
+            and {{ trace_filter(older_traces) }}
+            and has_role is null
+            and {{ kept_by_name }}
     {%- endif %}
 ),
 

@@ -1,10 +1,11 @@
 {#
-    One row per run x rank x iteration x phase x launching CPU op name x
-    GPU product: how well the op's compute kernels used the GPU (TraceLens'
-    per-op view), ratios of sums over its kernels in fct_kernels. A run's
-    figure for an op, or a phase's (forward, backward, recompute,
-    optimizer), is the ratio of this table's sums over its rows;
-    fct_rank_efficiency sums them per rank and iteration.
+    One row per run x rank x iteration x phase x microbatch x launching CPU
+    op name x GPU product: how well the op's compute kernels used the GPU
+    (TraceLens' per-op view), ratios of sums over its kernels in
+    fct_kernels. A run's figure for an op, a phase's (forward, backward,
+    recompute, optimizer), a microbatch's or a pipeline stage's (pp_stage,
+    the rank's coordinate from dim_ranks) is the ratio of this table's sums
+    over its rows; fct_rank_efficiency sums them per rank and iteration.
 
     Traces recorded with shapes only (int_traces.has_op_shapes): another
     trace's kernels have no FLOP model (fct_kernels.flops_null_reason
@@ -26,6 +27,7 @@ kernels as (
         kernels.rank,
         kernels.iteration,
         kernels.phase,
+        kernels.microbatch,
         kernels.cpu_op_name,
         kernels.gpu_product,
         kernels.flop_model,
@@ -39,12 +41,21 @@ kernels as (
     where kernels.kind = 'compute'
 ),
 
-final as (
+ranks as (
+    select
+        run_id,
+        rank,
+        pp_stage
+    from {{ ref('dim_ranks') }}
+),
+
+per_op as (
     select
         run_id,
         rank,
         iteration,
         phase,
+        microbatch,
         cpu_op_name,
         gpu_product,
         max(flop_model) as flop_model,
@@ -55,7 +66,18 @@ final as (
         sum(bytes) as bytes,
         {{ efficiency_ratios('flops', 'bytes', 'modelled_ns', 'dur_ns') }}
     from kernels
-    group by 1, 2, 3, 4, 5, 6
+    group by 1, 2, 3, 4, 5, 6, 7
+),
+
+final as (
+    select
+        per_op.*,
+        ranks.pp_stage
+    from per_op
+    left join ranks
+        on
+            per_op.run_id = ranks.run_id
+            and per_op.rank = ranks.rank
 )
 
 select * from final

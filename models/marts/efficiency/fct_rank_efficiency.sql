@@ -3,7 +3,8 @@
     used the GPU in the iteration, fct_op_efficiency's rows summed over
     ops and the ratios taken of the sums (FLOPs over the time of the
     kernels that have a FLOP model; the share of compute time that has
-    one). Traces recorded with shapes only, as fct_op_efficiency.
+    one). Traces recorded with shapes only, as fct_op_efficiency. A
+    pipeline stage's figure is the ratio of these rows' sums by pp_stage.
 #}
 
 with
@@ -13,6 +14,7 @@ ops as (
         run_id,
         rank,
         iteration,
+        pp_stage,
         gpu_product,
         kernels,
         compute_ns,
@@ -27,6 +29,7 @@ final as (
         run_id,
         rank,
         iteration,
+        max(pp_stage) as pp_stage,
         max(gpu_product) as gpu_product,
         cast(sum(kernels) as bigint) as kernels,
         cast(sum(compute_ns) as bigint) as compute_ns,
