@@ -37,7 +37,7 @@ def _run_graph(con: duckdb.DuckDBPyConnection, run: str):
     """(node ids, graph) of one run, its nodes renumbered 1..n (as the loader wants)."""
     con.execute("create or replace temp table run_nodes as select * exclude (node_id), "
                 "node_id as warehouse_node_id, row_number() over (order by node_id) as node_id "
-                "from intermediate.int_replay_nodes_weighted where run_id = ?", [run])
+                "from intermediate.int_replay_nodes_listed where run_id = ?", [run])
     edges = con.sql(
         "select edges.* exclude (src_node_id, dst_node_id), src.node_id as src_node_id, "
         "dst.node_id as dst_node_id from intermediate.int_replay_edges_typed as edges "

@@ -38,7 +38,7 @@ def graph(warehouse: Path):
     """(node ids, replay graph, node facts) of the simulated run, read-only."""
     con = duckdb.connect(str(Warehouse(warehouse).database), read_only=True)
     try:
-        nodes = con.table("intermediate.int_replay_nodes_weighted").filter(f"run_id = '{SIM}'")
+        nodes = con.table("intermediate.int_replay_nodes_listed").filter(f"run_id = '{SIM}'")
         # Node ids are global: renumber this run's from 1 for the loader.
         nodes = con.sql(
             "select * exclude (node_id), node_id as warehouse_node_id, "
@@ -52,7 +52,7 @@ def graph(warehouse: Path):
         node_id, replay_graph = graph_from_relations(nodes, edges)
         facts = nodes.select(
             "node_id, warehouse_node_id, rank, iteration, node_kind, collective_id, "
-            "trace_id, device, gpu_stream, start_ns, end_ns, start_ready_ns").order("node_id").df()
+            "trace_id, device, gpu_stream, start_ns, end_ns").order("node_id").df()
     finally:
         con.close()
     return node_id, replay_graph, facts
@@ -139,45 +139,31 @@ def test_lengthened_kernel_moves_exactly_its_dependents(graph) -> None:
     assert not (facts.iloc[moved_end].iteration == 2).any()
 
 
-def test_critical_path_runs_from_an_iteration_start_to_the_last_gpu_end(warehouse: Path) -> None:
+def test_critical_path_runs_from_an_iteration_start_to_the_last_gpu_end(
+    warehouse: Path, graph
+) -> None:
     """Each iteration's path starts at a rank's iteration start, ends at the GPU
     op that ends last in the replay (any rank), and its segments add up to
     that span, so the ops' shares add up to 1."""
+    node_id, replay_graph, facts = graph
+    start, end = replay(replay_graph)
+    local = dict(zip(facts.warehouse_node_id.astype(int), facts.node_id.astype(int) - 1))
     rows = query_warehouse(
         warehouse,
-        """
-        with path as (
-            select path.iteration, path.path_step, path.segment_ns, nodes.node_kind,
-                   nodes.start_ns, replayed.replayed_end_ns
-            from intermediate.int_critical_path_walked as path
-            inner join intermediate.int_replay_nodes_weighted as nodes using (node_id)
-            inner join intermediate.int_replay_ops_replayed as replayed using (node_id)
-            where path.run_id = ?
-        ),
-        gpu_ends as (
-            select nodes.iteration, max(replayed.replayed_end_ns) as last_end_ns
-            from intermediate.int_replay_nodes_weighted as nodes
-            inner join intermediate.int_replay_ops_replayed as replayed using (node_id)
-            where nodes.run_id = ? and nodes.node_kind like 'gpu_%'
-            group by 1
-        )
-        select path.iteration,
-               arg_min(node_kind, path_step) as first_kind,
-               arg_min(start_ns, path_step) as first_start_ns,
-               arg_max(replayed_end_ns, path_step) as last_end_ns,
-               sum(segment_ns) as length_ns,
-               any_value(gpu_ends.last_end_ns) as gpu_last_end_ns
-        from path
-        inner join gpu_ends using (iteration)
-        group by 1 order by 1
-        """,
-        [SIM, SIM],
+        "select iteration, path_step, node_id, segment_ns "
+        "from intermediate.int_critical_path_walked "
+        "where run_id = ? order by iteration, path_step",
+        [SIM],
     )
-    assert [row[0] for row in rows] == [1, 2]
-    for _iteration, first_kind, first_start, last_end, length, gpu_last_end in rows:
-        assert first_kind == "iteration_start"
-        assert last_end == gpu_last_end
-        assert length == last_end - first_start
+    assert sorted({row[0] for row in rows}) == [1, 2]
+    is_gpu = facts.node_kind.str.startswith("gpu_").to_numpy()
+    for iteration in (1, 2):
+        path = [row for row in rows if row[0] == iteration]
+        first, last = local[path[0][2]], local[path[-1][2]]
+        in_iteration = is_gpu & (facts.iteration == iteration).to_numpy()
+        assert facts.node_kind.iloc[first] == "iteration_start"
+        assert end[last] == end[in_iteration].max()
+        assert sum(row[3] for row in path) == end[last] - start[first]
     shares = query_warehouse(
         warehouse,
         "select iteration, sum(share_ratio) from fct_critical_path where run_id = ? group by 1",

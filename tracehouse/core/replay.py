@@ -17,7 +17,11 @@ The model (one per node ``i``, all times integer ns):
 * a root (a rank's iteration start) has start = end = its anchor.
 
 Nothing measured about a dependent op enters: only its delay, work and own
-time, which are durations.
+time, which are durations. They are taken from the measured times once,
+before any replay (``weigh``), here rather than in a SQL model: a NumPy
+scatter-max over the edges costs a fraction of a second where the join of
+every edge with its source node, materialised as a table, cost seconds at
+256 ranks (benchmarks/README.md, whatif.py).
 """
 
 from __future__ import annotations
@@ -25,6 +29,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+try:
+    from ._replay_walk import walk as _walk
+except ImportError:  # built without a C compiler: the numpy frontier sweep
+    _walk = None
 
 START, END = 0, 1
 
@@ -35,7 +44,8 @@ class ReplayGraph:
 
     ``src``/``dst`` index nodes; ``src_point``/``dst_point`` are START or END.
     ``anchor`` holds a root's start and is ignored (any value) elsewhere;
-    ``is_root`` says which nodes are roots.
+    ``is_root`` says which nodes are roots; ``is_inconsistent`` which nodes'
+    measured times broke an edge (a weight clamped to 0 by ``weigh``).
     """
 
     delay: np.ndarray
@@ -47,6 +57,7 @@ class ReplayGraph:
     src_point: np.ndarray
     dst: np.ndarray
     dst_point: np.ndarray
+    is_inconsistent: np.ndarray
 
     @property
     def size(self) -> int:
@@ -68,23 +79,23 @@ def vertex_edges(graph: ReplayGraph, work: np.ndarray | None = None,
     return src_v, dst_v, weight
 
 
-def replay(graph: ReplayGraph, work: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def replay(graph: ReplayGraph, work: np.ndarray | None = None,
+           compiled: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Replayed (start, end) of every node, int64 ns.
 
     ``work`` replaces the graph's work durations (a what-if scenario scales
-    them). Raises ValueError naming the nodes left when the graph has a cycle
-    or a node no root reaches.
+    them). ``compiled``: walk with the C extension (``_replay_walk.c``, one
+    pass) or the numpy frontier sweep (one loop step per level of the
+    graph); ``None``: the extension where it is built. Both give the same
+    answer (tests). Raises ValueError naming the nodes left when the graph
+    has a cycle or a node no root reaches.
     """
     vertices = 2 * graph.size
     src_v, dst_v, weight = vertex_edges(graph, work)
     add = np.empty(vertices, dtype=np.int64)
     add[0::2] = graph.delay
     add[1::2] = graph.own
-    order = np.argsort(src_v, kind="stable")
-    src_v, dst_v, weight = src_v[order], dst_v[order], weight[order]
-    first = np.searchsorted(src_v, np.arange(vertices + 1, dtype=np.int64))
     indegree = np.bincount(dst_v, minlength=vertices)
-    best = np.full(vertices, np.iinfo(np.int64).min, dtype=np.int64)
     value = np.zeros(vertices, dtype=np.int64)
     root_start = 2 * np.flatnonzero(graph.is_root)
     frontier = np.flatnonzero(indegree == 0)
@@ -93,6 +104,21 @@ def replay(graph: ReplayGraph, work: np.ndarray | None = None) -> tuple[np.ndarr
         raise ValueError(f"{stray.size} replay vertices have no dependency and are no root "
                          f"(first nodes: {(stray[:5] // 2).tolist()})")
     value[frontier] = graph.anchor[frontier // 2]
+    if compiled is None:
+        compiled = _walk is not None
+    if compiled and _walk is None:
+        raise RuntimeError("tracehouse.core._replay_walk is not built (no C compiler at install)")
+    if compiled and _walk(src_v, dst_v, weight, add, value,
+                          frontier.astype(np.int64)) == vertices:
+        return value[0::2], value[1::2]
+    # The numpy sweep (and, after a compiled walk that stopped short, the
+    # cycle's report).
+    value[:] = 0
+    value[frontier] = graph.anchor[frontier // 2]
+    order = np.argsort(src_v, kind="stable")
+    src_v, dst_v, weight = src_v[order], dst_v[order], weight[order]
+    first = np.searchsorted(src_v, np.arange(vertices + 1, dtype=np.int64))
+    best = np.full(vertices, np.iinfo(np.int64).min, dtype=np.int64)
     resolved = 0
     while frontier.size:
         resolved += frontier.size
@@ -116,35 +142,84 @@ def replay(graph: ReplayGraph, work: np.ndarray | None = None) -> tuple[np.ndarr
     return value[0::2], value[1::2]
 
 
-def graph_from_relations(nodes, edges) -> tuple[np.ndarray, ReplayGraph]:
-    """(node ids, graph) from DuckDB relations of the replay models.
+def weigh(start: np.ndarray, end: np.ndarray, is_root: np.ndarray, src: np.ndarray,
+          src_point: np.ndarray, dst: np.ndarray, dst_point: np.ndarray) -> ReplayGraph:
+    """The replay graph of nodes with measured ``start``/``end`` and the given edges.
 
-    ``nodes``: int_replay_nodes_weighted (node_id 1..n, no gaps); ``edges``:
-    int_replay_edges_typed. Both are relations (``dbt.ref`` in a Python model,
-    ``connection.table`` in a test), so the one loader serves the model and
-    the tests, and this module needs no DuckDB import.
+    Per node: start_ready / end_ready, the latest measured time among its
+    start / end dependencies (a source's start or end, as the edge says);
+    delay = start - start_ready (the straggler what-if paper's launch
+    delay: launch latency, host work between calls); work = end - start
+    where nothing ends the node from outside (a kernel, a runtime call),
+    else 0; own = end - max(start + work, end_ready) (a collective member's
+    transfer after the last arrival, a host sync's return after the GPU op
+    it waited for). A negative delay or own time (a measured start before a
+    dependency's measured end: a clock offset the alignment missed, an
+    inferred edge that does not hold) is set to 0 and the node flagged
+    ``is_inconsistent``. A root keeps its measured start as its anchor.
+    """
+    size = start.shape[0]
+    lowest = np.iinfo(np.int64).min
+    src_time = np.where(src_point == END, end[src], start[src])
+    into_start = dst_point == START
+    start_ready = np.full(size, lowest, dtype=np.int64)
+    end_ready = np.full(size, lowest, dtype=np.int64)
+    np.maximum.at(start_ready, dst[into_start], src_time[into_start])
+    np.maximum.at(end_ready, dst[~into_start], src_time[~into_start])
+    has_start_ready, has_end_ready = start_ready != lowest, end_ready != lowest
+    raw_delay = np.where(has_start_ready, start - start_ready, 0)
+    work = np.where(has_end_ready, 0, end - start)
+    raw_own = end - np.maximum(start + work, np.where(has_end_ready, end_ready, start))
+    return ReplayGraph(
+        delay=np.maximum(raw_delay, 0),
+        work=work,
+        own=np.maximum(raw_own, 0),
+        anchor=np.where(is_root, start, 0),
+        is_root=is_root,
+        src=src,
+        src_point=src_point,
+        dst=dst,
+        dst_point=dst_point,
+        is_inconsistent=(raw_delay < 0) | (raw_own < 0),
+    )
+
+
+def graph_from_relations(nodes, edges) -> tuple[np.ndarray, ReplayGraph]:
+    """(node ids, weighed graph) from DuckDB relations of the replay models.
+
+    ``nodes``: int_replay_nodes_listed (node_id 1..n, no gaps; measured
+    start_ns, end_ns); ``edges``: int_replay_edges_typed. Both are relations
+    (``dbt.ref`` in a Python model, ``connection.table`` in a test), so the
+    one loader serves the models and the tests, and this module needs no
+    DuckDB import. Rows are placed by node_id, not sorted. Index ``i`` of
+    every array is node ``i + 1``.
     """
     columns = nodes.select(
-        "node_id, start_delay_ns, work_ns, own_ns, coalesce(anchor_ns, 0) as anchor_ns, "
-        "node_kind = 'iteration_start' as is_root").order("node_id").fetchnumpy()
+        "node_id, start_ns, end_ns, node_kind = 'iteration_start' as is_root").fetchnumpy()
     links = edges.select(
         "src_node_id, (src_point = 'end')::int as src_end, dst_node_id, "
         "(dst_point = 'end')::int as dst_end").fetchnumpy()
-    node_id = np.asarray(columns["node_id"], dtype=np.int64)
-    if node_id.size and not np.array_equal(node_id, np.arange(1, node_id.size + 1)):
-        raise ValueError("int_replay_nodes_weighted.node_id must run 1..n without gaps")
-    graph = ReplayGraph(
-        delay=np.asarray(columns["start_delay_ns"], dtype=np.int64),
-        work=np.asarray(columns["work_ns"], dtype=np.int64),
-        own=np.asarray(columns["own_ns"], dtype=np.int64),
-        anchor=np.asarray(columns["anchor_ns"], dtype=np.int64),
-        is_root=np.asarray(columns["is_root"], dtype=bool),
+    index = np.asarray(columns["node_id"], dtype=np.int64) - 1
+    size = index.shape[0]
+    if size and (index.min() != 0 or index.max() != size - 1
+                 or np.bincount(index, minlength=size).max() != 1):
+        raise ValueError("int_replay_nodes_listed.node_id must run 1..n without gaps")
+
+    def placed(name: str, dtype) -> np.ndarray:
+        values = np.empty(size, dtype=dtype)
+        values[index] = np.asarray(columns[name], dtype=dtype)
+        return values
+
+    graph = weigh(
+        start=placed("start_ns", np.int64),
+        end=placed("end_ns", np.int64),
+        is_root=placed("is_root", bool),
         src=np.asarray(links["src_node_id"], dtype=np.int64) - 1,
         src_point=np.asarray(links["src_end"], dtype=np.int64),
         dst=np.asarray(links["dst_node_id"], dtype=np.int64) - 1,
         dst_point=np.asarray(links["dst_end"], dtype=np.int64),
     )
-    return node_id, graph
+    return np.arange(1, size + 1, dtype=np.int64), graph
 
 
 def binding_predecessors(graph: ReplayGraph, start: np.ndarray, end: np.ndarray,

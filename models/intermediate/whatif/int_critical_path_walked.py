@@ -12,7 +12,10 @@ a host sync waited for), its own transfer or return after that (`wait`).
 The segments add up to the path's length, the iteration's replayed span
 from that rank's start. A dbt Python model: the walk follows one pointer
 per step, which NumPy arrays do in microseconds and a recursive CTE would
-do with a join of the whole graph per step. A table rebuilt each time.
+do with a join of the whole graph per step. It weighs and replays the
+graph itself (about a second at 256 ranks) rather than reading a table of
+every node's replayed times, which cost more to write and read than to
+recompute. A table rebuilt each time.
 """
 
 from __future__ import annotations
@@ -20,36 +23,43 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from tracehouse.core.replay import binding_predecessors, graph_from_relations, walk_back
+from tracehouse.core.replay import (
+    binding_predecessors,
+    graph_from_relations,
+    replay,
+    walk_back,
+)
 
 
 def model(dbt, session):
     """dbt-duckdb entry point: walk back from every run x iteration's last GPU end."""
     dbt.config(materialized="table")
-    nodes = dbt.ref("int_replay_nodes_weighted")
+    nodes = dbt.ref("int_replay_nodes_listed")
     node_id, graph = graph_from_relations(nodes, dbt.ref("int_replay_edges_typed"))
-    replayed = dbt.ref("int_replay_ops_replayed").order("node_id").fetchnumpy()
-    start = np.asarray(replayed["replayed_start_ns"], dtype=np.int64)
-    end = np.asarray(replayed["replayed_end_ns"], dtype=np.int64)
-    facts = nodes.select(
-        "node_id, run_id, iteration, node_kind like 'gpu_%' as is_gpu").order("node_id").df()
+    start, end = replay(graph)
     predecessor = binding_predecessors(graph, start, end)
     value = np.empty(2 * graph.size, dtype=np.int64)
     value[0::2], value[1::2] = start, end
-    gpu = facts[facts.is_gpu.to_numpy()].assign(end_ns=end[facts.is_gpu.to_numpy()])
-    sinks = gpu.sort_values("end_ns", kind="stable").groupby(["run_id", "iteration"]).tail(1)
+    # The GPU op ending last in each run x iteration (ties: the highest node id).
+    ends = session.from_arrow(pa.table({"node_id": node_id, "replayed_end_ns": end}))
+    sinks = (nodes.filter("node_kind like 'gpu_%'").select("node_id, run_id, iteration")
+             .join(ends, "node_id")
+             .aggregate("run_id, iteration, "
+                        "arg_max(node_id, (replayed_end_ns, node_id)) as sink_node_id",
+                        "run_id, iteration")
+             .order("run_id, iteration").fetchall())
     columns: dict[str, list] = {name: [] for name in (
         "run_id", "iteration", "path_step", "node_id", "point", "segment", "segment_ns")}
-    for index, sink in zip(sinks.index.to_numpy(), sinks.itertuples(index=False)):
-        path = walk_back(predecessor, 2 * int(index) + 1)
+    for run_id, iteration, sink_node_id in sinks:
+        path = walk_back(predecessor, 2 * (int(sink_node_id) - 1) + 1)
         previous = np.concatenate([[path[0]], path[:-1]])
         is_end = path % 2 == 1
         own_start = previous == path - 1
         segment = np.where(~is_end, "delay", np.where(own_start, "work", "wait"))
         segment[0] = "start"
         count = path.shape[0]
-        columns["run_id"] += [sink.run_id] * count
-        columns["iteration"] += [int(sink.iteration)] * count
+        columns["run_id"] += [run_id] * count
+        columns["iteration"] += [int(iteration)] * count
         columns["path_step"] += list(range(count))
         columns["node_id"] += node_id[path // 2].tolist()
         columns["point"] += np.where(is_end, "end", "start").tolist()

@@ -12,7 +12,8 @@
         autograd thread launches, as HTA remaps them onto one); end -> start,
         or start -> start where the two overlap (threads running at once);
       * launch: runtime call start -> the kernel, copy or fill it launched
-        (correlation / ac2g flow, int_kernels_classified.launch_slice_id);
+        (correlation / ac2g flow, int_kernels_classified.launch_slice_id,
+        carried by int_replay_nodes_listed);
       * stream_order: end -> start of consecutive GPU ops on one stream;
       * comm_stream_wait: end of the last non-communication GPU op the rank
         launched before a communication kernel -> that kernel's start:
@@ -36,7 +37,9 @@
         last arrival), and the instance -> each member's end (every member
         ends after the last arrival plus its own transfer); a P2P
         send/recv pair is a two-member instance.
-    Per run x iteration; a table rebuilt each time.
+    Per run x iteration; each edge carries its target's run, iteration,
+    rank and trace (a collective instance's: its member's), so edges count
+    per trace without joining the nodes again. A table rebuilt each time.
 #}
 
 with
@@ -53,18 +56,10 @@ nodes as (
         collective_id,
         device,
         gpu_stream,
+        launch_slice_id,
         start_ns,
         end_ns
     from {{ ref('int_replay_nodes_listed') }}
-),
-
-launches as (
-    select
-        trace_id,
-        slice_id,
-        launch_slice_id
-    from {{ ref('int_kernels_classified') }}
-    where launch_slice_id is not null
 ),
 
 members as (
@@ -86,6 +81,16 @@ gpu_nodes as (
     where node_kind like 'gpu_%'
 ),
 
+iteration_starts as (
+    select
+        node_id,
+        run_id,
+        rank,
+        iteration
+    from nodes
+    where node_kind = 'iteration_start'
+),
+
 cpu_sequence as (
     select
         *,
@@ -103,14 +108,17 @@ step_start_edges as (
         iteration_starts.node_id as src_node_id,
         'end' as src_point,
         cpu_sequence.node_id as dst_node_id,
-        'start' as dst_point
+        'start' as dst_point,
+        cpu_sequence.run_id,
+        cpu_sequence.iteration,
+        cpu_sequence.rank,
+        cpu_sequence.trace_id
     from cpu_sequence
-    inner join nodes as iteration_starts
+    inner join iteration_starts
         on
             cpu_sequence.run_id = iteration_starts.run_id
             and cpu_sequence.rank = iteration_starts.rank
             and cpu_sequence.iteration = iteration_starts.iteration
-            and iteration_starts.node_kind = 'iteration_start'
     where cpu_sequence.previous_node_id is null
 ),
 
@@ -120,7 +128,11 @@ cpu_order_edges as (
         previous_node_id as src_node_id,
         case when previous_end_ns <= start_ns then 'end' else 'start' end as src_point,
         node_id as dst_node_id,
-        'start' as dst_point
+        'start' as dst_point,
+        run_id,
+        iteration,
+        rank,
+        trace_id
     from cpu_sequence
     where previous_node_id is not null
 ),
@@ -131,14 +143,10 @@ gpu_launched as (
         calls.node_id as launch_node_id,
         calls.start_ns as launch_start_ns
     from gpu_nodes
-    left join launches
-        on
-            gpu_nodes.trace_id = launches.trace_id
-            and gpu_nodes.slice_id = launches.slice_id
     left join cpu_nodes as calls
         on
-            launches.trace_id = calls.trace_id
-            and launches.launch_slice_id = calls.slice_id
+            gpu_nodes.trace_id = calls.trace_id
+            and gpu_nodes.launch_slice_id = calls.slice_id
             and gpu_nodes.iteration = calls.iteration
 ),
 
@@ -148,7 +156,11 @@ launch_edges as (
         launch_node_id as src_node_id,
         'start' as src_point,
         node_id as dst_node_id,
-        'start' as dst_point
+        'start' as dst_point,
+        run_id,
+        iteration,
+        rank,
+        trace_id
     from gpu_launched
     where launch_node_id is not null
 ),
@@ -159,14 +171,17 @@ unlaunched_edges as (
         iteration_starts.node_id as src_node_id,
         'end' as src_point,
         gpu_launched.node_id as dst_node_id,
-        'start' as dst_point
+        'start' as dst_point,
+        gpu_launched.run_id,
+        gpu_launched.iteration,
+        gpu_launched.rank,
+        gpu_launched.trace_id
     from gpu_launched
-    inner join nodes as iteration_starts
+    inner join iteration_starts
         on
             gpu_launched.run_id = iteration_starts.run_id
             and gpu_launched.rank = iteration_starts.rank
             and gpu_launched.iteration = iteration_starts.iteration
-            and iteration_starts.node_kind = 'iteration_start'
     where gpu_launched.launch_node_id is null
 ),
 
@@ -187,18 +202,24 @@ stream_order_edges as (
         previous_node_id as src_node_id,
         'end' as src_point,
         node_id as dst_node_id,
-        'start' as dst_point
+        'start' as dst_point,
+        run_id,
+        iteration,
+        rank,
+        trace_id
     from stream_sequence
     where previous_node_id is not null
 ),
 
-{# What the launch and the stream explain: the op may start from then on. #}
+{# What the launch and the stream explain: the op may start from then on.
+   Only an op that started later than that waited for something else. #}
 explained as (
     select
         node_id,
         run_id,
         rank,
         iteration,
+        trace_id,
         device,
         gpu_stream,
         start_ns,
@@ -210,10 +231,19 @@ explained as (
     from stream_sequence
 ),
 
+waiting as (
+    select * from explained
+    where start_ns > explained_ns
+),
+
 launch_sequence as (
     select
         node_id,
         node_kind,
+        run_id,
+        iteration,
+        rank,
+        trace_id,
         last_value(
             case when node_kind != 'gpu_communication' then node_id end ignore nulls
         ) over (
@@ -231,27 +261,35 @@ comm_stream_wait_edges as (
         calling_stream_node_id as src_node_id,
         'end' as src_point,
         node_id as dst_node_id,
-        'start' as dst_point
+        'start' as dst_point,
+        run_id,
+        iteration,
+        rank,
+        trace_id
     from launch_sequence
     where node_kind = 'gpu_communication' and calling_stream_node_id is not null
 ),
 
 gpu_wait_candidates as (
     select
-        explained.node_id as dst_node_id,
+        waiting.node_id as dst_node_id,
+        waiting.run_id,
+        waiting.iteration,
+        waiting.rank,
+        waiting.trace_id,
         other.node_id as src_node_id,
         other.end_ns as src_end_ns
-    from explained
+    from waiting
     inner join gpu_launched as other
         on
-            explained.run_id = other.run_id
-            and explained.rank = other.rank
-            and explained.iteration = other.iteration
-            and explained.start_ns >= other.end_ns
-            and explained.explained_ns < other.end_ns
+            waiting.run_id = other.run_id
+            and waiting.rank = other.rank
+            and waiting.iteration = other.iteration
+            and waiting.start_ns >= other.end_ns
+            and waiting.explained_ns < other.end_ns
     where
-        (explained.device != other.device or explained.gpu_stream != other.gpu_stream)
-        and other.launch_start_ns < explained.launch_start_ns
+        (waiting.device != other.device or waiting.gpu_stream != other.gpu_stream)
+        and other.launch_start_ns < waiting.launch_start_ns
 ),
 
 gpu_wait_edges as (
@@ -260,14 +298,22 @@ gpu_wait_edges as (
         arg_max(src_node_id, src_end_ns) as src_node_id,
         'end' as src_point,
         dst_node_id,
-        'start' as dst_point
+        'start' as dst_point,
+        run_id,
+        iteration,
+        rank,
+        trace_id
     from gpu_wait_candidates
-    group by 4
+    group by 4, 6, 7, 8, 9
 ),
 
 host_sync_candidates as (
     select
         syncs.node_id as dst_node_id,
+        syncs.run_id,
+        syncs.iteration,
+        syncs.rank,
+        syncs.trace_id,
         gpu_launched.node_id as src_node_id,
         gpu_launched.end_ns as src_end_ns
     from cpu_nodes as syncs
@@ -288,15 +334,23 @@ host_sync_edges as (
         arg_max(src_node_id, src_end_ns) as src_node_id,
         'end' as src_point,
         dst_node_id,
-        'end' as dst_point
+        'end' as dst_point,
+        run_id,
+        iteration,
+        rank,
+        trace_id
     from host_sync_candidates
-    group by 4
+    group by 4, 6, 7, 8, 9
 ),
 
 member_nodes as (
     select
         members_gpu.node_id as member_node_id,
-        instances.node_id as instance_node_id
+        instances.node_id as instance_node_id,
+        members_gpu.run_id,
+        members_gpu.iteration,
+        members_gpu.rank,
+        members_gpu.trace_id
     from members
     inner join gpu_nodes as members_gpu
         on
@@ -309,13 +363,18 @@ member_nodes as (
             and instances.node_kind = 'collective'
 ),
 
+{# An edge into a collective instance counts on its member's trace. #}
 collective_edges as (
     select
         'collective' as edge_type,
         member_node_id as src_node_id,
         'start' as src_point,
         instance_node_id as dst_node_id,
-        'start' as dst_point
+        'start' as dst_point,
+        run_id,
+        iteration,
+        rank,
+        trace_id
     from member_nodes
     union all
     select
@@ -323,11 +382,15 @@ collective_edges as (
         instance_node_id as src_node_id,
         'end' as src_point,
         member_node_id as dst_node_id,
-        'end' as dst_point
+        'end' as dst_point,
+        run_id,
+        iteration,
+        rank,
+        trace_id
     from member_nodes
 ),
 
-all_edges as (
+final as (
     select * from step_start_edges
     union all
     select * from cpu_order_edges
@@ -345,25 +408,6 @@ all_edges as (
     select * from host_sync_edges
     union all
     select * from collective_edges
-),
-
-final as (
-    select
-        all_edges.edge_type,
-        all_edges.src_node_id,
-        all_edges.src_point,
-        all_edges.dst_node_id,
-        all_edges.dst_point,
-        targets.run_id,
-        targets.iteration,
-        {#- An edge into a collective instance counts on its member's trace. #}
-        coalesce(targets.rank, sources.rank) as rank,
-        coalesce(targets.trace_id, sources.trace_id) as trace_id
-    from all_edges
-    inner join nodes as targets
-        on all_edges.dst_node_id = targets.node_id
-    inner join nodes as sources
-        on all_edges.src_node_id = sources.node_id
 )
 
 select * from final

@@ -1,7 +1,8 @@
 {#
     One row per what-if scenario x replay node whose work it changes
     (scenario, node_id): the work_ns the scenario replays the node with,
-    in place of int_replay_nodes_weighted's. Nodes a scenario leaves alone
+    in place of its measured one (end - start: a compute kernel has no end
+    dependency, so the replay's work is its duration). Nodes a scenario leaves alone
     have no row. Scenarios so far:
 
       * no_straggler: every compute kernel at the median, over the ranks
@@ -26,8 +27,8 @@ nodes as (
         iteration,
         node_kind,
         start_ns,
-        work_ns
-    from {{ ref('int_replay_nodes_weighted') }}
+        end_ns - start_ns as work_ns
+    from {{ ref('int_replay_nodes_listed') }}
     where node_kind = 'gpu_compute'
 ),
 

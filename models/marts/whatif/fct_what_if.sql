@@ -2,7 +2,7 @@
     What would each fix save? One row per run x iteration x scenario: the
     measured step (the slowest rank's, as fct_iteration_summary) beside the
     step the replay predicts with the scenario's durations
-    (int_whatif_steps_replayed: each rank's replayed GPU span plus its step
+    (int_replay_steps_replayed: each rank's replayed GPU span plus its step
     window's measured tail, fct_step_replay's rule; the slowest rank's),
     and the time saved. Scenarios: int_whatif_work_scaled.
 #}
@@ -26,7 +26,8 @@ scenarios as (
         rank,
         iteration,
         replayed_span_ns
-    from {{ ref('int_whatif_steps_replayed') }}
+    from {{ ref('int_replay_steps_replayed') }}
+    where scenario != 'as_measured'
 ),
 
 iterations as (
