@@ -39,7 +39,7 @@ _TRACES_SQL = """
         count(kernels.slice_id) as kernels,
         coalesce(sum(kernels.dur_ns), 0) as compute_ns,
         coalesce(sum(kernels.dur_ns) filter (where kernels.flops is not null), 0) as modelled_ns
-    from intermediate.int_traces as traces
+    from intermediate.int_traces_loaded as traces
     left join fct_kernels as kernels
         on traces.trace_id = kernels.trace_id and kernels.kind = 'compute'
     where traces.has_op_shapes

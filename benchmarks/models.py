@@ -72,7 +72,7 @@ INTERVAL_MODELS = {
 DISTRIBUTED_MODELS = (
     "int_collective_calls_sequenced",
     "int_collective_members_matched",
-    "int_rank_clock_offsets",
+    "int_rank_clock_offsets_estimated",
     "int_collective_members_aligned",
     "fct_collectives",
     "fct_collective_ranks",

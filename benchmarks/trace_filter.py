@@ -4,7 +4,7 @@ An incremental per-trace model names the traces it must compute as literals
 (``macros/per_trace.sql``, ``trace_filter``): an IN list up to
 ``var('max_in_list_traces')`` ids, a semi join on a VALUES list above. This
 times the scan those models start with (the ``ProfilerStep#N`` slices of the
-lake, as ``int_step_windows`` reads them) on a built warehouse, unfiltered
+lake, as ``int_step_windows_resolved`` reads them) on a built warehouse, unfiltered
 and with each form for lists of several lengths: the first ids are the
 warehouse's traces (newest iteration first), padded with ids no trace has, as
 a long list of new traces on a larger lake would be.

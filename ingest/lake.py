@@ -111,12 +111,19 @@ def write_parquet_tmp(table: pa.Table, final: Path, token: str,
 
 def _split(table: pa.Table, flag: str) -> list[pa.ChunkedArray | None]:
     """Masks of ``table``'s rows where ``flag`` is true, then of the rest (NULL counts
-    as false); an empty part is left out ([None], the whole table, when both are:
-    an empty table still writes its schema)."""
+    as false); an empty part is left out, and [None] (the whole table, uncopied)
+    stands for a table whose rows all fall in one part, or that has none (it still
+    writes its schema).
+
+    Two filters, not one ``take`` of the rows in part order: on a 1.1 M-row
+    Nsight GPU's slices in 64 Ki-row chunks, the filters took 0.9-1.7 s and
+    the take 2.1-2.5 s (3 runs each, load 8-11).
+    """
     chosen = pc.fill_null(table[flag], False)
     count = pc.sum(chosen).as_py() or 0
-    masks = [chosen] * (count > 0) + [pc.invert(chosen)] * (count < table.num_rows)
-    return masks or [None]
+    if count in (0, table.num_rows):
+        return [None]
+    return [chosen, pc.invert(chosen)]
 
 
 def _encoding_options(table_schema: pa.Schema) -> dict[str, object]:

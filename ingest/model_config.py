@@ -26,7 +26,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tracehouse.core.model_config_format import MODEL_CONFIG_FORMAT, MODEL_CONFIG_INTEGERS
+from tracehouse.core.model_config_format import (
+    MODEL_CONFIG_FORMAT,
+    MODEL_CONFIG_INTEGERS,
+    PARAMS_DTYPES,
+)
 from tracehouse.core.warehouse import Warehouse
 
 from .schema import MODEL_CONFIGS
@@ -48,6 +52,18 @@ def is_model_config_name(name: str) -> bool:
 
 def _bad(message: str, hint: str = _HINT) -> TraceError:
     return TraceError("bad_model_config", message, hint)
+
+
+def _params_dtype(value: Any) -> str | None:
+    """The training dtype under the name the marts read (``torch.bfloat16``), or None."""
+    if value is None:
+        return None
+    dtype = PARAMS_DTYPES.get(str(value).strip().lower())
+    if dtype is None:
+        raise _bad(f"megatron_args.params_dtype is {value!r}, not a dtype tracehouse knows",
+                   "write one of " + ", ".join(sorted(set(PARAMS_DTYPES.values())))
+                   + " (or bf16, fp16, fp32), or leave it out")
+    return dtype
 
 
 def parse_model_config(text: str) -> dict[str, Any]:
@@ -80,8 +96,7 @@ def parse_model_config(text: str) -> dict[str, Any]:
         raise _bad(f"megatron_args.swiglu is {swiglu!r}, not true or false")
     row["swiglu"] = swiglu
     row["group_query_attention"] = bool(args.get("group_query_attention", False))
-    dtype = args.get("params_dtype")
-    row["params_dtype"] = str(dtype) if dtype is not None else None
+    row["params_dtype"] = _params_dtype(args.get("params_dtype"))
     stated = doc.get("flops_per_iteration")
     if stated is not None and (isinstance(stated, bool) or not isinstance(stated, (int, float))
                                or stated <= 0):

@@ -36,6 +36,9 @@ class Nesting:
     parent: np.ndarray  # int64, -1 for roots
     depth: np.ndarray  # int64
     partial: np.ndarray  # bool
+    #: Slice indices sorted by (track, start, longest first), ties in index order:
+    #: the order bind_flow_endpoints searches, kept so it is sorted once per trace.
+    order: np.ndarray | None = None
 
 
 def _sparse_max(values: np.ndarray) -> list[np.ndarray]:
@@ -73,8 +76,8 @@ def nest_slices(track: np.ndarray, ts: np.ndarray, dur: np.ndarray,
     n = track.size
     if n == 0:
         return Nesting(np.full(0, -1, dtype=np.int64), np.zeros(0, dtype=np.int64),
-                       np.zeros(0, dtype=bool))
-    order = np.lexsort((np.arange(n), -dur, ts, track))
+                       np.zeros(0, dtype=bool), np.zeros(0, dtype=np.int64))
+    order = slice_order(track, ts, dur)
     if compiled is None:
         compiled = _nest is not None
     if compiled:
@@ -83,8 +86,15 @@ def nest_slices(track: np.ndarray, ts: np.ndarray, dur: np.ndarray,
         partial = np.empty(n, dtype=bool)
         _nest(order, *(np.ascontiguousarray(a, dtype=np.int64) for a in (track, ts, dur)),
               parent, depth, partial)
-        return Nesting(parent, depth, partial)
-    return _nest_numpy(order, track, ts, dur)
+        return Nesting(parent, depth, partial, order)
+    nesting = _nest_numpy(order, track, ts, dur)
+    nesting.order = order
+    return nesting
+
+
+def slice_order(track: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """Slice indices by (track, start, longest first), ties in index order (a stable sort)."""
+    return np.lexsort((-dur, ts, track))
 
 
 def _nest_numpy(order: np.ndarray, track: np.ndarray, ts: np.ndarray,
@@ -164,13 +174,15 @@ def bind_flow_endpoints(
     point_track: np.ndarray,
     point_ts: np.ndarray,
     enclosing: np.ndarray,
+    order: np.ndarray | None = None,
 ) -> np.ndarray:
     """Slice index each flow endpoint binds to, or -1.
 
     As in the Chrome trace format and Perfetto: an endpoint with
     ``enclosing`` binds to the deepest slice on its track open at its time;
     otherwise (``f`` without ``bp: "e"``) to the next slice that starts at or
-    after it.
+    after it. ``order``: :func:`slice_order` of the slices when the caller has
+    it (:attr:`Nesting.order`); sorting is most of this function's time.
     """
     m = point_track.size
     result = np.full(m, -1, dtype=np.int64)
@@ -179,7 +191,8 @@ def bind_flow_endpoints(
     end = ts + dur
     # Sorted by (track, start, longest first): the last slice starting at or
     # before t on the track is the deepest candidate.
-    order = np.lexsort((-dur, ts, track))
+    if order is None:
+        order = slice_order(track, ts, dur)
     sorted_track = track[order]
     sorted_ts = ts[order]
     keys, probes = _pair_keys(sorted_track, sorted_ts, point_track, point_ts)

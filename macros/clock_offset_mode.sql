@@ -1,5 +1,5 @@
 {#
-    The clock alignment mode of int_rank_clock_offsets: var('clock_offset_mode'),
+    The clock alignment mode of int_rank_clock_offsets_estimated: var('clock_offset_mode'),
     checked, so a typo fails the build with the valid choices instead of
     silently aligning nothing.
 #}

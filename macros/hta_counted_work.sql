@@ -18,7 +18,7 @@
         select
             trace_id,
             max(end_ns) as last_step_end_ns
-        from {{ ref('int_step_windows') }}
+        from {{ ref('int_step_windows_resolved') }}
         group by 1
         having count(distinct step_number) >= 2
     ) as last_steps

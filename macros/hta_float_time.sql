@@ -9,19 +9,26 @@
     times), compile to the bare column. Integer arithmetic only: absolute ns
     clocks exceed a double's mantissa. Read by int_stream_idle_categorized
     and fct_kernel_launches.
+    The magnitude is the one in the file, which HTA reads: absolute ns minus
+    the trace's `baseTimeNanoseconds` (`base`, 0 when the trace has none).
+    Traces of torch >= 2.4 write microseconds relative to that base (about
+    2^42 us on an H200 capture, read to 0.001 us), older ones epoch
+    microseconds (0.25 us steps); stepping both by the epoch made HTA's
+    whole-microsecond idle split 8.6% off on the first Hopper capture.
 #}
-{% macro hta_float_time(column) -%}
+{% macro hta_float_time(column, base) -%}
     {%- if var('kernel_time_unit_ns') | int == 1 -%}
         {{ column }}
     {%- else -%}
+        {%- set relative = '(' ~ column ~ ' - ' ~ base ~ ')' -%}
         (case
             {%- for step, low in [(250, 1125899906842624000), (125, 562949953421312000)] %}
-                when {{ column }} >= {{ low }} and {{ column }} < {{ low * 2 }}
-                    then {{ column }} - mod({{ column }}, {{ step }}) + case
-                        when mod({{ column }}, {{ step }}) > {{ step // 2 }} then {{ step }}
+                when {{ relative }} >= {{ low }} and {{ relative }} < {{ low * 2 }}
+                    then {{ column }} - mod({{ relative }}, {{ step }}) + case
+                        when mod({{ relative }}, {{ step }}) > {{ step // 2 }} then {{ step }}
                         when
-                            mod({{ column }}, {{ step }}) = {{ step // 2 }}
-                            and mod({{ integer_divide(column, step) }}, 2) = 1
+                            mod({{ relative }}, {{ step }}) = {{ step // 2 }}
+                            and mod({{ integer_divide(relative, step) }}, 2) = 1
                             then {{ step }}
                         else 0
                     end

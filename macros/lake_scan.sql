@@ -8,7 +8,7 @@
     matches before a trace_id filter can prune any. On a 768-file lake, 256
     new traces' slices took 0.20 s through the glob with the filter, 0.25 s
     for every file, 0.079 s named file by file; at 1,024 ranks x 4
-    iterations an incremental `int_step_windows` cost as much for the
+    iterations an incremental `int_step_windows_resolved` cost as much for the
     1,024 new traces as a full build for all 5,120 (benchmarks/README.md).
     Every loaded trace has one file per table at
     `<lake_root>/<table>/run=<run_id>/<trace_id>.parquet` (ingest/lake.py),
@@ -49,6 +49,22 @@
     {%- else -%}
         {{ relation }}
     {%- endif -%}
+{%- endmacro %}
+
+{#- The rows of per-trace lake table `table` whose trace is committed: its
+    `traces` file is in the lake. Ingest writes a trace's other tables
+    first and its `traces` row last, so a load interrupted mid-commit
+    leaves rows that no trace owns; every per-trace staging view reads its
+    table through this filter (one definition of "committed", rule 7 of
+    STYLE.md), and lake_scan reads the traces it is given, which are
+    committed by construction. -#}
+{% macro committed_lake_rows(table) -%}
+    select *
+    from {{ lake_source(table) }}
+    where trace_id in (
+        select committed_traces.trace_id
+        from {{ lake_source('traces') }} as committed_traces
+    )
 {%- endmacro %}
 
 {#- The select list of lake table `table` as its staging view exposes it

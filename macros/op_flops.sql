@@ -27,7 +27,12 @@
       weight gradient as its output_mask asks, each as many FLOPs as the
       forward and x + W + dout bytes (the bias gradient is the nested
       aten::sum that PyTorch launches it from, so it is that op's);
-    * layer norm 6·C + 5·E, softmax 3·E (backward 6·E).
+    * layer norm 6·C + 5·E, softmax 3·E (backward 6·E);
+    * reductions (aten::sum): one add per input element, bytes the input
+      read; the output is not counted (traces of older PyTorch do not
+      record which dims are reduced, and it is at most as large as the
+      input, usually far smaller); an input without a dtype (an out=
+      overload's leading undefined tensor) gives no figure (bad_shapes).
 
     The macros read these columns of a relation of distinct shapes: a<i>_d<d> (dim d of input i), a<i>_rank, a<i>_numel,
     a<i>_bpe (bytes per element, NULL for a non-tensor input) and the
@@ -120,8 +125,8 @@
         when 'linear' then {{ dim_from_right(0, 1) }}
     end as gemm_k,
     case flop_model
-        when 'addmm' then 1
-        when 'baddbmm' then 1
+        when 'addmm' then case when beta_is_zero then 0 else 1 end
+        when 'baddbmm' then case when beta_is_zero then 0 else 1 end
         when 'linear' then case when a2_bpe is not null and a2_rank >= 1 then 1 else 0 end
         else 0
     end as gemm_bias
@@ -142,8 +147,10 @@
     {{ attention_dim(2, 3) }} as attention_v_dim
 {%- endmacro -%}
 
-{#- Concrete Inputs read, by position (the schemas in seed op_flop_models reach 11). -#}
-{%- macro concrete_positions() -%}{{ return(12) }}{%- endmacro -%}
+{#- Concrete Inputs read, by position: every position seed op_flop_models names
+    must be below it (cuDNN attention's backward keeps is_causal at 14;
+    tests/test_op_flop_models_seed.py checks the seed against this number). -#}
+{%- macro concrete_positions() -%}{{ return(16) }}{%- endmacro -%}
 
 {#- The `Concrete Inputs` text at the position held in column `position_column` (NULL when that is NULL). -#}
 {%- macro concrete_input(position_column) -%}
@@ -280,6 +287,7 @@
         when flop_model = 'layer_norm' then 6.0 * norm_channels + 5.0 * a0_numel
         when flop_model = 'softmax' then 3.0 * a0_numel
         when flop_model = 'softmax_backward' then 6.0 * a0_numel
+        when flop_model = 'reduce' and a0_bpe is not null then cast(a0_numel as double)
     end
 {%- endmacro -%}
 
@@ -303,7 +311,7 @@
                 cast(gemm_batch as double) * gemm_m * gemm_k
                 + cast(gemm_batch as double) * gemm_k * gemm_n
                 + cast(gemm_batch as double) * gemm_m * gemm_n
-            ) * operand_bpe + {{ input_bytes(0) }}
+            ) * operand_bpe + case when beta_is_zero then 0 else {{ input_bytes(0) }} end
         when flop_model = 'attention_forward'
             then (
                 cast(attention_batch as double) * attention_q_heads * attention_q_length
@@ -338,7 +346,9 @@
             + (2 + 2 + case when a2_bpe is not null then 1 else 0 end
                 + case when a3_bpe is not null then 1 else 0 end) * norm_channels * a0_bpe
         when flop_model = 'softmax' then 2.0 * a0_numel * a0_bpe
-        when flop_model = 'softmax_backward' then 4.0 * a0_numel * a0_bpe
+        {#- grad_output and output read, grad_input written. #}
+        when flop_model = 'softmax_backward' then 3.0 * a0_numel * a0_bpe
+        when flop_model = 'reduce' and a0_bpe is not null then cast(a0_numel as double) * a0_bpe
     end
 {%- endmacro -%}
 

@@ -113,7 +113,7 @@
     {%- endif -%}
 {%- endmacro %}
 
-{#- The loaded traces that satisfy `condition` (SQL on int_traces' columns,
+{#- The loaded traces that satisfy `condition` (SQL on int_traces_loaded's columns,
     those of stg_lake__traces, qualified by its alias `loaded`, e.g.
     "loaded.file_format = 'nsys'": an unqualified name that the table lacked
     would bind to the calling query), read at run time as for
@@ -121,9 +121,9 @@
     Nsight marts on a warehouse of Kineto traces) then reads none of the
     others' files (lake_scan, trace_filter), and nothing at all when there
     are none. Outside a run (parse, a unit test, a warehouse where
-    int_traces does not exist yet, Spark) {'query': the equivalent subquery}. -#}
+    int_traces_loaded does not exist yet, Spark) {'query': the equivalent subquery}. -#}
 {% macro loaded_traces(condition) -%}
-    {%- set loaded_traces = ref('int_traces') -%}
+    {%- set loaded_traces = ref('int_traces_loaded') -%}
     {%- if execute and model.resource_type != 'unit_test' and target.type == 'duckdb'
         and adapter.get_relation(loaded_traces.database, loaded_traces.schema,
                                  loaded_traces.identifier) is not none -%}
@@ -134,14 +134,14 @@
 {%- endmacro %}
 
 {#- The traces of traces_pending() that also satisfy `condition` (SQL on
-    int_traces' columns, alias `loaded`, as for loaded_traces()), in the
+    int_traces_loaded's columns, alias `loaded`, as for loaded_traces()), in the
     same forms: a model that needs some traces' extra inputs (the FLOP
     model: the CPU ops' args of the traces recorded with shapes) reads them
     for those traces only, and for none when there are none. On a full
     build (and in a unit test, on Spark) every loaded trace satisfying the
     condition: loaded_traces(condition). -#}
 {% macro traces_pending_where(condition) -%}
-    {%- set loaded_traces_table = ref('int_traces') -%}
+    {%- set loaded_traces_table = ref('int_traces_loaded') -%}
     {%- if builds_per_trace() -%}
         {{ return(loaded_trace_ids(loaded_traces_table, condition, this)) }}
     {%- endif -%}

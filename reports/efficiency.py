@@ -10,9 +10,13 @@ alone does not show.
 Each bar is a ratio of sums over the run's mart rows, never a mean of
 ratios: a phase's FLOPs over the time of its kernels with a FLOP model
 (fct_op_efficiency summed by phase), a stage's the same over its ranks
-(fct_rank_efficiency summed by pp_stage); the label beside it says what
-share of the compute time has a model, since the rate speaks only for that
-share. Traces recorded without shapes have no FLOPs, so no bars.
+(fct_op_efficiency summed by pp_stage); under the interleaved schedule each
+stage's model chunks get a bar each (pp_stage x vpp_chunk, in Megatron's
+virtual-stage order), since the chunks hold different layers (the
+embedding, the loss), and the stage's kernels outside any chunk (the
+optimizer's) one more. The label beside a bar says what share of the
+compute time has a model, since the rate speaks only for that share.
+Traces recorded without shapes have no FLOPs, so no bars.
 """
 
 from __future__ import annotations
@@ -45,16 +49,17 @@ _PHASES_SQL = """
 _STAGES_SQL = """
     select
         pp_stage,
+        vpp_chunk,
         sum(flops) as flops,
         sum(modelled_ns) as modelled_ns,
         sum(compute_ns) as compute_ns,
         sum(flops) / nullif(sum(modelled_ns), 0) / 1e3 as achieved_tflops,
         cast(sum(modelled_ns) as double) / nullif(sum(compute_ns), 0) as flop_coverage_ratio
-    from fct_rank_efficiency
+    from fct_op_efficiency
     where run_id = ? and pp_stage is not null
-    group by pp_stage
+    group by pp_stage, vpp_chunk
     having sum(flops) > 0
-    order by pp_stage
+    order by vpp_chunk nulls last, pp_stage
 """
 
 
@@ -68,8 +73,26 @@ def phase_rates(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
 
 
 def stage_rates(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
-    """Achieved TFLOP/s and FLOP-model coverage per pipeline stage of a run."""
+    """Achieved TFLOP/s and FLOP-model coverage per pipeline stage of a run, per model
+    chunk too under the interleaved schedule (virtual-stage order, then each stage's
+    kernels outside any chunk); without virtual stages vpp_chunk is NULL throughout,
+    so one row per stage."""
     return con.execute(_STAGES_SQL, [run_id]).df()
+
+
+def stage_labels(stages: pd.DataFrame) -> list[str]:
+    """``stage 1`` without virtual stages; ``stage 1 · chunk 0`` (and ``stage 1 ·
+    outside chunks`` for its optimizer's kernels) with them."""
+    chunked = bool(stages["vpp_chunk"].notna().any())
+    labels = []
+    for stage, chunk in zip(stages["pp_stage"], stages["vpp_chunk"]):
+        if not chunked:
+            labels.append(f"stage {int(stage)}")
+        elif pd.isna(chunk):
+            labels.append(f"stage {int(stage)} · outside chunks")
+        else:
+            labels.append(f"stage {int(stage)} · chunk {int(chunk)}")
+    return labels
 
 
 def _bars(ax: Axes, labels: list[str], frame: pd.DataFrame, colors: list[str]) -> None:
@@ -93,7 +116,7 @@ class EfficiencyFamily:
 
     name = "efficiency"
     title = "How fast the GPU work runs, per phase and per pipeline stage"
-    marts: tuple[str, ...] = ("fct_op_efficiency", "fct_rank_efficiency")
+    marts: tuple[str, ...] = ("fct_op_efficiency",)
 
     def render(self, ctx: ChartContext) -> list[RenderedChart]:
         """One figure: phases left, stages right; NothingToShow when no kernel has FLOPs."""
@@ -119,9 +142,10 @@ class EfficiencyFamily:
                      "(dim_ranks.pp_stage is NULL),\nor no stage's kernels have FLOPs")
         else:
             stage_note = ""
-            _bars(by_stage, [f"stage {int(stage)}" for stage in stages["pp_stage"]], stages,
-                  ["#4c72b0"] * len(stages))
-        by_stage.set_title("per pipeline stage (fct_rank_efficiency)")
+            _bars(by_stage, stage_labels(stages), stages,
+                  ["#4c72b0" if pd.isna(chunk) or int(chunk) % 2 == 0 else "#8172b2"
+                   for chunk in stages["vpp_chunk"]])
+        by_stage.set_title("per pipeline stage (fct_op_efficiency)")
         fig.suptitle("Achieved TFLOP/s — " + plain_text(ctx.run_id))
         fig.tight_layout()
         caption = (
@@ -131,6 +155,11 @@ class EfficiencyFamily:
             "FLOPs come from the launching ops' recorded shapes (fct_kernels.flops).")
         if stage_note:
             caption += " Right: " + stage_note + "."
+        elif stages["vpp_chunk"].notna().any():
+            caption += (" Right: one bar per model chunk of each stage (the interleaved "
+                        "schedule's virtual stages: chunk c of stage s holds the layers of "
+                        "virtual stage c x pp_size + s), and one for the stage's kernels "
+                        "outside any chunk (the optimizer's) where they have FLOPs.")
         return [save_figure(fig, ctx, "efficiency_phase_stage",
                             "Achieved TFLOP/s per phase and pipeline stage", caption)]
 

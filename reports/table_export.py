@@ -11,7 +11,7 @@ statement; the run filter and the output path are bound parameters.
 The raw lake tables (``slices``, ``traces``, …) are exported under those
 names with the lake's columns, before and after the first ``tracehouse
 build``, through the same views as ``tracehouse sql``
-(:func:`tracehouse.query.sql.connect`). A run filter naming a run the table does
+(:func:`tracehouse.query.lake_connection.connect`). A run filter naming a run the table does
 not hold is an error listing the runs it does hold, never an empty file.
 """
 
@@ -24,7 +24,8 @@ from pathlib import Path
 import duckdb
 
 from tracehouse.core.warehouse import Warehouse
-from tracehouse.query.sql import connect, lake_tables, resolve_table, table_names
+from tracehouse.query.catalog import resolve_table, table_names
+from tracehouse.query.lake_connection import connect, lake_tables
 from tracehouse.reports.files import publish_mode
 
 #: Formats and the file suffixes that imply them.

@@ -474,6 +474,13 @@ REFERENCE_RUNS = {
     "sampled_128rank_job_rank-0": Path("kineto/single_rank/sampled_128rank_job_rank-0.json.gz"),
     "sampled_128rank_job_rank-1": Path("kineto/single_rank/sampled_128rank_job_rank-1.json.gz"),
 }
+#: GPU captures vendored in the repo (tests/data/captured/README.md): run -> folder.
+CAPTURED_DATA = REPO_ROOT / "tests" / "data" / "captured"
+REFERENCE_CAPTURES = {
+    "h200_gpt_step": CAPTURED_DATA / "h200_gpt_step",
+    "h200_gpt_step_fused_adamw": CAPTURED_DATA / "h200_gpt_step_fused_adamw",
+    "h200_megatron_tp1": CAPTURED_DATA / "h200_megatron_tp1",
+}
 #: Its simulated runs: run -> (SimConfig arguments, the subfolder ingested or "").
 REFERENCE_SIMULATIONS: dict[str, tuple[dict[str, Any], str]] = {
     # test_models_distributed: rank 5 slowed 1.5x, 200 us of clock skew between nodes.
@@ -491,6 +498,12 @@ REFERENCE_SIMULATIONS: dict[str, tuple[dict[str, Any], str]] = {
     "sim_tp1_pp2_1f1b": (dict(tp=1, pp=2, dp=1, schedule="1f1b", microbatches=4, iterations=1,
                               layers=4, hidden=512, heads=8, seq_length=512, vocab=8000,
                               seed=1), ""),
+    # test_models_efficiency: recorded with shapes, interleaved over two stages, rank 2
+    # (stage 1) slowed 1.5x; GEMMs big enough to run above the cost model's 2 us floor.
+    "sim_shapes_tp2_pp2_vpp2": (dict(tp=2, pp=2, dp=1, vpp=2, schedule="interleaved",
+                                     microbatches=4, iterations=2, layers=4, hidden=2048,
+                                     heads=16, seq_length=2048, vocab=8000,
+                                     stragglers=((2, 1.5),), record_shapes=True, seed=2), ""),
 }
 
 
@@ -506,9 +519,10 @@ class ReferenceWarehouse:
 
 @pytest.fixture(scope="session")
 def reference_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReferenceWarehouse]:
-    """dlrm_8rank, the three megatron_cpu runs, the single-rank GPU traces and two
-    simulated runs: each ingested under its own name and built by one plain
-    ``tracehouse build`` (the data tests of the marts), once per session; read-only."""
+    """dlrm_8rank, the three megatron_cpu runs, the single-rank GPU traces, the
+    vendored H200 captures and the simulated runs: each ingested under its own
+    name and built by one plain ``tracehouse build`` (the data tests of the
+    marts), once per session; read-only."""
     sources = {run: SHARED_DATA / path for run, path in REFERENCE_RUNS.items()}
     missing = [str(path) for path in sources.values() if not path.exists()]
     if missing:
@@ -517,6 +531,7 @@ def reference_warehouse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Re
     from tracehouse.ingest.runner import ingest_paths
     from tracehouse.simulate import SimConfig, simulate_run
 
+    sources.update(REFERENCE_CAPTURES)
     base = tmp_path_factory.mktemp("reference")
     truths = {}
     for run, (config, folder) in REFERENCE_SIMULATIONS.items():

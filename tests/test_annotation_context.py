@@ -17,7 +17,15 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from tracehouse.ingest.annotation_context import ANNOTATION_RANGES, annotation_ranges
+from tracehouse.ingest.annotation_context import (
+    ANNOTATION_RANGES,
+    PATH_SEPARATOR,
+    PATHS_BY_LEVEL_FROM,
+    _paths,
+    _paths_by_level,
+    _paths_walked,
+    annotation_ranges,
+)
 from tracehouse.ingest.nesting import nest_slices
 from tracehouse.ingest.schema import LAKE_TABLES, PARSED_SLICES
 from tracehouse.ingest.slice_context import with_context
@@ -165,3 +173,52 @@ def test_profiler_steps_are_ranges_whatever_their_category() -> None:
     assert {i: r["annotation_kind"] for i, r in rows.items() if r["annotation_kind"]} == {
         1: "user_annotation"}
     assert rows[3]["annotation_slice_id"] == 1 and rows[4]["annotation_slice_id"] == 1
+
+
+def _paths_one_by_one(parent_row: np.ndarray, names: list[str | None]) -> list[str | None]:
+    """The paths as the definition reads, one range at a time, parents first."""
+    paths: dict[int, str | None] = {}
+
+    def path(row: int) -> str | None:
+        if row not in paths:
+            above = path(int(parent_row[row])) if parent_row[row] >= 0 else None
+            name = names[row]
+            paths[row] = (name if above is None else above if name is None
+                          else above + PATH_SEPARATOR + name)
+        return paths[row]
+    return [path(row) for row in range(parent_row.size)]
+
+
+def _random_forest(seed: int, n: int) -> tuple[np.ndarray, list[str | None]]:
+    """Parents in any row order, up to 8 deep, over a few names (NULL, empty, hostile)."""
+    rng = np.random.default_rng(seed)
+    parent_row = np.full(n, -1, dtype=np.int64)
+    order = rng.permutation(n)  # a range's parent comes earlier in this order
+    depth = np.zeros(n, dtype=np.int64)
+    for position in range(1, n):
+        row, candidate = order[position], order[rng.integers(0, position)]
+        if rng.random() < 0.8 and depth[candidate] < 8:
+            parent_row[row], depth[row] = candidate, depth[candidate] + 1
+    vocabulary = [None, "", "fwd", "bwd", "a > b", "ProfilerStep#1", "naïve <\"'>"]
+    return parent_row, [vocabulary[i] for i in rng.integers(0, len(vocabulary), n)]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_both_ways_of_joining_paths_equal_a_walk_one_range_at_a_time(seed: int) -> None:
+    parent_row, names = _random_forest(seed, int(np.random.default_rng(seed).integers(1, 400)))
+    expected = _paths_one_by_one(parent_row, names)
+    assert _paths_by_level(parent_row, pa.array(names, pa.string())).to_pylist() == expected
+    assert _paths_walked(parent_row, names).to_pylist() == expected
+
+
+@pytest.mark.parametrize("n", [PATHS_BY_LEVEL_FROM - 1, PATHS_BY_LEVEL_FROM])
+def test_paths_either_side_of_the_switch_to_arrow(n: int) -> None:
+    parent_row, names = _random_forest(n, n)
+    got = _paths(parent_row, pa.chunked_array([names[:7], names[7:]], pa.string()))
+    assert got.to_pylist() == _paths_one_by_one(parent_row, names)
+
+
+def test_paths_of_no_ranges() -> None:
+    for ranges in (_paths(np.empty(0, dtype=np.int64), pa.chunked_array([], pa.string())),
+                   _paths_by_level(np.empty(0, dtype=np.int64), pa.array([], pa.string()))):
+        assert ranges.to_pylist() == []

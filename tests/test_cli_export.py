@@ -13,16 +13,17 @@ from pathlib import Path
 import pytest
 
 from conftest import Lake
-from tracehouse.cli.main import _rank_list, main
+from tracehouse.cli.arguments import rank_list
+from tracehouse.cli.main import main
 
 pytestmark = pytest.mark.slow  # ingests or builds (README: the fast set is -m "not slow")
 
 
 def test_rank_list_parses_ranges() -> None:
-    assert _rank_list("0,1,4-7") == [0, 1, 4, 5, 6, 7]
-    assert _rank_list("3, 3,2") == [2, 3]
+    assert rank_list("0,1,4-7") == [0, 1, 4, 5, 6, 7]
+    assert rank_list("3, 3,2") == [2, 3]
     with pytest.raises(Exception, match="not a rank list"):
-        _rank_list("5-2")
+        rank_list("5-2")
 
 
 def test_export_table_writes_csv(built_warehouse: Lake, tmp_path: Path) -> None:

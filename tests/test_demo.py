@@ -30,6 +30,11 @@ def test_demo_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     index = warehouse / "reports" / "demo_run" / "index.html"
     assert f"report: {index}" in out
     assert index.is_file() and "<img" in index.read_text()
+    # Recorded with shapes: the efficiency charts (a bar per stage and model chunk) and
+    # the roofline are drawn beside the MFU.
+    for chart in ("efficiency_phase_stage", "roofline", "mfu_iterations"):
+        assert (index.parent / f"{chart}.png").is_file(), chart
+    assert "stage 3 · chunk 1" in (index.parent / "efficiency_phase_stage.svg").read_text()
     assert "rank 5 computes" in out  # the injected straggler is the slowest
     assert str(warehouse) in out
     assert (run_dir / "ground_truth.json").is_file()
@@ -71,7 +76,7 @@ def test_demo_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_suggested_command_quotes_hostile_run_names(tmp_path: Path) -> None:
-    from tracehouse.cli.demo import suggested_command
+    from tracehouse.cli.demo_run import suggested_command
 
     line = suggested_command("it's \"odd\" $(rm -rf /)", tmp_path / "my wh")
     argv = shlex.split(line)

@@ -11,7 +11,9 @@ of a lower layer, never one of its own layer or above:
    need only the core, and not each other.
 3. ``tracehouse.query``: SQL over lake and marts (names the lake tables
    from ingest's schema).
-4. ``tracehouse.reports``: charts, the HTML report and exports, over marts.
+4. ``tracehouse.reports``: charts, the HTML report and exports, over marts;
+   ``tracehouse.nsys_views``: nsys-ai's views of an Nsight export (loads
+   the file and builds the marts it reads, then queries them).
 5. ``tracehouse.serve``: the interactive viewer (its headline is the
    report's, its connection ``tracehouse sql``'s).
 6. ``tracehouse.cli`` and ``tracehouse`` itself (``tracehouse.notebook``):
@@ -41,7 +43,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"tracehouse.ingest", "tracehouse.build", "tracehouse.simulate",
                "tracehouse.commtrace", "tracehouse.megatron_patch"}),
     frozenset({"tracehouse.query"}),
-    frozenset({"tracehouse.reports"}),
+    frozenset({"tracehouse.reports", "tracehouse.nsys_views"}),
     frozenset({"tracehouse.serve"}),
     frozenset({"tracehouse.cli", "tracehouse"}),
 )

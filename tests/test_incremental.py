@@ -48,9 +48,9 @@ WORLD = 8
 #: Every model of the chain: the per-trace incremental ones, the tables
 #: rebuilt each time and the mart views (all must equal a full refresh).
 COMPARED_MODELS = [
-    "intermediate.int_traces",
+    "intermediate.int_traces_loaded",
     "intermediate.int_process_groups_reported",
-    "intermediate.int_step_windows",
+    "intermediate.int_step_windows_resolved",
     "intermediate.int_slices_contextualized",
     "intermediate.int_cpu_steps_classified",
     "intermediate.int_cpu_collectives_classified",
@@ -58,7 +58,7 @@ COMPARED_MODELS = [
     "intermediate.int_kernels_classified",
     "intermediate.int_annotation_ranges_nested",
     "intermediate.int_annotation_ranges_projected",
-    "intermediate.int_comm_groups_matched",
+    "intermediate.int_process_groups_matched",
     "intermediate.int_microbatch_steps_chunked",
     "intermediate.int_kernel_intervals_merged",
     "intermediate.int_rank_iterations_swept",
@@ -83,7 +83,7 @@ COMPARED_MODELS = [
     "main.fct_cpu_collectives",
     "intermediate.int_collective_calls_sequenced",
     "intermediate.int_collective_members_matched",
-    "intermediate.int_rank_clock_offsets",
+    "intermediate.int_rank_clock_offsets_estimated",
     "intermediate.int_collective_members_aligned",
     "main.fct_collectives",
     "main.fct_collective_ranks",
@@ -117,9 +117,9 @@ ITERATION_1_TRACES = (
     "trace_id in (select trace_id from main.stg_lake__traces where iteration = 1)"
 )
 MARKERS = {
-    "intermediate.int_traces": ("path", "'untouched'"),
+    "intermediate.int_traces_loaded": ("path", "'untouched'"),
     "intermediate.int_process_groups_reported": ("backend_config", "'untouched'"),
-    "intermediate.int_step_windows": ("end_ns", "-1"),
+    "intermediate.int_step_windows_resolved": ("end_ns", "-1"),
     "intermediate.int_slices_contextualized": ("name", "'untouched'"),
     "intermediate.int_cpu_steps_classified": ("function_name", "'untouched'"),
     "intermediate.int_kernels_classified": ("launch_name", "'untouched'"),
@@ -294,7 +294,7 @@ def test_incremental_build_names_the_new_traces_so_scans_skip_the_others(
         )
     }
     assert len(new_traces) == WORLD
-    for model in ("slices/int_slices_contextualized", "slices/int_step_windows",
+    for model in ("slices/int_slices_contextualized", "slices/int_step_windows_resolved",
                   "kernels/int_kernels_classified"):
         sql = (compiled / f"intermediate/{model}.sql").read_text()
         assert set(re.findall(r"'([0-9a-f]{16})'", sql)) == new_traces, model
@@ -305,7 +305,7 @@ def test_incremental_build_names_the_new_traces_so_scans_skip_the_others(
         ("slices/int_slices_contextualized", ("slices",)),
         ("slices/int_annotation_ranges_nested", ("annotation_ranges",)),
         ("collectives/int_collective_calls_sequenced", ("slices",)),
-        ("slices/int_traces", ("traces",)),
+        ("traces/int_traces_loaded", ("traces",)),
     ):
         sql = (compiled / f"intermediate/{model}.sql").read_text()
         for table in tables:
@@ -322,7 +322,7 @@ def test_incremental_run_inserts_the_new_traces_without_a_temporary_table(
     # through dbt-duckdb's temporary table, delete and copy; rows equal to a
     # full refresh are checked by test_adding_an_iteration_matches_full_refresh...
     executed = Warehouse(iteration_2_built).root / "dbt/target/run/tracehouse/models/intermediate"
-    for model in ("slices/int_step_windows", "slices/int_slices_contextualized",
+    for model in ("slices/int_step_windows_resolved", "slices/int_slices_contextualized",
                   "kernels/int_kernels_classified", "collectives/int_collective_calls_sequenced"):
         sql = (executed / f"{model}.sql").read_text()
         table = model.split("/")[1]
@@ -526,9 +526,9 @@ def test_plain_build_narrows_to_what_reads_the_changed_lake_tables(
     _build_plain(warehouse)  # a copy is a new location: builds everything, records its tables
     # The Nsight models name the Nsight traces at run time: on this Kineto-only
     # warehouse, none, so they read no lake file at all (the kernel args scan is
-    # int_kernel_short_names', which fct_kernels joins).
+    # int_kernel_short_names_extracted's, which fct_kernels joins).
     nsys = (Warehouse(warehouse).root / "dbt/target/compiled/tracehouse/models/intermediate"
-            / "kernels" / "int_kernel_short_names.sql").read_text()
+            / "kernels" / "int_kernel_short_names_extracted.sql").read_text()
     assert re.search(r"category = 'kernel'\s+and false\b", nsys), nsys[:2000]
     topology = runs.main / "topology.json"
     original = topology.read_text()

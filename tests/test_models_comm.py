@@ -186,5 +186,5 @@ def test_comm_data_and_unit_tests_pass(warehouse: Path) -> None:
     """The comm folders' data tests (intermediate ones are tagged internal, left out of
     a plain build) and the unit test of the expected-vs-observed matching
     (int_comm_calls_matched)."""
-    assert run_dbt(["test", "--select", "path:models/intermediate/comm",
-                    "path:models/marts/comm"], warehouse) == EXIT_OK
+    assert run_dbt(["test", "--select", "path:models/intermediate/comm_logs",
+                    "path:models/marts/comm_logs"], warehouse) == EXIT_OK

@@ -29,8 +29,8 @@ MICROBATCHES = 4
 CORE_MODELS = [
     "int_process_groups_resolved",
     "int_ranks_placed",
-    "int_comm_groups_matched",
-    "int_step_windows",
+    "int_process_groups_matched",
+    "int_step_windows_resolved",
     "int_slices_contextualized",
     "int_kernel_names_classified",
     "int_kernels_classified",

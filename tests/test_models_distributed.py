@@ -9,7 +9,7 @@ shared read-only) holds, among other runs:
 * the real ``dlrm_8rank`` traces (older PyTorch: no process-group args);
 * the three real ``megatron_cpu`` runs (gloo, no kernels).
 
-The dbt unit tests in models/intermediate/collectives/_collectives__models.yml
+The dbt unit tests in models/intermediate/collectives/_int_collectives__models.yml
 cover the attribution and offset arithmetic on hand-made rows.
 """
 
@@ -38,7 +38,7 @@ CPU_RUNS = ("tp2_pp2_dp2", "tp1_pp4_dp2", "tp2_pp2_dp1_vpp2")
 MODELS = [
     "int_collective_calls_sequenced",
     "int_collective_members_matched",
-    "int_rank_clock_offsets",
+    "int_rank_clock_offsets_estimated",
     "int_collective_members_aligned",
     "fct_collectives",
     "fct_collective_ranks",

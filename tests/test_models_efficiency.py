@@ -4,7 +4,7 @@ The tests read what the models made of the shared Kineto sets and the
 simulated runs in the session's reference warehouse (tests/conftest.py);
 those that build with other vars or add a trace work on a copy. The
 formulas themselves have dbt unit tests beside the models
-(models/intermediate/efficiency/_efficiency__models.yml), run by
+(models/intermediate/efficiency/_int_efficiency__models.yml), run by
 tests/test_models_core.py.
 """
 
@@ -293,10 +293,15 @@ def test_every_gemm_kernel_under_a_shaped_op_has_flops_within_the_roof(
         assert gpu == "v100_sxm2" and peak == 15.7
         assert achieved <= peak, (op, achieved, peak)
         assert roof <= 1.0, (op, roof)
+    # Compute-bound kernels never beat the FLOP roof. A memory-bound one may beat
+    # the HBM roof by reading operands the kernel before it left in L2 (an
+    # elementwise add on the H200 Megatron capture runs at 1.04x), so the bound
+    # there is the L2's, which no seed row holds: 3x HBM is a loose stand-in.
     above = query_warehouse(warehouse, """
-        select cpu_op_name, name, dur_ns, flops, bytes, roof_ratio
+        select run_id, cpu_op_name, name, dur_ns, flops, bytes, bound, roof_ratio
         from fct_kernels
-        where flops is not null and roof_ratio > 1
+        where flops is not null
+            and ((bound = 'compute' and roof_ratio > 1) or roof_ratio > 3)
     """)
     assert not above, above
 
@@ -312,7 +317,7 @@ def test_kernels_without_a_flop_model_say_why(warehouse: Path) -> None:
     assert rows[f"{A100}:no_shapes"] > 1000
     assert rows[f"{A100}:communication"] == 21
     assert rows["dlrm_8rank:communication"] == 64
-    assert rows["dlrm_8rank:unmodelled_op"] > 0  # fbgemm embedding ops, cat, sum
+    assert rows["dlrm_8rank:unmodelled_op"] > 0  # fbgemm embedding ops, cat
     assert None not in rows  # a kernel without FLOPs always has a reason
     modelled = query_warehouse(warehouse, """
         select count(*) from fct_kernels
@@ -328,7 +333,7 @@ def test_only_the_traces_with_shapes_have_their_ops_read(warehouse: Path) -> Non
     launched kernel of it that is not a collective; the shaped traces' files
     are read by name."""
     traces = query_warehouse(warehouse, """
-        select run_id, trace_id, has_op_shapes from intermediate.int_traces order by all
+        select run_id, trace_id, has_op_shapes from intermediate.int_traces_loaded order by all
     """)
     assert {(run, shapes) for run, _, shapes in traces if run in REAL_GPU_RUNS} == {
         (A100, False), ("dlrm_8rank", True), (SAMPLED, True),
@@ -343,7 +348,7 @@ def test_only_the_traces_with_shapes_have_their_ops_read(warehouse: Path) -> Non
     unshaped_rows = query_warehouse(warehouse, """
         select count(*)
         from intermediate.int_kernels_flops_attributed as flops
-        inner join intermediate.int_traces as traces using (trace_id)
+        inner join intermediate.int_traces_loaded as traces using (trace_id)
         where not traces.has_op_shapes
     """)
     assert unshaped_rows == [(0,)]
@@ -367,10 +372,10 @@ def test_an_incremental_build_reads_the_ops_of_the_new_shaped_trace_only(
     added = KINETO / "single_rank" / "sampled_128rank_job_rank-1.json.gz"
     result = ingest_paths([added], warehouse=copy, run="added", progress=False)
     assert not result.failed, result.failed
-    assert run_dbt(["build", "--select", "int_traces", "int_kernels_flops_attributed"],
+    assert run_dbt(["build", "--select", "int_traces_loaded", "int_kernels_flops_attributed"],
                    copy) == EXIT_OK
     [(new_trace,)] = query_warehouse(copy, """
-        select trace_id from intermediate.int_traces where run_id = 'added'
+        select trace_id from intermediate.int_traces_loaded where run_id = 'added'
     """)
     sql = (copy / DBT_ARTIFACTS_DIR / "target" / "run" / "tracehouse" / "models"
            / "intermediate" / "efficiency" / "int_kernels_flops_attributed.sql").read_text()
@@ -379,7 +384,7 @@ def test_an_incremental_build_reads_the_ops_of_the_new_shaped_trace_only(
     # A trace without kernels (the CPU-only Megatron runs) has no rows in the
     # model, so each build looks at it again (macros/per_trace.sql): cheap.
     without_rows = {trace for (trace,) in query_warehouse(copy, """
-        select trace_id from intermediate.int_traces
+        select trace_id from intermediate.int_traces_loaded
         anti join intermediate.int_kernels_flops_attributed using (trace_id)
     """)}
     assert new_trace in named
@@ -411,14 +416,14 @@ def test_roofline_chart_draws_the_ops_under_their_roofs(warehouse: Path, tmp_pat
         con.close()
     assert chart.png.stat().st_size > 10_000 and chart.svg.is_file()
     assert "aten::mm" in chart.svg.read_text()
-    assert ("59.7 % of the compute-kernel time of the run's traces recorded with shapes"
+    assert ("64.7 % of the compute-kernel time of the run's traces recorded with shapes"
             in chart.caption)
 
 
 def test_op_and_rank_rollups_are_the_kernels_sums(warehouse: Path) -> None:
     """fct_op_efficiency and fct_rank_efficiency hold the compute kernels of the
     shaped traces only, their sums are fct_kernels' sums, and their coverage is
-    the roofline caption's (59.7 % of DLRM's compute-kernel time has a model);
+    the roofline caption's (64.7 % of DLRM's compute-kernel time has a model);
     no op runs faster than the V100's roof."""
     [kernels] = query_warehouse(warehouse, """
         select count(*), sum(dur_ns), sum(dur_ns) filter (where flops is not null), sum(flops)
@@ -437,7 +442,7 @@ def test_op_and_rank_rollups_are_the_kernels_sums(warehouse: Path) -> None:
         select sum(modelled_ns) / sum(compute_ns) from fct_rank_efficiency
         where run_id = 'dlrm_8rank'
     """)
-    assert f"{100 * coverage:.1f}" == "59.7"
+    assert f"{100 * coverage:.1f}" == "64.7"
     # One traced iteration per rank (and a few kernels outside it, iteration NULL).
     per_rank = query_warehouse(warehouse, """
         select rank, flop_coverage_ratio from fct_rank_efficiency
@@ -492,11 +497,68 @@ def test_simulated_run_flops_and_mfu_equal_the_simulators(
         assert 0 < mfu < 1
 
 
+#: The reference warehouse's simulated run recorded with shapes (conftest
+#: REFERENCE_SIMULATIONS): TP2 x PP2, two model chunks per stage, rank 2 (stage 1)
+#: slowed 1.5x.
+SHAPED_SIM = "sim_shapes_tp2_pp2_vpp2"
+#: GEMM and attention ops' FLOP models.
+MATRIX_MODELS = ("mm", "matmul", "attention_forward", "attention_backward")
+
+
+def test_simulated_run_with_shapes_has_the_flops_the_simulator_timed(
+        reference_warehouse: ReferenceWarehouse) -> None:
+    """From the shapes alone, every rank's GEMM and attention kernels carry, per
+    iteration, exactly the FLOPs the simulator's cost model timed them for
+    (ground_truth.json), all ranks together its closed form from the model config;
+    their achieved TFLOP/s is the cost model's GEMM rate, over the straggler's
+    factor on rank 2; and the run's MFU is Megatron's FLOPs over step x world x peak."""
+    from tracehouse.simulate import costs
+
+    truth = reference_warehouse.truths[SHAPED_SIM]
+    timed = truth["efficiency"]["timed_kernel_flops_per_rank"]
+    rows = query_warehouse(reference_warehouse.root, f"""
+        select iteration, rank, sum(flops)
+        from fct_kernels
+        where run_id = $1 and flop_model in {MATRIX_MODELS}
+        group by all order by all
+    """, [SHAPED_SIM])
+    assert [(it, rank) for it, rank, _ in rows] == [
+        (it, rank) for it in truth["iterations"] for rank in range(truth["world"])]
+    for _it, rank, flops in rows:
+        assert flops == pytest.approx(timed[str(rank)], rel=1e-9), rank
+    for iteration in truth["iterations"]:
+        total = sum(flops for it, _rank, flops in rows if it == iteration)
+        assert total == pytest.approx(truth["efficiency"]["kernel_flops_per_iteration"],
+                                      rel=1e-9)
+    gemm_rates = query_warehouse(reference_warehouse.root, """
+        select rank, sum(flops) / sum(modelled_ns) / 1e3
+        from fct_op_efficiency
+        where run_id = $1 and flop_model in ('mm', 'matmul')
+        group by all order by all
+    """, [SHAPED_SIM])
+    factors = {entry["rank"]: entry["straggler_factor"] for entry in truth["ranks"]}
+    assert factors[2] == 1.5
+    for rank, rate in gemm_rates:
+        # Per-kernel jitter (3 %) averages out over a rank's hundreds of GEMMs.
+        assert rate == pytest.approx(costs.GEMM_FLOPS_PER_US / 1e6 / factors[rank], rel=0.02)
+    mfu = query_warehouse(reference_warehouse.root, """
+        select stated_flops_per_iteration, model_flops_per_iteration, step_ns, world_size,
+               peak_tflops, mfu
+        from fct_iteration_efficiency where run_id = $1 order by iteration
+    """, [SHAPED_SIM])
+    assert len(mfu) == 2
+    for stated, flops, step_ns, world, peak, ratio in mfu:
+        assert stated == truth["efficiency"]["model_flops_per_iteration"]
+        assert flops == pytest.approx(stated, rel=0.01)
+        assert ratio == pytest.approx(stated / (step_ns * 1e-9 * world * peak * 1e12), rel=0.01)
+
+
 def test_flop_coverage_script_agrees_with_the_rollups(warehouse: Path) -> None:
     """benchmarks/flop_coverage.py gives each shaped trace's coverage from fct_kernels;
-    over DLRM's eight traces it is fct_rank_efficiency's 59.7 % (ratios of sums), the
+    over DLRM's eight traces it is fct_rank_efficiency's 64.7 % (ratios of sums), the
     Megatron CPU-only captures are named as having no compute, and the longest uncovered
-    op of every DLRM trace is an fbgemm embedding op or aten::sum/cat without a model."""
+    op of every DLRM trace is an fbgemm embedding op or aten::cat without a model (its
+    TensorList was recorded without dims); every aten::sum kernel has FLOPs."""
     import importlib.util
     import sys
 
@@ -518,10 +580,16 @@ def test_flop_coverage_script_agrees_with_the_rollups(warehouse: Path) -> None:
     assert sum(row.modelled_ns for row in dlrm) == modelled
     assert sum(row.compute_ns for row in dlrm) == compute
     for row in dlrm:
-        assert 0.4 < row.coverage_ratio < 0.7, row
+        assert 0.45 < row.coverage_ratio < 0.75, row
         assert all(reason in ("unmodelled_op", "no_launch") for _op, reason, _ns in row.uncovered)
+        assert "aten::sum" not in {op for op, _reason, _ns in row.uncovered}
+    sums = query_warehouse(warehouse, """
+        select count(*), count(flops) from fct_kernels
+        where run_id = 'dlrm_8rank' and cpu_op_name = 'aten::sum' and kind = 'compute'
+    """)
+    assert sums[0][0] >= 8 and sums[0][0] == sums[0][1], sums
     report = module.format_report(rows)
-    assert "dlrm_8rank: 59.7 % of" in report
+    assert "dlrm_8rank: 64.7 % of" in report
     cpu_only = [row for row in rows if row.coverage_ratio is None]
     assert cpu_only and {row.compute_ns for row in cpu_only} == {0}
 
@@ -572,7 +640,7 @@ def test_kernel_name_microbatch_and_stage_rollups_add_up_to_the_kernels(
                kernels.flops,
                case when kernels.flops is not null then kernels.dur_ns end as modelled_ns
         from fct_kernels as kernels
-        inner join intermediate.int_traces as traces
+        inner join intermediate.int_traces_loaded as traces
             on kernels.trace_id = traces.trace_id
         left join dim_ranks as ranks
             on kernels.run_id = ranks.run_id and kernels.rank = ranks.rank
@@ -586,7 +654,9 @@ def test_kernel_name_microbatch_and_stage_rollups_add_up_to_the_kernels(
             key=key, time="dur_ns", modelled="modelled_ns", source=shaped_compute))
         assert [row[:4] for row in got] == [row[:4] for row in want], (key, mart)
         for got_row, want_row in zip(got, want):
-            assert got_row[4] == pytest.approx(want_row[4], rel=1e-12), (key, mart)
+            # A group without a modelled kernel (a run's optimizer steps) has no FLOPs.
+            assert got_row[4] == (None if want_row[4] is None
+                                  else pytest.approx(want_row[4], rel=1e-12)), (key, mart)
 
 
 def _render(root: Path, family_module: str, run_id: str, out: Path) -> Any:
@@ -610,7 +680,8 @@ _SHAPED_RATES = """
            cast(sum(kernels.dur_ns) filter (where kernels.flops is not null) as double)
            / sum(kernels.dur_ns)
     from fct_kernels as kernels
-    inner join intermediate.int_traces as traces on kernels.trace_id = traces.trace_id
+    inner join intermediate.int_traces_loaded as traces on kernels.trace_id = traces.trace_id
+    left join dim_ranks as ranks on kernels.run_id = ranks.run_id and kernels.rank = ranks.rank
     where kernels.run_id = $1 and kernels.kind = 'compute' and traces.has_op_shapes
     group by all
     having sum(kernels.flops) > 0
@@ -655,7 +726,7 @@ def test_phase_and_stage_chart_shows_the_marts_ratios_of_sums(
     copy = copy_warehouse(warehouse, tmp_path / "staged")
     con = duckdb.connect(str(copy / "tracehouse.duckdb"))
     try:
-        con.execute("update fct_rank_efficiency set pp_stage = rank % 2")
+        con.execute("update fct_op_efficiency set pp_stage = rank % 2")
     finally:
         con.close()
     _family, _con, [staged] = _render(copy, "tracehouse.reports.efficiency", "dlrm_8rank",
@@ -672,6 +743,48 @@ def test_phase_and_stage_chart_shows_the_marts_ratios_of_sums(
         for stage, rate, cover in want]
     assert "no pipeline stages" not in staged.caption
     assert "stage 1" in staged.svg.read_text()
+
+
+def test_stage_chart_of_a_pipeline_run_with_shapes_has_a_bar_per_model_chunk(
+        reference_warehouse: ReferenceWarehouse, tmp_path: Path) -> None:
+    """On the simulated interleaved run recorded with shapes, the stage panel has one
+    bar per stage and model chunk (virtual-stage order), each the ratio of sums of the
+    kernels of that stage and chunk; stage 1, whose rank 2 runs 1.5x slower, is slower
+    than stage 0 in each chunk; every microbatch of every rank has FLOPs in
+    fct_op_efficiency, each with its chunk."""
+    import duckdb
+
+    from tracehouse.reports.efficiency import stage_labels, stage_rates
+
+    root = reference_warehouse.root
+    _family, _con, [chart] = _render(root, "tracehouse.reports.efficiency", SHAPED_SIM,
+                                     tmp_path / "charts")
+    con = duckdb.connect(str(root / "tracehouse.duckdb"), read_only=True)
+    try:
+        stages = stage_rates(con, SHAPED_SIM)
+    finally:
+        con.close()
+    assert stage_labels(stages) == ["stage 0 · chunk 0", "stage 1 · chunk 0",
+                                    "stage 0 · chunk 1", "stage 1 · chunk 1"]
+    want = query_warehouse(root, _SHAPED_RATES.format(key="ranks.pp_stage, kernels.vpp_chunk"),
+                           [SHAPED_SIM])
+    got = sorted(zip(stages["pp_stage"], stages["vpp_chunk"], stages["achieved_tflops"],
+                     stages["flop_coverage_ratio"]))
+    assert [(int(stage), int(chunk), rate, cover) for stage, chunk, rate, cover in got] == [
+        (stage, chunk, pytest.approx(rate, rel=1e-12), pytest.approx(cover, rel=1e-12))
+        for stage, chunk, rate, cover in want]
+    rates = {(int(stage), int(chunk)): rate for stage, chunk, rate, _ in got}
+    assert rates[(1, 0)] < rates[(0, 0)] and rates[(1, 1)] < rates[(0, 1)]
+    svg = chart.svg.read_text()
+    assert "stage 1 · chunk 1" in svg and "model chunk" in chart.caption
+    microbatches = query_warehouse(root, """
+        select rank, iteration, count(distinct microbatch), count(distinct vpp_chunk)
+        from fct_op_efficiency
+        where run_id = $1 and flops > 0 and microbatch is not null
+        group by all order by all
+    """, [SHAPED_SIM])
+    # Four microbatches through each of the two chunks: eight per rank and iteration.
+    assert microbatches == [(rank, it, 8, 2) for rank in range(4) for it in (1, 2)]
 
 
 def test_mfu_chart_shows_each_iterations_mfu_and_the_runs(

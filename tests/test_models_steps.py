@@ -170,7 +170,7 @@ def test_cpu_step_is_the_profiler_step(warehouse: Path) -> None:
                                 and steps.cpu_step_ns = p.window_end_ns - p.ts_ns),
                count(*)
         from fct_rank_iterations as steps
-        inner join intermediate.int_step_windows as p
+        inner join intermediate.int_step_windows_resolved as p
             on steps.trace_id = p.trace_id and steps.iteration = p.step_number
         group by 1, 2 order by 1
     """)

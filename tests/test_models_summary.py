@@ -34,8 +34,9 @@ def test_every_run_has_one_summary_with_its_timing_source(wh: ReportWarehouse) -
         select run_id, case
             when run_id in (select run_id from fct_kernels) then 'gpu'
             when run_id in (select run_id from fct_cpu_steps) then 'cpu'
-            when run_id in (select traces.run_id from intermediate.int_traces as traces
-                            join intermediate.int_step_windows as p using (trace_id)) then 'cpu'
+            when run_id in (select traces.run_id from intermediate.int_traces_loaded as traces
+                            join intermediate.int_step_windows_resolved as p
+                            using (trace_id)) then 'cpu'
             else 'none' end
         from dim_ranks group by run_id
     """))

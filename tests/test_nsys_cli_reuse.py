@@ -64,7 +64,7 @@ def test_a_file_in_the_warehouse_is_reused_and_not_rebuilt(
     # Issue 29 item 13: the build (seconds, dbt quiet) is announced on stderr.
     assert f"building the marts for the Nsight views in {root}" in captured.err
     assert _runs(root) == [("job", str(export.resolve()))]  # no run `nsys-steps`
-    # Only what `overlap` reads is built (cli/nsys.py VIEW_MARTS): not the NVTX tree,
+    # Only what `overlap` reads is built (nsys_views/load.py VIEW_MARTS): not the NVTX tree,
     # the costliest models on a large export.
     import duckdb
 

@@ -23,7 +23,8 @@ from conftest import SHARED_DATA
 from nsys_export import write_megatron_phases_export, write_two_step_export
 from tracehouse.build.dbt import build_warehouse
 from tracehouse.cli import main
-from tracehouse.cli.nsys import ingest_file, query_view
+from tracehouse.nsys_views.load import ingest_file
+from tracehouse.nsys_views.queries import query_view
 
 NSYS = SHARED_DATA / "nsys"
 FILES = ("mfu_2gpu_before", "h100_2gpu_1s")
@@ -306,7 +307,7 @@ def test_nvtx_markers_and_the_gap_rule_are_step_rules(nsys_warehouse) -> None:
     root, trace_ids = nsys_warehouse
     with duckdb.connect(str(root / "tracehouse.duckdb"), read_only=True) as con:
         def run_of(name: str) -> str:
-            [(run,)] = con.execute("select distinct run_id from intermediate.int_traces "
+            [(run,)] = con.execute("select distinct run_id from intermediate.int_traces_loaded "
                                    "where trace_id = ?", [trace_ids[name][0]]).fetchall()
             return run
 
@@ -373,12 +374,12 @@ def test_nsys_marts_name_the_nsys_traces_they_read(nsys_warehouse) -> None:
     # only those files.
     import re
 
-    # The scans live in the intermediate models (int_kernel_short_names,
-    # int_nsys_iteration_windows); int_nsys_iterations_detected filters on them.
+    # The scans live in the intermediate models (int_kernel_short_names_extracted,
+    # int_nsys_iterations_windowed); int_nsys_iterations_detected filters on them.
     root, trace_ids = nsys_warehouse
     compiled = root / "dbt/target/compiled/tracehouse/models/intermediate"
     nsys_traces = {trace_id for ids in trace_ids.values() for trace_id in ids}
-    for model in ("kernels/int_kernel_short_names", "nsys/int_nsys_iteration_windows",
+    for model in ("kernels/int_kernel_short_names_extracted", "nsys/int_nsys_iterations_windowed",
                   "nsys/int_nsys_iterations_detected"):
         sql = (compiled / f"{model}.sql").read_text()
         assert set(re.findall(r"'([0-9a-f]{16})'", sql)) == nsys_traces, model

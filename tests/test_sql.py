@@ -13,7 +13,8 @@ import pytest
 from conftest import NASTY_NAME, Lake, synthetic_trace, write_trace
 from tracehouse.cli import main
 from tracehouse.core.warehouse import Warehouse
-from tracehouse.query.sql import MAX_CELL_WIDTH, run_sql
+from tracehouse.query.result_formats import MAX_CELL_WIDTH
+from tracehouse.query.sql import run_sql
 
 pytestmark = pytest.mark.slow
 
@@ -347,7 +348,7 @@ def test_only_the_raw_tables_a_query_names_are_read(built_warehouse: Lake, tmp_p
     """Each raw view reads every file footer of its table: made only when the query names it."""
     import shutil
 
-    from tracehouse.query.sql import referenced_lake_tables
+    from tracehouse.query.lake_connection import referenced_lake_tables
 
     assert referenced_lake_tables('select * from "Slices" join fct_kernels using (rank)') == {
         "slices"}

@@ -14,7 +14,7 @@ a running ``tracehouse build``, or how a chart family is called. ::
            ["demo"]).df()
     wh.chart("heatmaps", run_id="demo")       # shows the PNGs inline
 
-The connection is read-only (:func:`tracehouse.query.sql.connect`: the built
+The connection is read-only (:func:`tracehouse.query.lake_connection.connect`: the built
 database, else an in-memory one), so a notebook can never change the
 warehouse; the raw lake tables (``slices``, ``traces``, ``ingest_errors``,
 …) are views of the same names and columns before and after a build, as in
@@ -37,13 +37,12 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 
 from tracehouse.core.warehouse import Warehouse
-from tracehouse.query.sql import (
+from tracehouse.query.catalog import resolve_table, table_names
+from tracehouse.query.lake_connection import (
     add_lake_views,
     connect,
     lake_tables,
     referenced_lake_tables,
-    resolve_table,
-    table_names,
 )
 
 if TYPE_CHECKING:

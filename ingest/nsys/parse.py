@@ -512,9 +512,10 @@ def _one_gpu(con: duckdb.DuckDBPyConnection, source: TraceFile, device: int, ran
     nested = nest_slices(track, ts, dur)
     slice_id = np.arange(n, dtype=np.int64)
     slices = pa.table({
-        "run_id": pa.array([run_id] * n, pa.string()),
+        # Constant columns built in C++, not from a Python list of n strings.
+        "run_id": pa.repeat(pa.scalar(run_id, pa.string()), n),
         "rank": pa.array(np.full(n, rank, dtype=np.int64)),
-        "trace_id": pa.array([trace_id] * n, pa.string()),
+        "trace_id": pa.repeat(pa.scalar(trace_id, pa.string()), n),
         "slice_id": pa.array(slice_id),
         "ts": pa.array(ts),
         "dur": pa.array(dur),

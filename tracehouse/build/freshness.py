@@ -8,20 +8,26 @@ run" for a run that is right there in the lake, with nothing to say why.
 Cheap on purpose: the lake side is a listing of ``lake/traces/run=*/``
 (one commit marker per loaded trace, named by its trace id; no file is
 read) and the build side the ``(run_id, trace_id)`` pairs of the built
-``intermediate.int_traces`` (one row per trace). A warehouse without a
-database, or whose database lacks that table, is not judged here (the
-commands say what they lack themselves).
+``intermediate.int_traces_loaded`` (one row per trace; ``int_traces`` in a
+warehouse built before issue 35 renamed it, until its next build drops it).
+A warehouse without a database, or whose database lacks that table, is not
+judged here (the commands say what they lack themselves).
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from tracehouse.core.warehouse import Warehouse
 
-#: The built table of loaded traces (models/intermediate/slices/int_traces.sql).
-BUILT_TRACES = "intermediate.int_traces"
+if TYPE_CHECKING:
+    import duckdb
+
+#: The built table of loaded traces (models/intermediate/traces/int_traces_loaded.sql),
+#: then its name in warehouses built before the rename (issue 35).
+BUILT_TRACES = ("intermediate.int_traces_loaded", "intermediate.int_traces")
 #: Runs named in the note before it says how many more there are.
 _RUNS_SHOWN = 5
 
@@ -84,9 +90,21 @@ def lake_traces(warehouse: Warehouse) -> dict[str, set[str]]:
     return found
 
 
+def _built_traces(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str]] | None:
+    """The (run_id, trace_id) pairs of the first of BUILT_TRACES the database has."""
+    import duckdb
+
+    for table in BUILT_TRACES:
+        try:
+            return con.execute(f"select distinct run_id, trace_id from {table}").fetchall()
+        except duckdb.Error:
+            continue
+    return None
+
+
 def unbuilt_traces(warehouse: Warehouse) -> Unbuilt | None:
     """What the lake holds beyond the last build, or None when it cannot be told
-    (no database, no ``int_traces`` in it, the database busy) or there is nothing."""
+    (no database, no table of built traces in it, the database busy) or there is nothing."""
     import duckdb
 
     in_lake = lake_traces(warehouse)
@@ -97,11 +115,11 @@ def unbuilt_traces(warehouse: Warehouse) -> Unbuilt | None:
     except duckdb.Error:
         return None
     try:
-        built = con.execute(f"select distinct run_id, trace_id from {BUILT_TRACES}").fetchall()
-    except duckdb.Error:
-        return None
+        built = _built_traces(con)
     finally:
         con.close()
+    if built is None:
+        return None
     seen: dict[str, set[str]] = {}
     for run_id, trace_id in built:
         seen.setdefault(run_id, set()).add(trace_id)

@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
-__all__ = ["add_parser"]
+from tracehouse.cli.arguments import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    add_parallel_sizes,
+    path,
+    positive,
+    rank_list,
+)
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+__all__ = ["add_parser"]
 
 
 def add_parser(sub: Any) -> None:
@@ -27,14 +34,11 @@ def add_parser(sub: Any) -> None:
             "`tracehouse ingest DIR` loads the logs into comm_log_events. Needs the "
             "[megatron] extra."),
     )
-    for name, default, text in (
-            ("--tp", None, "tensor-parallel size"), ("--pp", None, "pipeline-parallel size"),
-            ("--dp", None, "data-parallel size"), ("--cp", 1, "context-parallel size"),
-            ("--ep", 1, "expert-parallel size (MoE: not supported yet)"),
-            ("--etp", None, "expert tensor-parallel size (default: --tp)"),
-            ("--vpp", None, "virtual pipeline size (interleaved 1F1B)")):
-        parser.add_argument(name, type=int, default=default, required=default is None and
-                            name in ("--tp", "--pp", "--dp"), metavar="N", help=text)
+    add_parallel_sizes(
+        parser, ("--tp", "--pp", "--dp", "--cp", "--ep", "--etp", "--vpp"),
+        helps={"--cp": "context-parallel size",
+               "--ep": "expert-parallel size (MoE: not supported yet)",
+               "--vpp": "virtual pipeline size (interleaved 1F1B)"})
     parser.add_argument("--model", choices=sorted(MODEL_PRESETS), default=None,
                         help="GPT preset (Genstack's); --layers/--hidden/--heads/--seq "
                              "override its sizes")
@@ -67,45 +71,14 @@ def add_parser(sub: Any) -> None:
                              "all-reduce, flag broadcast, batch broadcasts, loss all-reduce)")
     parser.add_argument("--order", default="tp-cp-ep-dp-pp", metavar="ORDER",
                         help="rank order, fastest first (default tp-cp-ep-dp-pp)")
-    parser.add_argument("--ranks", type=_rank_list, default=None, metavar="LIST",
+    parser.add_argument("--ranks", type=rank_list, default=None, metavar="LIST",
                         help="trace only these ranks (e.g. 0,8-15); default all")
-    parser.add_argument("-j", "--jobs", type=_positive, default=None, metavar="N",
+    parser.add_argument("-j", "--jobs", type=positive, default=None, metavar="N",
                         help="ranks traced at once (default: CPU count)")
-    parser.add_argument("--out", type=_path, required=True, metavar="DIR",
+    parser.add_argument("--out", type=path, required=True, metavar="DIR",
                         help="folder for the logs (created)")
     parser.add_argument("-q", "--quiet", action="store_true", help="no per-rank progress")
     parser.set_defaults(handler=run)
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-    return value
-
-
-def _path(text: str) -> Path:
-    """An output folder: an empty string is a mistake, not the current folder."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError("an empty path (give a folder name)")
-    return Path(text)
-
-
-def _rank_list(text: str) -> list[int]:
-    ranks: list[int] = []
-    try:
-        for part in text.split(","):
-            first, _, last = part.strip().partition("-")
-            lo, hi = int(first), int(last) if last else int(first)
-            if hi < lo or lo < 0:
-                raise ValueError
-            ranks.extend(range(lo, hi + 1))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a rank list such as 0,4-7") from None
-    return ranks
 
 
 def run(args: argparse.Namespace) -> int:

@@ -7,19 +7,18 @@ import errno
 import sys
 from typing import Any
 
-__all__ = ["add_parser"]
+from tracehouse.cli.arguments import EXIT_FAILED, EXIT_OK, EXIT_USAGE, warehouse_parent
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+__all__ = ["add_parser"]
 
 
 def add_parser(sub: Any) -> None:
     """Register ``tracehouse serve`` on the main parser's subcommands."""
-    from tracehouse.cli.main import _warehouse_parent
     from tracehouse.serve import DEFAULT_HOST, DEFAULT_PORT
 
     parser = sub.add_parser(
         "serve",
-        parents=[_warehouse_parent()],
+        parents=[warehouse_parent()],
         help="interactive viewer over the marts in a web browser (local, read-only, offline)",
         description=(
             "Serve a web page over the warehouse's marts: each run's headline (the report's "

@@ -16,7 +16,7 @@ int_model_flops_computed.
 from __future__ import annotations
 
 __all__ = ["MODEL_CONFIG_FLAGS", "MODEL_CONFIG_FORMAT", "MODEL_CONFIG_INTEGERS",
-           "MODEL_CONFIG_NAME"]
+           "MODEL_CONFIG_NAME", "PARAMS_DTYPES"]
 
 MODEL_CONFIG_FORMAT = "tracehouse-model-config/1"
 #: Name of the file beside ``topology.json`` (ingest reads ``model_config*.json``).
@@ -46,3 +46,13 @@ MODEL_CONFIG_INTEGERS: dict[str, bool] = {
 
 #: Boolean arguments (absent: false).
 MODEL_CONFIG_FLAGS: tuple[str, ...] = ("swiglu", "group_query_attention")
+
+#: ``params_dtype`` as written -> the name the marts read (``str(torch.dtype)``,
+#: which the Megatron patch writes). Hand-written configs say ``bf16`` or
+#: ``bfloat16``; left as they were, the MFU mart found no peak for them and
+#: gave NULL without a word, so ingest maps them and refuses any other name.
+PARAMS_DTYPES: dict[str, str] = {
+    **dict.fromkeys(("torch.bfloat16", "bfloat16", "bf16"), "torch.bfloat16"),
+    **dict.fromkeys(("torch.float16", "float16", "fp16", "half", "torch.half"), "torch.float16"),
+    **dict.fromkeys(("torch.float32", "float32", "fp32", "float", "torch.float"), "torch.float32"),
+}

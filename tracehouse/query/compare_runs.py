@@ -22,7 +22,8 @@ from typing import TextIO
 import duckdb
 
 from tracehouse.core.warehouse import Warehouse
-from tracehouse.query.sql import connect, run_sql
+from tracehouse.query.lake_connection import connect
+from tracehouse.query.sql import run_sql
 
 EXIT_USAGE = 2
 

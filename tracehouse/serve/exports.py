@@ -29,7 +29,7 @@ import duckdb
 import pyarrow.parquet as pq
 
 from tracehouse.core.warehouse import Warehouse
-from tracehouse.query.sql import write_csv
+from tracehouse.query.result_formats import write_csv
 from tracehouse.reports.perfetto import ExportError, export_perfetto
 from tracehouse.serve.annotations import annotation_selection
 from tracehouse.serve.drill import iteration_selection

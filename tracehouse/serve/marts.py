@@ -33,7 +33,7 @@ import duckdb
 from sqlglot import exp
 
 from tracehouse.core.warehouse import DATABASE_FILE, Warehouse
-from tracehouse.query.sql import restrict_file_access
+from tracehouse.query.lake_connection import restrict_file_access
 
 
 class WarehouseNotReady(Exception):
@@ -121,14 +121,15 @@ class MartReader:
 def open_published(place: Warehouse, spill: Path) -> duckdb.DuckDBPyConnection:
     """A read-only connection on the published database, with ``tracehouse sql``'s file rules.
 
-    Why not ``duckdb.connect(path, read_only=True)`` (what :func:`tracehouse.query.sql.connect`
-    does, once per process): DuckDB keeps one database instance per path in a
+    Why not ``duckdb.connect(path, read_only=True)`` (what
+    :func:`tracehouse.query.lake_connection.connect` does, once per process):
+    DuckDB keeps one database instance per path in a
     process and hands it to every later connect of that path while any
     connection to it lives, so a server that outlives a build would keep
     reading the replaced file. An in-memory instance of its own per published
     file, with the file attached read-only under its catalog name (the name
     dbt wrote into the marts' views), reads exactly that file; then
-    :func:`~tracehouse.query.sql.restrict_file_access` locks it to the lake,
+    :func:`~tracehouse.query.lake_connection.restrict_file_access` locks it to the lake,
     as ``tracehouse sql`` does. Spills go to ``spill``, a private folder outside
     the warehouse (DuckDB would put them beside the file, in the warehouse).
     """

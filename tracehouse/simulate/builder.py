@@ -37,6 +37,7 @@ from .program import (
     Op,
     Tape,
 )
+from .shapes import mm as mm_shapes
 
 #: CUDA stream ids (Kineto shows them as the GPU track ``tid``).
 COMPUTE_STREAM = 7
@@ -100,10 +101,11 @@ class StageBuilder:
 
     @contextmanager
     def op(self, name: str, thread: int = MAIN, fwd: bool = False,
-           bwd: int | None = None) -> Iterator[int | None]:
+           bwd: int | None = None, shapes: str | None = None) -> Iterator[int | None]:
         """A ``cpu_op``. ``fwd=True`` gives it an autograd sequence number (a
         ``fwdbwd`` flow starts here; yielded); ``bwd=seq`` marks the backward
-        node of that sequence number (the flow ends here)."""
+        node of that sequence number (the flow ends here); ``shapes`` is its
+        ``record_shapes`` args (:mod:`.shapes`), written when the run records them."""
         extra: tuple | None = None
         seq = None
         if fwd:
@@ -112,7 +114,7 @@ class StageBuilder:
             extra = ("fwd", seq)
         elif bwd is not None:
             extra = ("bwd", bwd)
-        self.tape.begin(name, CPU_OP, thread, extra)
+        self.tape.begin(name, CPU_OP, thread, extra, shapes)
         yield seq
         self.tape.end(thread)
 
@@ -133,17 +135,27 @@ class StageBuilder:
     # -- GPU work ---------------------------------------------------------
     def kernel(self, name: str, dur_us: float, thread: int = MAIN, phase: str = "other", *,
                grid: tuple = (132, 1, 1), block: tuple = (256, 1, 1), regs: int = 64,
-               smem: int = 0) -> int:
-        """Launch a compute kernel on the compute stream (inside the current cpu_op)."""
+               smem: int = 0, flops: float = 0.0) -> int:
+        """Launch a compute kernel on the compute stream (inside the current cpu_op);
+        ``flops``: the GEMM or attention FLOPs the cost model timed it for."""
         return self.tape.launch(Op(KERNEL, name=name, dur_us=dur_us, thread=thread, phase=phase,
-                                   grid=grid, block=block, regs=regs, smem=smem))
+                                   grid=grid, block=block, regs=regs, smem=smem, flops=flops))
 
     def aten(self, name: str, kernel: str, dur_us: float, thread: int = MAIN,
-             phase: str = "other", fwd: bool = False, **launch: object) -> int | None:
+             phase: str = "other", fwd: bool = False, shapes: str | None = None,
+             **launch: object) -> int | None:
         """``cpu_op name`` launching one kernel; returns the autograd seq if ``fwd``."""
-        with self.op(name, thread, fwd=fwd) as seq:
+        with self.op(name, thread, fwd=fwd, shapes=shapes) as seq:
             self.kernel(kernel, dur_us, thread, phase, **launch)
         return seq
+
+    def gemm(self, name: str, kernel: str, m: int, k: int, n: int, thread: int = MAIN,
+             phase: str = "other", fwd: bool = False, **launch: object) -> int | None:
+        """``cpu_op name`` (``aten::mm`` or a 2-D ``aten::matmul``) computing
+        [m, k] @ [k, n] in bf16: timed by the cost model, 2·m·n·k FLOPs, and
+        those shapes."""
+        return self.aten(name, kernel, costs.gemm_us(m, n, k), thread, phase, fwd,
+                         shapes=mm_shapes(m, k, n), flops=2.0 * m * n * k, **launch)
 
     def memop(self, name: str, nbytes: int, dur_us: float, thread: int = MAIN,
               phase: str = "other", memset: bool = False) -> int:

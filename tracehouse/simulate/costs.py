@@ -39,13 +39,21 @@ def memory_us(nbytes: float) -> float:
     return max(MIN_KERNEL_US, nbytes / HBM_BYTES_PER_US)
 
 
+def attention_flops(batch: int, q_len: int, kv_len: int, heads: int, head_dim: int,
+                    backward: bool) -> float:
+    """FLOPs of causal flash attention over ``heads`` local heads: 2·2·q·kv·d per
+    head halved by the mask; the backward 2.5x that (dQ, dK, dV and the QKᵀ
+    recompute, as TraceLens and FlashAttention count it)."""
+    flops = 4.0 * batch * q_len * kv_len * heads * head_dim * 0.5
+    return 2.5 * flops if backward else flops
+
+
 def attention_us(batch: int, q_len: int, kv_len: int, heads: int, head_dim: int,
                  backward: bool) -> float:
     """Causal flash attention over ``heads`` local heads."""
-    flops = 4.0 * batch * q_len * kv_len * heads * head_dim * 0.5
-    if backward:
-        return max(MIN_KERNEL_US, 2.5 * flops / ATTN_BWD_FLOPS_PER_US)
-    return max(MIN_KERNEL_US, flops / ATTN_FWD_FLOPS_PER_US)
+    flops = attention_flops(batch, q_len, kv_len, heads, head_dim, backward)
+    rate = ATTN_BWD_FLOPS_PER_US if backward else ATTN_FWD_FLOPS_PER_US
+    return max(MIN_KERNEL_US, flops / rate)
 
 
 #: nccl-tests' bus-bandwidth factor: algorithm bytes = factor * buffer bytes.

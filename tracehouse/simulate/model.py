@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from . import costs
+from . import costs, shapes
 from .builder import StageBuilder
 from .program import AUTOGRAD
 
@@ -176,11 +176,12 @@ class GPTModel:
                                     with b.module(plan.final_ln):
                                         seqs["final_ln"] = b.aten(
                                             "aten::layer_norm", costs.LAYERNORM_FWD,
-                                            self._ln_us(), phase="forward", fwd=True)
+                                            self._ln_us(), phase="forward", fwd=True,
+                                            shapes=self._ln_shapes())
                         if plan.has_output:
                             with b.py("megatron/core/models/gpt/gpt_model.py(559): _postprocess"):
-                                self._column_parallel(plan.output, seqs, "output",
-                                                      costs.gemm_us(d.tokens, d.vocab, d.hidden))
+                                self._column_parallel(plan.output, seqs, "output", d.vocab,
+                                                      d.hidden)
                                 self._cross_entropy(seqs)
 
     def loss_func(self, chunk: int, mb: int) -> None:
@@ -189,8 +190,13 @@ class GPTModel:
         seqs = self._seqs[(chunk, mb)]
         with b.py("pretrain_gpt.py(104): loss_func"):
             seqs["loss"] = b.aten("aten::mul", costs.MUL, costs.memory_us(d.tokens * 12),
-                                  phase="forward", fwd=True)
-            b.aten("aten::sum", costs.REDUCE_SUM, costs.memory_us(d.tokens * 4), phase="forward")
+                                  phase="forward", fwd=True,
+                                  shapes=shapes.binary((d.tokens,), shapes.FP32))
+            b.aten("aten::sum", costs.REDUCE_SUM, costs.memory_us(d.tokens * 4), phase="forward",
+                   shapes=shapes.reduce((d.tokens,), 0))
+
+    def _ln_shapes(self) -> str:
+        return shapes.layer_norm(self.d.norm_tokens, self.d.hidden)
 
     def _ln_us(self) -> float:
         return costs.memory_us(self.d.norm_tokens * self.d.hidden * costs.BF16 * 2)
@@ -231,7 +237,8 @@ class GPTModel:
                     with b.py(f"{MAPPINGS}(22): _reduce"):
                         b.collective("allreduce", "tp", nelems, nelems, phase="forward")
 
-    def _linear(self, seqs: dict, tag: str, gemm_us: float, gather: bool) -> None:
+    def _linear(self, seqs: dict, tag: str, n: int, k: int, gather: bool) -> None:
+        """The forward GEMM of a tensor-parallel linear layer: [tokens, k] @ [k, n]."""
         b, d = self.b, self.d
         with b.py(f"{TP_LAYERS}(629): linear_with_grad_accumulation_and_async_allreduce"):
             with b.op(LINEAR_FN, fwd=True) as seq:
@@ -240,19 +247,19 @@ class GPTModel:
                     if gather and self.cfg.sequence_parallel and self.cfg.tp > 1:
                         b.collective("allgather", "tp", d.norm_tokens * d.hidden,
                                      d.tokens * d.hidden, phase="forward")
-                    with b.op("aten::matmul"):
-                        b.aten("aten::mm", costs.GEMM_FWD, gemm_us, phase="forward",
+                    with b.op("aten::matmul", shapes=shapes.matmul(d.tokens, k, n)):
+                        b.gemm("aten::mm", costs.GEMM_FWD, d.tokens, k, n, phase="forward",
                                grid=(128, 1, 1), block=(384, 1, 1), regs=168, smem=213_504)
 
-    def _column_parallel(self, module: str, seqs: dict, tag: str, gemm_us: float) -> None:
+    def _column_parallel(self, module: str, seqs: dict, tag: str, n: int, k: int) -> None:
         with self.b.module(module):
             with self.b.py(f"{TP_LAYERS}(954): forward"):
-                self._linear(seqs, tag, gemm_us, gather=True)
+                self._linear(seqs, tag, n, k, gather=True)
 
-    def _row_parallel(self, module: str, seqs: dict, tag: str, gemm_us: float) -> None:
+    def _row_parallel(self, module: str, seqs: dict, tag: str, n: int, k: int) -> None:
         with self.b.module(module):
             with self.b.py(f"{TP_LAYERS}(1245): forward"):
-                self._linear(seqs, tag, gemm_us, gather=False)
+                self._linear(seqs, tag, n, k, gather=False)
                 self._reduce_from_tp(seqs, tag + "_ar", self.d.tokens * self.d.hidden)
 
     def _layer_forward(self, names: LayerNames, seqs: dict, p: str) -> None:
@@ -264,13 +271,14 @@ class GPTModel:
                     with b.module(names.ln1):
                         with b.py("torch/nn/modules/normalization.py(227): forward"):
                             seqs[p + "ln1"] = b.aten("aten::layer_norm", costs.LAYERNORM_FWD,
-                                                     self._ln_us(), phase="forward", fwd=True)
+                                                     self._ln_us(), phase="forward", fwd=True,
+                                                     shapes=self._ln_shapes())
                     with b.module(names.attn):
                         with b.py("megatron/core/transformer/attention.py(875): forward"):
                             with b.py("megatron/core/transformer/attention.py(1371): "
                                       "get_query_key_value_tensors"):
                                 self._column_parallel(names.qkv, seqs, p + "qkv",
-                                                      costs.gemm_us(d.tokens, 3 * h // cfg.tp, h))
+                                                      3 * h // cfg.tp, h)
                             if cfg.cp > 1:
                                 kv = 2 * d.tokens * d.heads * d.head_dim
                                 b.collective("allgather", "cp", kv, kv * cfg.cp, phase="forward")
@@ -279,35 +287,51 @@ class GPTModel:
                                           "(142): forward"):
                                     seqs[p + "attn"] = b.aten(
                                         "aten::_scaled_dot_product_flash_attention",
-                                        costs.FLASH_FWD,
-                                        costs.attention_us(d.micro_batch, d.tokens // d.micro_batch,
-                                                           d.seq, d.heads, d.head_dim, False),
-                                        phase="forward", fwd=True, grid=(d.heads, 32, 1),
-                                        block=(128, 1, 1), regs=255, smem=98_304)
-                            self._row_parallel(names.proj, seqs, p + "proj",
-                                               costs.gemm_us(d.tokens, h, h // cfg.tp))
+                                        costs.FLASH_FWD, costs.attention_us(*self._attention(),
+                                                                            False),
+                                        phase="forward", fwd=True,
+                                        shapes=shapes.flash_attention(*self._attention_shape()),
+                                        flops=costs.attention_flops(*self._attention(), False),
+                                        grid=(d.heads, 32, 1), block=(128, 1, 1), regs=255,
+                                        smem=98_304)
+                            self._row_parallel(names.proj, seqs, p + "proj", h, h // cfg.tp)
                     seqs[p + "add1"] = b.aten("aten::add", costs.ADD, self._add_us(),
-                                              phase="forward", fwd=True)
+                                              phase="forward", fwd=True,
+                                              shapes=self._add_shapes())
                 with b.py(f"{TL}(573): _forward_mlp"):
                     with b.module(names.ln2):
                         with b.py("torch/nn/modules/normalization.py(227): forward"):
                             seqs[p + "ln2"] = b.aten("aten::layer_norm", costs.LAYERNORM_FWD,
-                                                     self._ln_us(), phase="forward", fwd=True)
+                                                     self._ln_us(), phase="forward", fwd=True,
+                                                     shapes=self._ln_shapes())
                     if cfg.ep > 1:
                         self._moe_forward(names, seqs, p)
                     else:
                         with b.module(names.mlp):
                             with b.py("megatron/core/transformer/mlp.py(155): forward"):
-                                self._column_parallel(names.fc1, seqs, p + "fc1",
-                                                      costs.gemm_us(d.tokens, d.ffn, h))
+                                self._column_parallel(names.fc1, seqs, p + "fc1", d.ffn, h)
                                 seqs[p + "gelu"] = b.aten(
                                     "aten::gelu", costs.GELU_FWD,
                                     costs.memory_us(d.tokens * d.ffn * costs.BF16 * 2),
-                                    phase="forward", fwd=True)
-                                self._row_parallel(names.fc2, seqs, p + "fc2",
-                                                   costs.gemm_us(d.tokens, h, d.ffn))
+                                    phase="forward", fwd=True,
+                                    shapes=shapes.gelu((d.tokens, d.ffn)))
+                                self._row_parallel(names.fc2, seqs, p + "fc2", h, d.ffn)
                     seqs[p + "add2"] = b.aten("aten::add", costs.ADD, self._add_us(),
-                                              phase="forward", fwd=True)
+                                              phase="forward", fwd=True,
+                                              shapes=self._add_shapes())
+
+    def _add_shapes(self) -> str:
+        return shapes.binary((self.d.norm_tokens, self.d.hidden))
+
+    def _attention(self) -> tuple[int, int, int, int, int]:
+        """(batch, query length, key length, local heads, head dim) of the core attention."""
+        d = self.d
+        return d.micro_batch, d.tokens // d.micro_batch, d.seq, d.heads, d.head_dim
+
+    def _attention_shape(self) -> tuple[int, int, int, int, int]:
+        """The same as SDPA's [B, H, N, d] operands are sized: (B, H, N_q, N_kv, d)."""
+        batch, q_len, kv_len, heads, head_dim = self._attention()
+        return batch, heads, q_len, kv_len, head_dim
 
     def _moe_tokens(self) -> tuple[int, int]:
         """(routed token copies, expert width) handled by one rank's local experts."""
@@ -323,10 +347,9 @@ class GPTModel:
             with b.py(f"{moe}/moe_layer.py(254): forward"):
                 with b.module(names.router):
                     with b.py(f"{moe}/router.py(467): forward"):
-                        seqs[p + "router"] = b.aten(
-                            "aten::mm", costs.GEMM_FWD,
-                            costs.gemm_us(d.tokens, cfg.num_experts, h), phase="forward",
-                            fwd=True)
+                        seqs[p + "router"] = b.gemm(
+                            "aten::mm", costs.GEMM_FWD, d.tokens, h, cfg.num_experts,
+                            phase="forward", fwd=True)
                         b.aten("aten::topk", costs.TOPK, costs.memory_us(d.tokens * 64),
                                phase="forward")
                 with b.py(f"{moe}/token_dispatcher.py(1069): token_permutation"):
@@ -339,14 +362,12 @@ class GPTModel:
                                      phase="forward")
                 with b.module(names.fc1):
                     with b.py(f"{moe}/experts.py(226): forward"):
-                        seqs[p + "efc1"] = b.aten("aten::mm", costs.GEMM_FWD,
-                                                  costs.gemm_us(routed, width, h),
+                        seqs[p + "efc1"] = b.gemm("aten::mm", costs.GEMM_FWD, routed, h, width,
                                                   phase="forward", fwd=True)
                         seqs[p + "gelu"] = b.aten("aten::gelu", costs.GELU_FWD,
                                                   costs.memory_us(routed * width * 4),
                                                   phase="forward", fwd=True)
-                        seqs[p + "efc2"] = b.aten("aten::mm", costs.GEMM_FWD,
-                                                  costs.gemm_us(routed, h, width),
+                        seqs[p + "efc2"] = b.gemm("aten::mm", costs.GEMM_FWD, routed, width, h,
                                                   phase="forward", fwd=True)
                 with b.py(f"{moe}/token_dispatcher.py(1139): token_unpermutation"):
                     if cfg.expert_tp > 1:
@@ -368,15 +389,16 @@ class GPTModel:
                     seqs["ce"] = seq
                     with b.py(f"{ce}(123): forward"):
                         b.aten("aten::max", costs.REDUCE_MAX, costs.memory_us(logits),
-                               phase="forward")
+                               phase="forward", shapes=shapes.reduce((d.tokens, d.vocab), -1))
                         b.collective("allreduce", "tp", d.tokens, d.tokens, "Float",
                                      phase="forward")
                         b.aten("aten::exp", costs.EXP, costs.memory_us(2 * logits),
-                               phase="forward")
+                               phase="forward",
+                               shapes=shapes.unary((d.tokens, d.vocab), shapes.FP32))
                         b.collective("allreduce", "tp", d.tokens, d.tokens, "Float",
                                      phase="forward")
                         b.aten("aten::sum", costs.REDUCE_SUM, costs.memory_us(logits),
-                               phase="forward")
+                               phase="forward", shapes=shapes.reduce((d.tokens, d.vocab), -1))
                         b.collective("allreduce", "tp", d.tokens, d.tokens, "Float",
                                      phase="forward")
 
@@ -393,15 +415,14 @@ class GPTModel:
         if plan.has_output:
             with b.autograd_node("MulBackward0", seqs["loss"]):
                 b.aten("aten::mul", costs.MUL, costs.memory_us(d.tokens * 12), AUTOGRAD,
-                       phase="backward")
+                       phase="backward", shapes=shapes.binary((d.tokens,), shapes.FP32))
             with b.autograd_node("_VocabParallelCrossEntropyBackward", seqs["ce"]):
                 with b.py("megatron/core/tensor_parallel/cross_entropy.py(154): backward",
                           AUTOGRAD):
                     b.aten("aten::mul", costs.MUL,
                            costs.memory_us(d.tokens * d.vocab * costs.FP32 * 2), AUTOGRAD,
-                           phase="backward")
-            self._linear_backward(seqs["output"], costs.gemm_us(d.tokens, d.vocab, h),
-                                  column=True)
+                           phase="backward", shapes=shapes.scale((d.tokens, d.vocab)))
+            self._linear_backward(seqs["output"], d.vocab, h, column=True)
             with b.autograd_node("NativeLayerNormBackward0", seqs["final_ln"]):
                 self._layernorm_backward()
             on_layer_done("output")
@@ -435,13 +456,16 @@ class GPTModel:
             with b.autograd_node("_ReduceFromModelParallelRegionBackward", seq):
                 b.leaf(f"{MAPPINGS}(230): backward", AUTOGRAD)
 
-    def _linear_backward(self, seq: int | None, gemm_us: float, column: bool) -> None:
-        """dgrad GEMM, async input-grad reduction (column-parallel), wgrad GEMM, wait."""
+    def _linear_backward(self, seq: int | None, n: int, k: int, column: bool) -> None:
+        """dgrad GEMM, async input-grad reduction (column-parallel), wgrad GEMM, wait:
+        the backward of [tokens, k] @ [k, n] (grad [tokens, n] @ [n, k], then
+        [n, tokens] @ [tokens, k])."""
         b, d, cfg = self.b, self.d, self.cfg
         with b.autograd_node(f"{LINEAR_FN}Backward", seq):
             with b.py(f"{TP_LAYERS}(493): backward", AUTOGRAD):
-                b.aten("aten::matmul", costs.GEMM_DGRAD, gemm_us, AUTOGRAD, phase="backward",
-                       grid=(128, 1, 1), block=(384, 1, 1), regs=168, smem=213_504)
+                b.gemm("aten::matmul", costs.GEMM_DGRAD, d.tokens, n, k, AUTOGRAD,
+                       phase="backward", grid=(128, 1, 1), block=(384, 1, 1), regs=168,
+                       smem=213_504)
                 handle = None
                 if column and cfg.tp > 1:
                     if cfg.sequence_parallel:
@@ -452,7 +476,7 @@ class GPTModel:
                         handle = b.collective("allreduce", "tp", d.tokens * d.hidden,
                                               d.tokens * d.hidden, thread=AUTOGRAD,
                                               phase="backward", blocking=False)
-                b.aten("aten::mm", costs.GEMM_WGRAD, gemm_us, AUTOGRAD, phase="backward",
+                b.gemm("aten::mm", costs.GEMM_WGRAD, n, d.tokens, k, AUTOGRAD, phase="backward",
                        grid=(128, 1, 1), block=(256, 1, 1), regs=168, smem=196_608)
                 b.wait(handle, AUTOGRAD)
 
@@ -466,26 +490,26 @@ class GPTModel:
         else:
             if cfg.tp > 1:
                 self._reduce_backward(seqs.get(p + "fc2_ar"))
-            self._linear_backward(seqs[p + "fc2"], costs.gemm_us(d.tokens, h, d.ffn), False)
+            self._linear_backward(seqs[p + "fc2"], h, d.ffn, False)
             with b.autograd_node("GeluBackward0", seqs[p + "gelu"]):
                 b.aten("aten::gelu_backward", costs.GELU_BWD,
                        costs.memory_us(d.tokens * d.ffn * costs.BF16 * 3), AUTOGRAD,
-                       phase="backward")
-            self._linear_backward(seqs[p + "fc1"], costs.gemm_us(d.tokens, d.ffn, h), True)
+                       phase="backward", shapes=shapes.gelu_backward((d.tokens, d.ffn)))
+            self._linear_backward(seqs[p + "fc1"], d.ffn, h, True)
         with b.autograd_node("NativeLayerNormBackward0", seqs[p + "ln2"]):
             self._layernorm_backward()
         with b.autograd_node("AddBackward0", seqs[p + "add1"]):
             pass
         if cfg.tp > 1:
             self._reduce_backward(seqs.get(p + "proj_ar"))
-        self._linear_backward(seqs[p + "proj"], costs.gemm_us(d.tokens, h, h // cfg.tp), False)
+        self._linear_backward(seqs[p + "proj"], h, h // cfg.tp, False)
         with b.autograd_node("ScaledDotProductFlashAttentionBackward0", seqs[p + "attn"]):
-            with b.op("aten::_scaled_dot_product_flash_attention_backward", AUTOGRAD):
-                b.kernel(costs.FLASH_BWD,
-                         costs.attention_us(d.micro_batch, d.tokens // d.micro_batch, d.seq,
-                                            d.heads, d.head_dim, True),
+            with b.op("aten::_scaled_dot_product_flash_attention_backward", AUTOGRAD,
+                      shapes=shapes.flash_attention_backward(*self._attention_shape())):
+                b.kernel(costs.FLASH_BWD, costs.attention_us(*self._attention(), True),
                          AUTOGRAD, "backward", grid=(d.heads, 32, 1), block=(256, 1, 1),
-                         regs=255, smem=114_688)
+                         regs=255, smem=114_688,
+                         flops=costs.attention_flops(*self._attention(), True))
                 b.kernel(costs.FLASH_BWD_CONVERT,
                          costs.memory_us(d.tokens * d.heads * d.head_dim * 6), AUTOGRAD,
                          "backward")
@@ -493,7 +517,7 @@ class GPTModel:
             kv = 2 * d.tokens * d.heads * d.head_dim
             b.collective("reduce_scatter", "cp", kv * cfg.cp, kv, thread=AUTOGRAD,
                          phase="backward", python=False)
-        self._linear_backward(seqs[p + "qkv"], costs.gemm_us(d.tokens, 3 * h // cfg.tp, h), True)
+        self._linear_backward(seqs[p + "qkv"], 3 * h // cfg.tp, h, True)
         with b.autograd_node("NativeLayerNormBackward0", seqs[p + "ln1"]):
             self._layernorm_backward()
 
@@ -509,16 +533,14 @@ class GPTModel:
         if cfg.expert_tp > 1:
             b.collective("allgather", "etp", routed * h, routed * h * cfg.expert_tp,
                          thread=AUTOGRAD, phase="backward", python=False)
-        for tag, gemm in (("efc2", costs.gemm_us(routed, h, width)), ("gelu", None),
-                          ("efc1", costs.gemm_us(routed, width, h))):
+        for tag, gemm in (("efc2", (h, width)), ("gelu", None), ("efc1", (width, h))):
             if gemm is None:
                 with b.autograd_node("GeluBackward0", seqs[p + "gelu"]):
                     b.aten("aten::gelu_backward", costs.GELU_BWD,
                            costs.memory_us(routed * width * 6), AUTOGRAD, phase="backward")
                 continue
             with b.autograd_node("MmBackward0", seqs[p + tag]):
-                b.aten("aten::mm", costs.GEMM_DGRAD, gemm, AUTOGRAD, phase="backward")
-                b.aten("aten::mm", costs.GEMM_WGRAD, gemm, AUTOGRAD, phase="backward")
+                self._mm_backward(routed, *gemm)
         if cfg.expert_tp > 1:
             b.collective("reduce_scatter", "etp", routed * h * cfg.expert_tp, routed * h,
                          thread=AUTOGRAD, phase="backward", python=False)
@@ -528,9 +550,12 @@ class GPTModel:
             b.aten("aten::index_add_", costs.PERMUTE, costs.memory_us(routed * h * 4),
                    AUTOGRAD, phase="backward")
         with b.autograd_node("MmBackward0", seqs[p + "router"]):
-            gemm = costs.gemm_us(d.tokens, cfg.num_experts, h)
-            b.aten("aten::mm", costs.GEMM_DGRAD, gemm, AUTOGRAD, phase="backward")
-            b.aten("aten::mm", costs.GEMM_WGRAD, gemm, AUTOGRAD, phase="backward")
+            self._mm_backward(d.tokens, cfg.num_experts, h)
+
+    def _mm_backward(self, m: int, n: int, k: int) -> None:
+        """``MmBackward0`` of [m, k] @ [k, n]: dgrad [m, n] @ [n, k], wgrad [n, m] @ [m, k]."""
+        self.b.gemm("aten::mm", costs.GEMM_DGRAD, m, n, k, AUTOGRAD, phase="backward")
+        self.b.gemm("aten::mm", costs.GEMM_WGRAD, n, m, k, AUTOGRAD, phase="backward")
 
 
 __all__ = ["ChunkPlan", "Dims", "GPTModel", "LayerNames", "plan_chunks"]

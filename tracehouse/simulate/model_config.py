@@ -14,6 +14,12 @@ backward (the flash-attention recompute the cost model also times is not
 model work); embeddings, norms and elementwise ops not at all. Stated for
 dense runs only: the MoE cost model routes tokens in ways Megatron's
 closed form does not follow.
+
+The GEMM and attention kernels themselves run more than the model FLOPs:
+the flash-attention backward recomputes QKᵀ, 2.5x the forward's FLOPs in
+all (FlashAttention's and TraceLens' count, :func:`.costs.attention_flops`)
+where Megatron counts 2x. :func:`kernel_flops_per_iteration` states that
+figure: what the warehouse finds summed over a run recorded with shapes.
 """
 
 from __future__ import annotations
@@ -31,17 +37,35 @@ def global_batch_size(cfg: SimConfig) -> int:
     return cfg.micro_batch_size * cfg.microbatches * cfg.dp
 
 
-def cost_model_flops_per_iteration(cfg: SimConfig) -> float | None:
-    """Model FLOPs of one iteration as the cost model times them (module docstring);
-    None for an MoE run."""
-    if cfg.ep > 1:
-        return None
+def _forward_flops(cfg: SimConfig) -> tuple[float, float]:
+    """(GEMM, causal attention) FLOPs of one microbatch's forward, summed over the
+    ranks of one model replica (TP and CP shards add up to the whole)."""
     h, s, f, v = cfg.hidden, cfg.seq_length, cfg.ffn, cfg.vocab
     tokens = s * cfg.micro_batch_size  # one microbatch, summed over CP ranks
     forward_gemms = cfg.layers * 2 * tokens * (3 * h * h + h * h + f * h + h * f)
     forward_gemms += 2 * tokens * v * h  # output layer
     forward_attention = cfg.layers * cfg.micro_batch_size * 4 * s * s * h * 0.5
+    return float(forward_gemms), float(forward_attention)
+
+
+def cost_model_flops_per_iteration(cfg: SimConfig) -> float | None:
+    """Model FLOPs of one iteration as the cost model times them (module docstring);
+    None for an MoE run."""
+    if cfg.ep > 1:
+        return None
+    forward_gemms, forward_attention = _forward_flops(cfg)
     per_microbatch = 3 * (forward_gemms + forward_attention)
+    return float(per_microbatch * cfg.microbatches * cfg.dp)
+
+
+def kernel_flops_per_iteration(cfg: SimConfig) -> float | None:
+    """FLOPs the GEMM and attention kernels of one iteration run, all ranks
+    together: the GEMMs forward, dgrad and wgrad, attention forward plus its
+    backward at 2.5x (module docstring); None for an MoE run."""
+    if cfg.ep > 1:
+        return None
+    forward_gemms, forward_attention = _forward_flops(cfg)
+    per_microbatch = 3 * forward_gemms + 3.5 * forward_attention
     return float(per_microbatch * cfg.microbatches * cfg.dp)
 
 

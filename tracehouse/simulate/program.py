@@ -77,7 +77,7 @@ class Op:
     __slots__ = (
         "kind", "thread", "stream", "name", "cat", "dur_us", "group", "coll", "in_nelems",
         "out_nelems", "dtype", "blocking", "keys", "wait", "sync_all", "runtime", "grid",
-        "block", "regs", "smem", "nbytes", "cpu_before", "phase", "annotation",
+        "block", "regs", "smem", "nbytes", "cpu_before", "phase", "annotation", "flops",
     )
 
     def __init__(self, kind: int, *, name: str = "", cat: str = "kernel", stream: int = 7,
@@ -86,7 +86,7 @@ class Op:
                  blocking: bool = True, keys: tuple = (), wait: int = -1, sync_all: bool = True,
                  runtime: str = "cudaLaunchKernel", grid: tuple = (1, 1, 1),
                  block: tuple = (128, 1, 1), regs: int = 32, smem: int = 0, nbytes: int = 0,
-                 phase: str = "other", annotation: str = "") -> None:
+                 phase: str = "other", annotation: str = "", flops: float = 0.0) -> None:
         self.kind = kind
         self.thread = thread
         self.stream = stream
@@ -111,6 +111,9 @@ class Op:
         self.cpu_before = 0.0
         self.phase = phase
         self.annotation = annotation  # an nccl:* title: plain ASCII, no escaping needed
+        #: FLOPs the cost model timed for a GEMM or attention kernel (its share of
+        #: the op's, as the warehouse splits it), 0 for any other op.
+        self.flops = flops
 
     @property
     def runtime_us(self) -> float:
@@ -121,12 +124,13 @@ class Op:
 class Tape:
     """Builder and container of one stage's program.
 
-    Entries: ``(BEGIN, thread, kind, escaped_name, extra)``, ``(END, thread)``,
+    Entries: ``(BEGIN, thread, kind, escaped_name, extra, shapes)``, ``(END, thread)``,
     ``(LAUNCH, op_index)``, ``(RUNTIME, thread, escaped_name, cbid, dur_us)``.
     ``extra`` is None or a tuple: ``("fwd", seq)`` (forward op that autograd
     records; a ``fwdbwd`` flow starts here), ``("bwd", seq)`` (its backward
     op; the flow ends here), ``("comms", op_index)`` (``record_param_comms``
     carrying the args of that collective) or ``("module", module_id)``.
+    ``shapes`` is None or the op's ``record_shapes`` args text (:mod:`.shapes`).
     """
 
     def __init__(self) -> None:
@@ -142,10 +146,10 @@ class Tape:
 
     # -- building ---------------------------------------------------------
     def begin(self, name: str, kind: int = PY, thread: int = MAIN, extra: tuple | None = None,
-              ) -> None:
+              shapes: str | None = None) -> None:
         """Open a frame on ``thread``."""
         self._open[thread].append(name)
-        self.entries.append((BEGIN, thread, kind, escape(name), extra))
+        self.entries.append((BEGIN, thread, kind, escape(name), extra, shapes))
 
     def end(self, thread: int = MAIN) -> None:
         """Close the innermost open frame of ``thread``."""

@@ -36,7 +36,11 @@ import numpy as np
 
 from ..core.topology import build_topology
 from .config import SimConfig
-from .model_config import cost_model_flops_per_iteration, write_model_config
+from .model_config import (
+    cost_model_flops_per_iteration,
+    kernel_flops_per_iteration,
+    write_model_config,
+)
 from .pp_timer_logs import write_pp_timer_logs
 from .timing import WAIT_KINDS, StageTimes, Timeline
 from .training import check_p2p_balance, stage_program
@@ -148,9 +152,10 @@ def simulate_run(config: SimConfig, out_dir: Path | str, jobs: int | None = None
             pool.close()
             pool.join()
     run.trace_paths.sort()
-    run.ground_truth_path.write_text(json.dumps(
-        _ground_truth(cfg, topology, timeline, skews, per_iteration, run.pp_timer_iteration),
-        indent=1) + "\n")
+    truth = _ground_truth(cfg, topology, timeline, skews, per_iteration, run.pp_timer_iteration)
+    truth["efficiency"]["timed_kernel_flops_per_rank"] = _timed_kernel_flops(
+        cfg, timeline, programs)
+    run.ground_truth_path.write_text(json.dumps(truth, indent=1) + "\n")
     run.seconds = time.perf_counter() - began
     return run
 
@@ -218,6 +223,17 @@ def _iteration_facts(cfg: SimConfig, timeline: Timeline, times: list[StageTimes]
     return {"ranks": ranks, "pipeline_groups": groups}
 
 
+def _timed_kernel_flops(cfg: SimConfig, timeline: Timeline, programs: list) -> dict[str, float]:
+    """Per rank, the GEMM and attention FLOPs its kernels were timed for in one
+    iteration (every rank of a stage runs its stage's program)."""
+    out = {}
+    for s, program in enumerate(programs):
+        flops = float(sum(op.flops for op in program.tape.ops))
+        for rank in timeline.stage_ranks[s].tolist():
+            out[str(rank)] = flops
+    return dict(sorted(out.items(), key=lambda item: int(item[0])))
+
+
 def _ground_truth(cfg: SimConfig, topology: dict, timeline: Timeline, skews: np.ndarray,
                   per_iteration: dict, pp_timer_iteration: int | None) -> dict:
     config = asdict(cfg)
@@ -257,11 +273,17 @@ def _ground_truth(cfg: SimConfig, topology: dict, timeline: Timeline, skews: np.
                        "peers (overlapping async waits add up).",
         "stragglers": [{"rank": r, "factor": f} for r, f in cfg.stragglers],
         "efficiency": {"model_flops_per_iteration": cost_model_flops_per_iteration(cfg),
+                       "kernel_flops_per_iteration": kernel_flops_per_iteration(cfg),
+                       "record_shapes": cfg.record_shapes,
                        "gpu": "NVIDIA H100 80GB HBM3 (h100_sxm), bf16",
                        "note": "model_config.json beside topology.json: Megatron's arguments "
                                "and these FLOPs, the cost model's GEMMs and causal attention "
                                "(forward, dgrad, wgrad; no recompute) per iteration (null "
-                               "for MoE runs)"},
+                               "for MoE runs); kernel_flops_per_iteration: what the GEMM and "
+                               "attention kernels run, the attention backward at 2.5x the "
+                               "forward (its recompute counted); timed_kernel_flops_per_rank: "
+                               "the same per rank, summed from the kernels the cost model "
+                               "timed (MoE runs too)"},
         "pp_timer": {"iteration": pp_timer_iteration, "folder": "pp_timer_logs",
                      "note": "event_times_*.json as the Megatron patch's PP timer writes them "
                              "(ENABLE_PP_TIMER_ITER = this iteration); a pass runs from its "

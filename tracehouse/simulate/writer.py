@@ -161,7 +161,7 @@ def write_rank_trace(path: Path, cfg: SimConfig, topology: dict, tape: Tape, ran
             "deviceProperties": [{"id": i, **DEVICE_PROPERTIES} for i in range(cfg.gpus_per_node)],
             "distributedInfo": distributed_info(topology, rank, groups),
             "with_stack": 1,
-            "record_shapes": 0,
+            "record_shapes": 1 if cfg.record_shapes else 0,
             "trace_id": f"{cfg.seed & 0xFFFFFFFF:08X}{iteration:08X}{rank:016X}",
             "host_name": f"node{rank // cfg.gpus_per_node:04d}",
             "displayTimeUnit": "ms",
@@ -189,7 +189,9 @@ def _emit_events(out: _Out, cfg: SimConfig, tape: Tape, groups: dict[str, GroupI
     python_id = 0
     correlation = CORRELATION_BASE
     streams: set[int] = {COMPUTE_STREAM}
-    # Per thread: stack of open frames [start_ns, kind, name, extra, ext_id, py_id, py_parent]
+    record_shapes = cfg.record_shapes
+    # Per thread: stack of open frames
+    # [start_ns, kind, name, extra, ext_id, py_id, py_parent, ev_idx, shapes]
     stacks: dict[int, list[list]] = {0: [], AUTOGRAD: []}
     cursor = cpu_start
     first_ns = ns(cpu_start)
@@ -210,7 +212,7 @@ def _emit_events(out: _Out, cfg: SimConfig, tape: Tape, groups: dict[str, GroupI
     for entry in tape.entries:
         tag = entry[0]
         if tag == BEGIN:
-            _, thread, kind, name, extra = entry
+            _, thread, kind, name, extra, shapes = entry
             t0 = ns(cursor)
             ext = 0
             py = 0
@@ -222,7 +224,8 @@ def _emit_events(out: _Out, cfg: SimConfig, tape: Tape, groups: dict[str, GroupI
             else:
                 external += 1
                 ext = external
-            stacks[thread].append([t0, kind, name, extra, ext, py, parent, ev_idx])
+            stacks[thread].append([t0, kind, name, extra, ext, py, parent, ev_idx,
+                                   shapes if record_shapes else None])
             ev_idx += 1
             cursor += COSTS[kind][0]
             if extra is not None and extra[0] == "fwd":
@@ -236,7 +239,7 @@ def _emit_events(out: _Out, cfg: SimConfig, tape: Tape, groups: dict[str, GroupI
         elif tag == END:
             _, thread, kind = entry
             cursor += COSTS[kind][1]
-            t0, kind, name, extra, ext, py, parent, idx = stacks[thread].pop()
+            t0, kind, name, extra, ext, py, parent, idx, shapes = stacks[thread].pop()
             t1 = ns(cursor)
             if extra is not None and extra[0] == "step":
                 name = f"ProfilerStep#{iteration}"
@@ -254,6 +257,8 @@ def _emit_events(out: _Out, cfg: SimConfig, tape: Tape, groups: dict[str, GroupI
                         and extra[1] is not None:
                     fwd_thread = 0 if extra[0] == "fwd" else 1
                     args += f',"Sequence number":{extra[1]},"Fwd thread id":{fwd_thread}'
+                if shapes:
+                    args += "," + shapes
             add(head + args + "}}")
             count += 1
         elif tag == RUNTIME:

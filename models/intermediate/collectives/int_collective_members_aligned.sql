@@ -1,7 +1,7 @@
 {#
     One row per rank's part in a collective instance (run_id, collective_id,
     rank), on the reference clock: int_collective_members_matched with the
-    rank's int_rank_clock_offsets offset added to its times, and what the
+    rank's int_rank_clock_offsets_estimated offset added to its times, and what the
     instance did to it.
 
       * arrival_ns: the rank's call starts (a GPU kernel's start, a c10d
@@ -30,7 +30,7 @@ offsets as (
         run_id,
         rank,
         offset_ns
-    from {{ ref('int_rank_clock_offsets') }}
+    from {{ ref('int_rank_clock_offsets_estimated') }}
 ),
 
 aligned as (

@@ -6,7 +6,7 @@
 
     The group of a call, by match_basis:
       * process_group: the trace names it (pg name, description, ranks);
-        int_comm_groups_matched resolves it to the run's group, else its
+        int_process_groups_matched resolves it to the run's group, else its
         ranks key stands for it;
       * group_kind: no process-group args, but the call site or step frame
         gives a kind (tp, dp_cp, pp, ...); a rank is in one group per kind
@@ -44,7 +44,7 @@ comm_groups as (
         process_group_ranks_key,
         matched_group_kind,
         matched_group_index
-    from {{ ref('int_comm_groups_matched') }}
+    from {{ ref('int_process_groups_matched') }}
 ),
 
 process_groups as (

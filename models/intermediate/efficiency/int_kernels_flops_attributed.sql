@@ -14,7 +14,7 @@
     models restated), applied once per distinct (op, shapes, dtypes,
     concrete inputs), not per row.
 
-    Only the traces recorded with shapes (int_traces.has_op_shapes, from
+    Only the traces recorded with shapes (int_traces_loaded.has_op_shapes, from
     Kineto's `record_shapes`) have rows: their kernels, launches and CPU ops
     are the only files it reads. A kernel of any other trace has no row, and
     fct_kernels says `no_shapes` for it, so a lake without shapes costs this
@@ -175,6 +175,11 @@ shape_dims as (
             lower({{ json_text('shape_args', 'Input type', [input]) }}) as a{{ input }}_type,
         {%- endfor %}
         lower({{ concrete_input('causal_input') }}) as causal_text,
+        {#- addmm/baddbmm(self, a, b, beta, alpha): beta 0 reads no C and adds nothing
+            (Megatron's unfused attention scores are baddbmm with beta 0). #}
+        coalesce(
+            {{ json_text('shape_args', 'Concrete Inputs', [3]) }} in ('0', '0.', '0.0'), false
+        ) as beta_is_zero,
         {{ conv_args() }}
     from distinct_shapes
 ),

@@ -30,7 +30,7 @@ traces as (
         trace_id,
         rank,
         device_properties
-    from {{ ref('int_traces') }}
+    from {{ ref('int_traces_loaded') }}
 ),
 
 peaks as (

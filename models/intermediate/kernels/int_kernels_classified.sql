@@ -13,7 +13,7 @@
     (`step_slice_id`, the key of its vpp chunk in int_microbatch_steps_chunked).
     The process group a communication kernel's args name (description,
     name, `process_group_ranks_key` = sorted ranks) is resolved against the
-    run's groups by int_comm_groups_matched, a per-run lookup that
+    run's groups by int_process_groups_matched, a per-run lookup that
     fct_kernels joins in.
     With var('capture_window_start_ns' / 'capture_window_end_ns') set, only
     GPU work wholly inside that window of the capture clock is kept (the
@@ -30,7 +30,7 @@
     post_hook="{{ delete_unloaded_traces() }}",
 ) }}
 
--- depends_on: {{ ref('int_traces') }}
+-- depends_on: {{ ref('int_traces_loaded') }}
 
 {#- The traces to compute, read once for every scan (macros/per_trace.sql). -#}
 {%- set new_traces = traces_to_build() %}

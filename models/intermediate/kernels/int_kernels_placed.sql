@@ -4,8 +4,8 @@
     launch, iteration, kind, phase, microbatch) placed in the run's layout:
     the vpp chunk and Megatron's microbatch within the chunk of the kernel's
     microbatch step (int_microbatch_steps_chunked), and its communication
-    group (int_comm_groups_matched), and an Nsight kernel's short name
-    (int_kernel_short_names; a Kineto kernel's is its name). fct_kernels
+    group (int_process_groups_matched), and an Nsight kernel's short name
+    (int_kernel_short_names_extracted; a Kineto kernel's is its name). fct_kernels
     shows it; the models that
     need a kernel's group (int_bubble_parts_swept, int_comm_calls_matched)
     read it here, so the rule lives once and no intermediate model reads a
@@ -34,7 +34,7 @@ short_names as (
         trace_id,
         slice_id,
         short_name
-    from {{ ref('int_kernel_short_names') }}
+    from {{ ref('int_kernel_short_names_extracted') }}
 ),
 
 chunks as (
@@ -57,7 +57,7 @@ comm_groups as (
         matched_group_kind,
         matched_group_index,
         matched_kind
-    from {{ ref('int_comm_groups_matched') }}
+    from {{ ref('int_process_groups_matched') }}
 ),
 
 final as (

@@ -1,7 +1,7 @@
 {#
     One row per training iteration of each GPU of an Nsight Systems trace
     (run_id, rank, iteration) with nsys-ai's `iters` figures: the
-    iterations are int_nsys_iteration_windows' (which documents how they
+    iterations are int_nsys_iterations_windowed's (which documents how they
     are found); its kernels are the primary thread's (category `kernel`,
     from int_kernels_classified, so the capture window applies) whose launch
     call lies wholly inside a marker range, or, under the gap rule, that
@@ -17,7 +17,7 @@
 with
 
 windows as (
-    select * from {{ ref('int_nsys_iteration_windows') }}  -- noqa: AM04
+    select * from {{ ref('int_nsys_iterations_windowed') }}  -- noqa: AM04
 ),
 
 kernels as (
@@ -44,7 +44,7 @@ trace_ranks as (
         run_id,
         rank,
         trace_id
-    from {{ ref('int_traces') }}
+    from {{ ref('int_traces_loaded') }}
     where {{ trace_filter(nsys_traces) }}
 ),
 

@@ -20,7 +20,10 @@
     when v = 1.
     Members of the group come from int_ranks_placed (pp_group_index,
     pp_stage; what dim_ranks shows); ranks with no pp group (no topology)
-    are left out. fct_pipeline_bubbles shows these rows;
+    are left out, and so are groups of one stage (PP = 1): with no
+    pipeline, window - busy is the step's idle time (launch gaps, host
+    waits), which fct_iteration_summary's idle share already holds, and a
+    real TP1 x PP1 Megatron run on one H200 showed it as a 40-50% "bubble". fct_pipeline_bubbles shows these rows;
     int_bubble_parts_swept splits each stage's bubble.
 #}
 
@@ -62,7 +65,7 @@ ranks as (
         pp_stage,
         pp_size
     from {{ ref('int_ranks_placed') }}
-    where pp_group_index is not null
+    where pp_group_index is not null and pp_size > 1
 ),
 
 {# m and v of a stage: microbatches per chunk of its forward steps. #}

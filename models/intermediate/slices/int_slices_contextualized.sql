@@ -19,7 +19,7 @@
     Computing these here took three scans of the lake and the launch joins:
     a third of a full build's serial start (benchmarks/README.md).
 
-    Iteration, the one rule: a trace with step windows (int_step_windows:
+    Iteration, the one rule: a trace with step windows (int_step_windows_resolved:
     `ProfilerStep#N` ranges, else an Nsight trace's NVTX iteration markers
     or gap rule) gives a CPU slice the N of the window holding its start,
     and a GPU slice that of its launch; a slice outside every window (or
@@ -52,7 +52,7 @@ step_windows as (
         window_end_ns,
         gpu_ts_ns,
         gpu_window_end_ns
-    from {{ ref('int_step_windows') }}
+    from {{ ref('int_step_windows_resolved') }}
     where {{ new_traces }}
 ),
 
@@ -143,7 +143,7 @@ kept as (
 
 {# A CPU slice is placed in time by its own start, GPU work by its launch's,
    or by its own start in windows with GPU bounds (the gap rule, on the GPU
-   timeline); the windows of a trace never overlap (int_step_windows), so
+   timeline); the windows of a trace never overlap (int_step_windows_resolved), so
    the range join finds at most one. A trace without windows is one
    iteration. #}
 final as (

@@ -7,7 +7,7 @@
     the first kernel (earliest start) launched in step N to the first
     kernel launched in step N + 1 of the same trace; the trace's last step
     ends at the end of its last kernel. So a trace's GPU steps tile its
-    kernel timeline. The steps are int_step_windows': ProfilerStep ranges,
+    kernel timeline. The steps are int_step_windows_resolved's: ProfilerStep ranges,
     else an Nsight trace's NVTX iteration markers or gap rule (step_rule
     'gpu_projected_nvtx_marker', 'gpu_projected_gap_rule'). A trace
     without them (plain captures, an Nsight export whose GPUs disagree on
@@ -70,11 +70,11 @@ profiler_steps as (
         step_number as iteration,
         ts_ns as start_ns,
         window_end_ns as end_ns
-    from {{ ref('int_step_windows') }}
+    from {{ ref('int_step_windows_resolved') }}
     where {{ trace_filter(pending) }}
 ),
 
-{# A trace's windows come from one rule (int_step_windows). #}
+{# A trace's windows come from one rule (int_step_windows_resolved). #}
 step_rules as (
     select distinct
         trace_id,
@@ -98,7 +98,7 @@ trace_ranks as (
         run_id,
         rank,
         trace_id
-    from {{ ref('int_traces') }}
+    from {{ ref('int_traces_loaded') }}
     where {{ trace_filter(pending) }}
 ),
 

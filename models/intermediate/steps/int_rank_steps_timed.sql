@@ -13,7 +13,7 @@
     cpu_step_start_ns / cpu_step_ns: the CPU window of the same trace and
     iteration, also on GPU-timed runs, so gpu_lag_ns (GPU step start - CPU
     step start) says how far the GPU runs behind the host.
-    clock_offset_ns (int_rank_clock_offsets, 0 when none) puts the rank's
+    clock_offset_ns (int_rank_clock_offsets_estimated, 0 when none) puts the rank's
     step start on the run's reference clock (aligned_step_start_ns).
     A per-run table rebuilt each time (one row per rank and iteration).
 #}
@@ -73,7 +73,7 @@ clock_offsets as (
         run_id,
         rank,
         offset_ns
-    from {{ ref('int_rank_clock_offsets') }}
+    from {{ ref('int_rank_clock_offsets_estimated') }}
 ),
 
 per_rank as (

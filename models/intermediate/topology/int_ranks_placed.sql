@@ -23,7 +23,7 @@ traces as (
         rank,
         host_name,
         trace_start_ns
-    from {{ ref('int_traces') }}
+    from {{ ref('int_traces_loaded') }}
 ),
 
 {# Each member of a group with its 0-based position in the group. #}

@@ -1,6 +1,6 @@
 {#
     One row per node of the dependency graph the replay walks (node_id), on
-    the reference clock (int_rank_clock_offsets added). Design of the
+    the reference clock (int_rank_clock_offsets_estimated added). Design of the
     what-if chain (issue 33), read top to bottom:
 
     Nodes, per run x rank x iteration (`node_kind`):
@@ -89,7 +89,7 @@ step_windows as (
         step_number,
         ts_ns,
         window_end_ns
-    from {{ ref('int_step_windows') }}
+    from {{ ref('int_step_windows_resolved') }}
 ),
 
 offsets as (
@@ -97,7 +97,7 @@ offsets as (
         run_id,
         rank,
         offset_ns
-    from {{ ref('int_rank_clock_offsets') }}
+    from {{ ref('int_rank_clock_offsets_estimated') }}
 ),
 
 members as (

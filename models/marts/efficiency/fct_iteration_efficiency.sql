@@ -34,7 +34,7 @@ worlds as (
     select
         run_id,
         max(world_size) as world_size
-    from {{ ref('int_traces') }}
+    from {{ ref('int_traces_loaded') }}
     group by 1
 ),
 

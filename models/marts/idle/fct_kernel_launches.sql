@@ -27,33 +27,51 @@
 
 with
 
+{# The file's own time base: HTA reads the microseconds the file holds (macro hta_float_time). #}
+traces as (
+    select
+        trace_id,
+        coalesce(base_time_ns, 0) as base_time_ns
+    from {{ ref('stg_lake__traces') }}
+),
+
+{% set unit = var('kernel_time_unit_ns') %}
+{% set base = 'traces.base_time_ns' %}
 kernels as (
     select
-        run_id,
-        rank,
-        trace_id,
-        slice_id,
-        iteration,
-        name,
-        category,
-        device,
-        stream,
-        correlation,
-        launch_name,
-        {{ round_up_to_unit(hta_float_time('launch_ts_ns'), var('kernel_time_unit_ns')) }}
+        classified.run_id,
+        classified.rank,
+        classified.trace_id,
+        classified.slice_id,
+        classified.iteration,
+        classified.name,
+        classified.category,
+        classified.device,
+        classified.stream,
+        classified.correlation,
+        classified.launch_name,
+        {{ round_up_to_unit(hta_float_time('classified.launch_ts_ns', base), unit) }}
             as launch_ts_ns,
         {{ round_down_to_unit(
-            hta_float_time('(' ~ hta_float_time('launch_ts_ns') ~ ' + launch_end_ns - launch_ts_ns)'),
-            var('kernel_time_unit_ns'),
+            hta_float_time(
+                '(' ~ hta_float_time('classified.launch_ts_ns', base)
+                ~ ' + classified.launch_end_ns - classified.launch_ts_ns)',
+                base,
+            ),
+            unit,
         ) }} as launch_end_ns,
-        {{ round_up_to_unit(hta_float_time('ts_ns'), var('kernel_time_unit_ns')) }} as ts_ns,
+        {{ round_up_to_unit(hta_float_time('classified.ts_ns', base), unit) }} as ts_ns,
         {{ round_down_to_unit(
-            hta_float_time('(' ~ hta_float_time('ts_ns') ~ ' + dur_ns)'),
-            var('kernel_time_unit_ns'),
+            hta_float_time(
+                '(' ~ hta_float_time('classified.ts_ns', base) ~ ' + classified.dur_ns)', base
+            ),
+            unit,
         ) }} as end_ns
-    from {{ ref('int_kernels_classified') }}
+    from {{ ref('int_kernels_classified') }} as classified
+    inner join traces
+        on classified.trace_id = traces.trace_id
     where
-        launch_name in (
+        classified.launch_name in (
             {%- for name in var('kernel_launch_runtime_names') %}
                 '{{ name }}'{{ "," if not loop.last }}
             {%- endfor %}

@@ -5,18 +5,8 @@
 
 with
 
-source as (
-    select * from {{ lake_source('flows') }}
-),
-
-committed_traces as (
-    select trace_id from {{ lake_source('traces') }}
-),
-
 committed as (
-    select *
-    from source
-    where trace_id in (select committed_traces.trace_id from committed_traces)
+    {{ committed_lake_rows('flows') }}
 ),
 
 renamed as (

@@ -5,20 +5,8 @@
 
 with
 
-{# Not named `source` like the other staging imports: the table has a
-   column called `source`. #}
-lake_process_groups as (
-    select * from {{ lake_source('process_groups') }}
-),
-
-committed_traces as (
-    select trace_id from {{ lake_source('traces') }}
-),
-
 committed as (
-    select *
-    from lake_process_groups
-    where trace_id in (select committed_traces.trace_id from committed_traces)
+    {{ committed_lake_rows('process_groups') }}
 ),
 
 renamed as (
