@@ -5,10 +5,11 @@ One command, prints figures (benchmarks/README.md, "whatif.py"):
 
 1. ``--check``: simulate one run with a 1.5x straggler (rank 5) and clock
    skew and the same run without either (same seed), ingest both into one
-   warehouse, build; print fct_step_replay's error per run, and compare the
-   straggler run's no-straggler prediction (fct_what_if: every compute
-   kernel at its stage's median, int_whatif_work_scaled's rule) with the
-   clean run's measured step (slowest rank).
+   warehouse, build with the var ``whatif`` on; print fct_step_replay's
+   error per run, and compare the straggler run's no-straggler prediction
+   (fct_what_if: every compute kernel at its stage's median,
+   int_whatif_work_scaled's rule) with the clean run's measured step
+   (slowest rank).
 2. ``--scale``: simulate a ``--tp x --pp x --dp`` run (default 256 ranks), ingest,
    build, then time the what-if models alone (``dbt run -s
    int_replay_nodes_listed+``) and the replay routine alone on its graph.
@@ -31,6 +32,9 @@ from tracehouse.core.replay import graph_from_relations, replay
 from tracehouse.core.warehouse import Warehouse
 from tracehouse.ingest.runner import ingest_paths
 from tracehouse.simulate import SimConfig, simulate_run
+
+#: The what-if models build only with this var on (dbt_project.yml, `whatif`).
+WHATIF_VARS = ["--vars", "{whatif: true}"]
 
 
 def _run_graph(con: duckdb.DuckDBPyConnection, run: str):
@@ -58,7 +62,7 @@ def check(schedule: str, tmp: Path) -> None:
         simulate_run(cfg, tmp / name, jobs=1)
         result = ingest_paths([tmp / name], warehouse=warehouse, run=name, progress=False)
         assert not result.failed, result.failed
-    build_warehouse(warehouse)
+    build_warehouse(warehouse, WHATIF_VARS)
     con = duckdb.connect(str(Warehouse(warehouse).database), read_only=True)
     print(con.sql("select run_id, count(*) as rank_iterations, "
                   "round(100 * avg(error_ratio), 3) as mean_error_pct, "
@@ -90,10 +94,10 @@ def scale(args: argparse.Namespace, tmp: Path) -> None:
     assert not result.failed, result.failed
     print(f"ingest: {time.perf_counter() - began:.1f} s")
     began = time.perf_counter()
-    build_warehouse(warehouse)
+    build_warehouse(warehouse, WHATIF_VARS)
     print(f"full build: {time.perf_counter() - began:.1f} s")
     began = time.perf_counter()
-    code = run_dbt(["run", "-s", "int_replay_nodes_listed+"], warehouse)
+    code = run_dbt(["run", "-s", "int_replay_nodes_listed+", *WHATIF_VARS], warehouse)
     print(f"what-if models alone (dbt run -s int_replay_nodes_listed+): "
           f"{time.perf_counter() - began:.1f} s, exit {code}")
     con = duckdb.connect(str(Warehouse(warehouse).database), read_only=True)

@@ -1,7 +1,9 @@
 """The dependency replay (issue 33): it reproduces the measured run, and a
 lengthened kernel moves exactly what depends on it.
 
-Read from the shared reference warehouse's ``sim_straggler_skew`` run (tp2
+Read from a copy of the shared reference warehouse with the what-if models
+built on it (they build only with the var ``whatif`` on, dbt_project.yml),
+from its ``sim_straggler_skew`` run (tp2
 pp2 dp2, rank 5 slowed 1.5x, 200 us of clock skew between nodes): the
 replay graph there is replayed again in memory with one kernel of rank 5
 made longer, and every op's new start and end is compared with the
@@ -17,7 +19,7 @@ import duckdb
 import numpy as np
 import pytest
 
-from conftest import ReferenceWarehouse, query_warehouse
+from conftest import ReferenceWarehouse, copy_warehouse, query_warehouse
 from tracehouse.core.replay import END, START, graph_from_relations, replay, vertex_edges
 from tracehouse.core.warehouse import Warehouse
 
@@ -26,11 +28,35 @@ pytestmark = pytest.mark.slow
 SIM = "sim_straggler_skew"
 #: How much longer the chosen kernel is made: a sixth of the simulated step.
 LENGTHEN_NS = 1_000_000
+#: dbt arguments that turn the what-if models on (off by default: dbt_project.yml).
+WHATIF_VARS = ["--vars", "{whatif: true}"]
 
 
 @pytest.fixture(scope="module")
-def warehouse(reference_warehouse: ReferenceWarehouse) -> Path:
-    return reference_warehouse.root
+def warehouse(reference_warehouse: ReferenceWarehouse,
+              tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the reference warehouse with the what-if models (and their data
+    tests) built on it: the shared one's plain build leaves them out."""
+    from tracehouse.build.dbt import build_warehouse
+
+    root = copy_warehouse(reference_warehouse.root,
+                          tmp_path_factory.mktemp("whatif_reference") / "warehouse")
+    build_warehouse(root, ["-s", "path:models/intermediate/whatif",
+                           "path:models/marts/whatif", *WHATIF_VARS])
+    return root
+
+
+def test_plain_build_leaves_the_what_if_models_out(
+        reference_warehouse: ReferenceWarehouse) -> None:
+    """The shared warehouse was built plainly: no what-if table is there (the
+    gate's default), though the marts beside them are."""
+    tables = {name for (name,) in query_warehouse(
+        reference_warehouse.root,
+        "select table_name from information_schema.tables "
+        "where table_name like 'fct_%' or table_name like 'int_%'")}
+    assert "fct_rank_iterations" in tables
+    assert not tables & {"fct_what_if", "fct_step_replay", "fct_critical_path",
+                         "int_replay_nodes_listed", "int_replay_edges_typed"}, tables
 
 
 @pytest.fixture(scope="module")
@@ -191,7 +217,7 @@ def _straggler_pair(base: Path, schedule: str) -> Path:
         simulate_run(config, base / run, jobs=1)
         result = ingest_paths([base / run], warehouse=warehouse, run=run, progress=False)
         assert not result.failed, result.failed
-    build_warehouse(warehouse)
+    build_warehouse(warehouse, WHATIF_VARS)
     return warehouse
 
 
