@@ -1,8 +1,9 @@
-"""Build the optional compiled Kineto scanner and slice nesting; the rest is in pyproject.toml.
+"""Build the optional compiled Kineto scanner, slice nesting and replay walk; the rest is in
+pyproject.toml.
 
 ``optional=True``: without a C compiler the install still succeeds and
 ingest uses the pure-Python (msgspec) decoder, saying so once per ingest,
-and the numpy slice nesting.
+the numpy slice nesting, and the what-if replay its numpy walk.
 """
 
 from setuptools import Extension, setup
@@ -18,6 +19,12 @@ setup(
         Extension(
             "tracehouse.ingest._nesting",
             ["ingest/_nesting.c"],
+            extra_compile_args=["-O2", "-std=c99", "-Wall"],
+            optional=True,
+        ),
+        Extension(
+            "tracehouse.core._replay_walk",
+            ["tracehouse/core/_replay_walk.c"],
             extra_compile_args=["-O2", "-std=c99", "-Wall"],
             optional=True,
         ),

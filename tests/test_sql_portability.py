@@ -50,7 +50,9 @@ def compiled_for_spark(tmp_path_factory: pytest.TempPathFactory) -> dict[str, st
 
 @needs_dbt_spark
 def test_every_model_is_compiled(compiled_for_spark: dict[str, str]) -> None:
-    models = sorted(p.stem for p in (REPO_ROOT / "models").rglob("*.sql"))
+    # The what-if chain is DuckDB-only (dbt_project.yml: its Python models).
+    models = sorted(p.stem for p in (REPO_ROOT / "models").rglob("*.sql")
+                    if "whatif" not in p.parts)
     compiled = {uid.split(".")[-1] for uid in compiled_for_spark if uid.startswith("model.")}
     assert models and set(models) <= compiled
     empty = [uid for uid, sql in compiled_for_spark.items() if not sql.strip()]

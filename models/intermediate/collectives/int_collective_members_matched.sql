@@ -19,7 +19,12 @@
     group in the iteration on every member (per op when the traces name no
     group, since then only kind, op and order tie calls together; per
     direction and peer for P2P). A P2P call in a group of more than two
-    ranks that names no peer cannot be paired and stays alone.
+    ranks that names no peer is paired with the other rank of its pipeline
+    group when that group has two ranks (pp = 2: the previous and next
+    stage are the same rank; Megatron's interleaved schedule sends half its
+    P2P through WORLD then, `even_recv_odd_send_group`); else it cannot be
+    paired and stays alone. A pair whose calls name no direction is keyed
+    the same from both sides (lower rank, higher rank).
     ranks_expected: the group's size (2 for P2P; for an inferred group the
     ranks making such calls).
 #}
@@ -145,11 +150,31 @@ with_groups as (
             and grouped.group_index = process_groups.group_index
 ),
 
-{# P2P: the peer's global rank (the group rank the call names), when it is another member. #}
+{# Two-rank pipeline groups: where a P2P call's peer is the group's other rank. #}
+pipeline_pairs as (
+    select
+        run_id,
+        ranks
+    from process_groups
+    where group_kind = 'pp' and group_size = 2
+),
+
+{# P2P: the peer's global rank (the group rank the call names), when it is
+   another member; without one, in a larger group, the other stage of a
+   two-stage pipeline. #}
 peered as (
     select
         with_groups.*,
         case
+            when
+                with_groups.peer_index is null
+                and pipeline_pairs.ranks is not null
+                then
+                    case
+                        when {{ array_element('pipeline_pairs.ranks', '1') }} != with_groups.rank
+                            then {{ array_element('pipeline_pairs.ranks', '1') }}
+                        else {{ array_element('pipeline_pairs.ranks', '2') }}
+                    end
             when with_groups.peer_index is null then null
             when
                 with_groups.peer_index >= 0
@@ -163,6 +188,13 @@ peered as (
                 then with_groups.peer_index
         end as peer_rank
     from with_groups
+    left join pipeline_pairs
+        on
+            with_groups.run_id = pipeline_pairs.run_id
+            and with_groups.is_p2p
+            and with_groups.peer_index is null
+            and coalesce(with_groups.group_size, 0) > 2
+            and {{ array_has('pipeline_pairs.ranks', 'with_groups.rank') }}
 ),
 
 keyed as (
@@ -175,6 +207,12 @@ keyed as (
             else 'inferred'
         end as match_basis,
         case
+            when peered.peer_rank is not null and peered.p2p_direction is null
+                then
+                    peered.group_key || ':'
+                    || cast(least(peered.rank, peered.peer_rank) as string)
+                    || '<>'
+                    || cast(greatest(peered.rank, peered.peer_rank) as string)
             when peered.peer_rank is not null
                 then
                     peered.group_key || ':'

@@ -1,0 +1,100 @@
+{#
+    What sets the step? One row per run x iteration x op on the critical
+    path: the chain of ops, across ranks, whose replayed times set the
+    iteration's last GPU end (int_critical_path_walked: HTA's critical
+    path, over every rank and the collectives between them). path_ns is
+    the op's time on the path: its delay after the dependency that held
+    it (delay_ns), its own work (work_ns), and, where a collective's last
+    arrival or the GPU op a host sync waited for ended it, its transfer or
+    return after that (wait_ns). share_ratio = path_ns / the path's length
+    (a ratio of sums: summed per rank, kind or phase it gives their share).
+    Ops with no time on the path (a collective instance) are listed with 0.
+#}
+
+with
+
+walked as (
+    select
+        run_id,
+        iteration,
+        path_step,
+        node_id,
+        segment,
+        segment_ns
+    from {{ ref('int_critical_path_walked') }}
+),
+
+nodes as (
+    select
+        node_id,
+        rank,
+        node_kind,
+        trace_id,
+        slice_id,
+        collective_id
+    from {{ ref('int_replay_nodes_listed') }}
+),
+
+kernels as (
+    select
+        trace_id,
+        slice_id,
+        name,
+        phase
+    from {{ ref('int_kernels_classified') }}
+),
+
+ops as (
+    select
+        run_id,
+        iteration,
+        node_id,
+        min(path_step) as path_order,
+        sum(segment_ns) as path_ns,
+        coalesce(sum(segment_ns) filter (where segment = 'delay'), 0) as delay_ns,
+        coalesce(sum(segment_ns) filter (where segment = 'work'), 0) as work_ns,
+        coalesce(sum(segment_ns) filter (where segment = 'wait'), 0) as wait_ns
+    from walked
+    group by 1, 2, 3
+),
+
+lengths as (
+    select
+        run_id,
+        iteration,
+        sum(segment_ns) as path_length_ns
+    from walked
+    group by 1, 2
+),
+
+final as (
+    select
+        ops.run_id,
+        ops.iteration,
+        ops.node_id,
+        ops.path_order,
+        nodes.rank,
+        nodes.node_kind,
+        coalesce(kernels.phase, 'host') as phase,
+        kernels.name as kernel_name,
+        nodes.collective_id,
+        ops.path_ns,
+        ops.delay_ns,
+        ops.work_ns,
+        ops.wait_ns,
+        lengths.path_length_ns,
+        ops.path_ns / nullif(lengths.path_length_ns, 0) as share_ratio
+    from ops
+    inner join nodes
+        on ops.node_id = nodes.node_id
+    inner join lengths
+        on
+            ops.run_id = lengths.run_id
+            and ops.iteration = lengths.iteration
+    left join kernels
+        on
+            nodes.trace_id = kernels.trace_id
+            and nodes.slice_id = kernels.slice_id
+)
+
+select * from final

@@ -1,0 +1,288 @@
+"""The dependency replay (issue 33): it reproduces the measured run, and a
+lengthened kernel moves exactly what depends on it.
+
+Read from a copy of the shared reference warehouse with the what-if models
+built on it (they build only with the var ``whatif`` on, dbt_project.yml),
+from its ``sim_straggler_skew`` run (tp2
+pp2 dp2, rank 5 slowed 1.5x, 200 us of clock skew between nodes): the
+replay graph there is replayed again in memory with one kernel of rank 5
+made longer, and every op's new start and end is compared with the
+original replay and with what the edges say depends on that kernel.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pytest
+
+from conftest import ReferenceWarehouse, copy_warehouse, query_warehouse
+from tracehouse.core.replay import END, START, graph_from_relations, replay, vertex_edges
+from tracehouse.core.warehouse import Warehouse
+
+pytestmark = pytest.mark.slow
+
+SIM = "sim_straggler_skew"
+#: How much longer the chosen kernel is made: a sixth of the simulated step.
+LENGTHEN_NS = 1_000_000
+#: dbt arguments that turn the what-if models on (off by default: dbt_project.yml).
+WHATIF_VARS = ["--vars", "{whatif: true}"]
+
+
+@pytest.fixture(scope="module")
+def warehouse(reference_warehouse: ReferenceWarehouse,
+              tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the reference warehouse with the what-if models (and their data
+    tests) built on it: the shared one's plain build leaves them out."""
+    from tracehouse.build.dbt import build_warehouse
+
+    root = copy_warehouse(reference_warehouse.root,
+                          tmp_path_factory.mktemp("whatif_reference") / "warehouse")
+    build_warehouse(root, ["-s", "path:models/intermediate/whatif",
+                           "path:models/marts/whatif", *WHATIF_VARS])
+    return root
+
+
+def test_plain_build_leaves_the_what_if_models_out(
+        reference_warehouse: ReferenceWarehouse) -> None:
+    """The shared warehouse was built plainly: no what-if table is there (the
+    gate's default), though the marts beside them are."""
+    tables = {name for (name,) in query_warehouse(
+        reference_warehouse.root,
+        "select table_name from information_schema.tables "
+        "where table_name like 'fct_%' or table_name like 'int_%'")}
+    assert "fct_rank_iterations" in tables
+    assert not tables & {"fct_what_if", "fct_step_replay", "fct_critical_path",
+                         "int_replay_nodes_listed", "int_replay_edges_typed"}, tables
+
+
+@pytest.fixture(scope="module")
+def graph(warehouse: Path):
+    """(node ids, replay graph, node facts) of the simulated run, read-only."""
+    con = duckdb.connect(str(Warehouse(warehouse).database), read_only=True)
+    try:
+        nodes = con.table("intermediate.int_replay_nodes_listed").filter(f"run_id = '{SIM}'")
+        # Node ids are global: renumber this run's from 1 for the loader.
+        nodes = con.sql(
+            "select * exclude (node_id), node_id as warehouse_node_id, "
+            "row_number() over (order by node_id) as node_id from nodes")
+        edges = con.sql(
+            "select edges.* exclude (src_node_id, dst_node_id), "
+            "src.node_id as src_node_id, dst.node_id as dst_node_id "
+            "from intermediate.int_replay_edges_typed as edges "
+            "inner join nodes as src on edges.src_node_id = src.warehouse_node_id "
+            "inner join nodes as dst on edges.dst_node_id = dst.warehouse_node_id")
+        node_id, replay_graph = graph_from_relations(nodes, edges)
+        facts = nodes.select(
+            "node_id, warehouse_node_id, rank, iteration, node_kind, collective_id, "
+            "trace_id, device, gpu_stream, start_ns, end_ns").order("node_id").df()
+    finally:
+        con.close()
+    return node_id, replay_graph, facts
+
+
+def _descendants(graph, vertex: int) -> set[int]:
+    """Vertices (2i start, 2i+1 end) reachable from ``vertex`` along edges."""
+    src, dst, _weight = vertex_edges(graph)
+    order = np.argsort(src, kind="stable")
+    src, dst = src[order], dst[order]
+    first = np.searchsorted(src, np.arange(2 * graph.size + 1))
+    seen = {vertex}
+    queue = deque([vertex])
+    while queue:
+        v = queue.popleft()
+        for w in dst[first[v]:first[v + 1]].tolist():
+            if w not in seen:
+                seen.add(w)
+                queue.append(w)
+    return seen
+
+
+def test_replay_reproduces_the_simulated_run(warehouse: Path) -> None:
+    """Every replayed step equals the measured one on the simulated run, which
+    has no unlaunched op and no measured time that breaks an edge."""
+    rows = query_warehouse(
+        warehouse,
+        "select count(*), max(error_ratio), sum(unlaunched_op_count), "
+        "sum(inconsistent_node_count) from fct_step_replay where run_id = ?", [SIM])
+    count, worst, unlaunched, inconsistent = rows[0]
+    assert count == 16  # 8 ranks x 2 iterations
+    assert worst == 0.0
+    assert (unlaunched, inconsistent) == (0, 0)
+
+
+def test_lengthened_kernel_moves_exactly_its_dependents(graph) -> None:
+    node_id, replay_graph, facts = graph
+    start0, end0 = replay(replay_graph)
+    assert np.array_equal(start0, facts["start_ns"].to_numpy())
+    assert np.array_equal(end0, facts["end_ns"].to_numpy())
+
+    # A compute kernel of rank 5 in iteration 1, mid-step, and the next op on its stream.
+    compute = facts[(facts["rank"] == 5) & (facts.iteration == 1)
+                    & (facts.node_kind == "gpu_compute")].sort_values("start_ns")
+    index = int(compute.iloc[len(compute) // 2].node_id) - 1
+    follower = int(compute.iloc[len(compute) // 2 + 1].node_id) - 1
+
+    work = replay_graph.work.copy()
+    work[index] += LENGTHEN_NS
+    start1, end1 = replay(replay_graph, work)
+
+    moved_start = np.flatnonzero(start1 != start0)
+    moved_end = np.flatnonzero(end1 != end0)
+    reach = _descendants(replay_graph, 2 * index + START)
+    # Nothing moves earlier, and nothing that does not depend on the kernel moves.
+    assert (start1 >= start0).all() and (end1 >= end0).all()
+    assert {2 * int(i) + START for i in moved_start} <= reach
+    assert {2 * int(i) + END for i in moved_end} <= reach
+    # The kernel itself: same start, ends LENGTHEN_NS later. Its stream successor
+    # (launched before the kernel ended, so its other dependencies stay put) starts
+    # its own delay after the later of the kernel's new end and its old readiness.
+    assert start1[index] == start0[index]
+    assert end1[index] - end0[index] == LENGTHEN_NS
+    delay = replay_graph.delay[follower]
+    assert start1[follower] == max(start0[follower], end1[index] + delay)
+    assert start1[follower] > start0[follower]
+    # Across a collective: ops of other ranks move, and each moved collective's
+    # members all end by the same amount (every member ends at the last arrival
+    # plus its own transfer).
+    moved = facts.iloc[moved_end]
+    assert set(moved["rank"].dropna().astype(int)) - {5}, "no other rank moved"
+    kinds = facts.node_kind.to_numpy()
+    into_members = (kinds[replay_graph.src] == "collective") & (replay_graph.dst_point == END)
+    shifts: dict[int, set[int]] = {}
+    for instance, member in zip(replay_graph.src[into_members], replay_graph.dst[into_members]):
+        shifts.setdefault(int(instance), set()).add(int(end1[member] - end0[member]))
+    moved_instances = {i: s for i, s in shifts.items() if s != {0}}
+    assert moved_instances, "no collective moved"
+    assert all(len(s) == 1 for s in moved_instances.values()), moved_instances
+    other_ranks = facts.iloc[[int(m) for m in replay_graph.dst[into_members]
+                              if end1[m] != end0[m]]]["rank"]
+    assert set(other_ranks.astype(int)) - {5}, "no other rank's collective member moved"
+    # Another iteration (its own anchors) does not move at all.
+    assert not (facts.iloc[moved_end].iteration == 2).any()
+
+
+def test_critical_path_runs_from_an_iteration_start_to_the_last_gpu_end(
+    warehouse: Path, graph
+) -> None:
+    """Each iteration's path starts at a rank's iteration start, ends at the GPU
+    op that ends last in the replay (any rank), and its segments add up to
+    that span, so the ops' shares add up to 1."""
+    node_id, replay_graph, facts = graph
+    start, end = replay(replay_graph)
+    local = dict(zip(facts.warehouse_node_id.astype(int), facts.node_id.astype(int) - 1))
+    rows = query_warehouse(
+        warehouse,
+        "select iteration, path_step, node_id, segment_ns "
+        "from intermediate.int_critical_path_walked "
+        "where run_id = ? order by iteration, path_step",
+        [SIM],
+    )
+    assert sorted({row[0] for row in rows}) == [1, 2]
+    is_gpu = facts.node_kind.str.startswith("gpu_").to_numpy()
+    for iteration in (1, 2):
+        path = [row for row in rows if row[0] == iteration]
+        first, last = local[path[0][2]], local[path[-1][2]]
+        in_iteration = is_gpu & (facts.iteration == iteration).to_numpy()
+        assert facts.node_kind.iloc[first] == "iteration_start"
+        assert end[last] == end[in_iteration].max()
+        assert sum(row[3] for row in path) == end[last] - start[first]
+    shares = query_warehouse(
+        warehouse,
+        "select iteration, sum(share_ratio) from fct_critical_path where run_id = ? group by 1",
+        [SIM],
+    )
+    assert all(abs(total - 1.0) < 1e-9 for _iteration, total in shares)
+
+
+def _straggler_pair(base: Path, schedule: str) -> Path:
+    """A compute-bound run with rank 5 slowed 1.5x (and clock skew) and the same
+    run clean (same seed), built in one warehouse: the shared warehouses hold no
+    clean twin of a straggler run, which the no-straggler check needs."""
+    from tracehouse.build.dbt import build_warehouse
+    from tracehouse.ingest.runner import ingest_paths
+    from tracehouse.simulate import SimConfig, simulate_run
+
+    common = dict(tp=2, pp=2, dp=2, microbatches=4, iterations=1, layers=4, hidden=2048,
+                  heads=16, seq_length=2048, vocab=32000, gpus_per_node=2, seed=3)
+    if schedule == "interleaved":
+        common.update(vpp=2, schedule="interleaved")
+    runs = {"straggler": SimConfig(**common, stragglers=((5, 1.5),), clock_skew_us=200.0),
+            "clean": SimConfig(**common)}
+    warehouse = base / "warehouse"
+    for run, config in runs.items():
+        simulate_run(config, base / run, jobs=1)
+        result = ingest_paths([base / run], warehouse=warehouse, run=run, progress=False)
+        assert not result.failed, result.failed
+    build_warehouse(warehouse, WHATIF_VARS)
+    return warehouse
+
+
+@pytest.fixture(scope="module")
+def straggler_pair(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The 1F1B pair (batched P2P through the pipeline group)."""
+    return _straggler_pair(tmp_path_factory.mktemp("whatif_pair"), "1f1b")
+
+
+@pytest.fixture(scope="module")
+def interleaved_pair(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The interleaved (vpp 2) pair: with two stages, Megatron sends half its P2P
+    through WORLD, naming no peer (int_collective_members_matched pairs them
+    with the other stage)."""
+    return _straggler_pair(tmp_path_factory.mktemp("whatif_interleaved"), "interleaved")
+
+
+def _no_straggler_check(warehouse: Path) -> tuple[int, int, int]:
+    """(straggler run's measured step, its no_straggler prediction, clean run's step)."""
+    rows = query_warehouse(
+        warehouse,
+        "select what_if.step_ns, what_if.predicted_step_ns, clean.step_ns "
+        "from fct_what_if as what_if "
+        "inner join (select iteration, max(step_ns) as step_ns from fct_rank_iterations "
+        "where run_id = 'clean' group by 1) as clean using (iteration) "
+        "where what_if.run_id = 'straggler' and what_if.scenario = 'no_straggler'",
+    )
+    assert len(rows) == 1
+    return rows[0]
+
+
+def test_no_straggler_predicts_the_clean_run(straggler_pair: Path) -> None:
+    """The straggler run replayed with every compute kernel at its stage's median
+    predicts the clean run's measured step within 3% (issue 33's acceptance)."""
+    measured, predicted, clean = _no_straggler_check(straggler_pair)
+    assert measured > 1.05 * clean, "the straggler should have slowed the step"
+    assert abs(predicted - clean) / clean <= 0.03, (measured, predicted, clean)
+
+
+def test_interleaved_p2p_is_paired_and_no_straggler_holds(interleaved_pair: Path) -> None:
+    """Every P2P call of the interleaved runs is one of a pair (none left alone
+    for want of a named peer), and the no-straggler replay predicts the clean
+    run within 3%: before the pairing, the receives through WORLD kept their
+    wait for the sender as their own transfer, and the prediction missed by
+    6.8% / 12.0% (benchmarks/README.md, whatif.py)."""
+    sizes = query_warehouse(
+        interleaved_pair,
+        "select members, count(*) from (select run_id, collective_id, count(*) as members "
+        "from intermediate.int_collective_members_matched where is_p2p group by 1, 2) "
+        "group by 1 order by 1",
+    )
+    assert sizes and [members for members, _count in sizes] == [2], sizes
+    measured, predicted, clean = _no_straggler_check(interleaved_pair)
+    assert measured > 1.05 * clean, "the straggler should have slowed the step"
+    assert abs(predicted - clean) / clean <= 0.03, (measured, predicted, clean)
+
+
+def test_critical_path_runs_through_the_straggler(straggler_pair: Path) -> None:
+    """In a compute-bound run the slowed rank's compute kernels set the step:
+    rank 5 carries the largest share of the path's GPU compute."""
+    rows = query_warehouse(
+        straggler_pair,
+        "select run_id, arg_max(rank, compute) from (select run_id, rank, "
+        "sum(share_ratio) as compute from fct_critical_path "
+        "where node_kind = 'gpu_compute' group by 1, 2) group by 1 order by 1",
+    )
+    by_run = dict(rows)
+    assert by_run["straggler"] == 5

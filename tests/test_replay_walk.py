@@ -1,0 +1,100 @@
+"""The replay's walk (tracehouse.core.replay): the compiled pass (_replay_walk.c)
+and the numpy frontier sweep give the same times, on hand-made graphs whose
+answer is worked out here, on random layered graphs, and they refuse a cycle
+and a vertex no root reaches alike. Fast: in-memory graphs only (the replay of
+real warehouses is tests/test_models_whatif.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tracehouse.core import replay as replay_module
+from tracehouse.core.replay import END, START, ReplayGraph, replay, weigh
+
+COMPILED = pytest.param(True, id="compiled", marks=pytest.mark.skipif(
+    replay_module._walk is None, reason="tracehouse/core/_replay_walk.c is not built"))
+IMPLEMENTATIONS = [COMPILED, pytest.param(False, id="numpy")]
+
+
+def _graph(size: int, edges: list[tuple[int, int, int, int]], delay, work, own,
+           roots: dict[int, int]) -> ReplayGraph:
+    """A graph from (src, src_point, dst, dst_point) edges and per-node weights."""
+    src, src_point, dst, dst_point = (np.asarray(column, dtype=np.int64)
+                                      for column in zip(*edges))
+    anchor = np.zeros(size, dtype=np.int64)
+    is_root = np.zeros(size, dtype=bool)
+    for node, at in roots.items():
+        anchor[node], is_root[node] = at, True
+    return ReplayGraph(delay=np.asarray(delay, dtype=np.int64),
+                       work=np.asarray(work, dtype=np.int64),
+                       own=np.asarray(own, dtype=np.int64), anchor=anchor, is_root=is_root,
+                       src=src, src_point=src_point, dst=dst, dst_point=dst_point,
+                       is_inconsistent=np.zeros(size, dtype=bool))
+
+
+@pytest.mark.parametrize("compiled", IMPLEMENTATIONS)
+def test_two_ranks_meet_at_a_collective(compiled: bool) -> None:
+    """Root 0 (t=100) -> kernel 1 (delay 5, work 50); root 2 (t=0) -> kernel 3
+    (delay 5, work 10); both members of collective 4, each ending its own
+    transfer (7, 3) after the last arrival: kernel 1 starts at 105, arrives
+    then; kernel 3 starts at 5; the instance is at 105; ends 112 and 108."""
+    graph = _graph(
+        5,
+        [(0, END, 1, START), (2, END, 3, START), (1, START, 4, START),
+         (3, START, 4, START), (4, END, 1, END), (4, END, 3, END)],
+        delay=[0, 5, 0, 5, 0], work=[0, 0, 0, 0, 0], own=[0, 7, 0, 3, 0],
+        roots={0: 100, 2: 0},
+    )
+    start, end = replay(graph, compiled=compiled)
+    assert start.tolist() == [100, 105, 0, 5, 105]
+    assert end.tolist() == [100, 112, 0, 108, 105]
+
+
+@pytest.mark.parametrize("compiled", IMPLEMENTATIONS)
+def test_cycle_and_unrooted_vertex_are_refused(compiled: bool) -> None:
+    cycle = _graph(3, [(0, END, 1, START), (1, END, 2, START), (2, END, 1, START)],
+                   delay=[0, 0, 0], work=[0, 1, 1], own=[0, 0, 0], roots={0: 0})
+    with pytest.raises(ValueError, match="cycle"):
+        replay(cycle, compiled=compiled)
+    stray = _graph(3, [(0, END, 1, START)], delay=[0, 0, 0], work=[0, 1, 1],
+                   own=[0, 0, 0], roots={0: 0})
+    with pytest.raises(ValueError, match="no root"):
+        replay(stray, compiled=compiled)
+
+
+def test_compiled_and_numpy_agree_on_random_graphs() -> None:
+    """Layered random graphs (edges only from lower to higher layers, so no
+    cycle), weighed from random measured times, replayed both ways; the
+    replay of weights taken from measured times gives those times back
+    wherever no weight was clamped."""
+    if replay_module._walk is None:
+        pytest.skip("tracehouse/core/_replay_walk.c is not built")
+    rng = np.random.default_rng(7)
+    for _ in range(20):
+        size = int(rng.integers(5, 400))
+        layer = np.sort(rng.integers(0, 30, size))
+        layer[0] = -1  # node 0 is the root
+        count = int(rng.integers(size, 4 * size))
+        src = rng.integers(0, size, count)
+        dst = rng.integers(0, size, count)
+        keep = layer[src] < layer[dst]
+        src, dst = src[keep], dst[keep]
+        src_point = rng.integers(0, 2, src.size)
+        dst_point = rng.integers(0, 2, dst.size)
+        # Every non-root node's start hangs off the root at least once.
+        src = np.concatenate([src, np.zeros(size - 1, dtype=np.int64)])
+        dst = np.concatenate([dst, np.arange(1, size)])
+        src_point = np.concatenate([src_point, np.full(size - 1, END)])
+        dst_point = np.concatenate([dst_point, np.full(size - 1, START)])
+        start = (layer + 1) * 1000 + rng.integers(0, 500, size)
+        end = start + rng.integers(0, 400, size)
+        is_root = np.arange(size) == 0
+        start[0] = end[0] = 0
+        graph = weigh(start, end, is_root, src, src_point, dst, dst_point)
+        fast = replay(graph, compiled=True)
+        slow = replay(graph, compiled=False)
+        assert np.array_equal(fast[0], slow[0]) and np.array_equal(fast[1], slow[1])
+        consistent = ~graph.is_inconsistent
+        if consistent.all():
+            assert np.array_equal(fast[0], start) and np.array_equal(fast[1], end)

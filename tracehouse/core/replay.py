@@ -1,0 +1,255 @@
+"""Replay a dependency graph: every op's start and end from weights and edges alone.
+
+Why a routine of its own: the what-if models (issue 33) replay the graph
+that ``int_replay_edges_typed`` lists, once as measured and again under
+each scenario's scaled durations; tests lengthen one kernel and check what
+moves. The walk is a longest path, which SQL does poorly (a recursive CTE
+must carry every path, not the maximum per node), so it is NumPy: a
+frontier sweep in topological order (Kahn), vectorised over every node
+whose dependencies are all resolved, so its Python loop runs once per level
+of the graph (about twice a rank's runtime calls per iteration), not once
+per node.
+
+The model (one per node ``i``, all times integer ns):
+
+* start(i) = max over start dependencies (source's start or end) + delay(i);
+* end(i)   = max(start(i) + work(i), max over end dependencies) + own(i);
+* a root (a rank's iteration start) has start = end = its anchor.
+
+Nothing measured about a dependent op enters: only its delay, work and own
+time, which are durations. They are taken from the measured times once,
+before any replay (``weigh``), here rather than in a SQL model: a NumPy
+scatter-max over the edges costs a fraction of a second where the join of
+every edge with its source node, materialised as a table, cost seconds at
+256 ranks (benchmarks/README.md, whatif.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+try:
+    from ._replay_walk import walk as _walk
+except ImportError:  # built without a C compiler: the numpy frontier sweep
+    _walk = None
+
+START, END = 0, 1
+
+
+@dataclass(frozen=True)
+class ReplayGraph:
+    """Nodes ``0..n-1`` and their edges, as arrays.
+
+    ``src``/``dst`` index nodes; ``src_point``/``dst_point`` are START or END.
+    ``anchor`` holds a root's start and is ignored (any value) elsewhere;
+    ``is_root`` says which nodes are roots; ``is_inconsistent`` which nodes'
+    measured times broke an edge (a weight clamped to 0 by ``weigh``).
+    """
+
+    delay: np.ndarray
+    work: np.ndarray
+    own: np.ndarray
+    anchor: np.ndarray
+    is_root: np.ndarray
+    src: np.ndarray
+    src_point: np.ndarray
+    dst: np.ndarray
+    dst_point: np.ndarray
+    is_inconsistent: np.ndarray
+
+    @property
+    def size(self) -> int:
+        """Number of nodes."""
+        return int(self.delay.shape[0])
+
+
+def vertex_edges(graph: ReplayGraph, work: np.ndarray | None = None,
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(source, target, weight) of every vertex edge: vertex 2i is node i's start,
+    2i+1 its end; the graph's edges weigh 0, each node's own start -> end edge
+    its work (``work`` replaces the graph's)."""
+    work = graph.work if work is None else work
+    nodes = np.arange(graph.size, dtype=np.int64)
+    src_v = np.concatenate([2 * graph.src.astype(np.int64) + graph.src_point, 2 * nodes])
+    dst_v = np.concatenate([2 * graph.dst.astype(np.int64) + graph.dst_point, 2 * nodes + 1])
+    weight = np.concatenate([np.zeros(graph.src.shape[0], dtype=np.int64),
+                             work.astype(np.int64)])
+    return src_v, dst_v, weight
+
+
+def replay(graph: ReplayGraph, work: np.ndarray | None = None,
+           compiled: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Replayed (start, end) of every node, int64 ns.
+
+    ``work`` replaces the graph's work durations (a what-if scenario scales
+    them). ``compiled``: walk with the C extension (``_replay_walk.c``, one
+    pass) or the numpy frontier sweep (one loop step per level of the
+    graph); ``None``: the extension where it is built. Both give the same
+    answer (tests). Raises ValueError naming the nodes left when the graph
+    has a cycle or a node no root reaches.
+    """
+    vertices = 2 * graph.size
+    src_v, dst_v, weight = vertex_edges(graph, work)
+    add = np.empty(vertices, dtype=np.int64)
+    add[0::2] = graph.delay
+    add[1::2] = graph.own
+    indegree = np.bincount(dst_v, minlength=vertices)
+    value = np.zeros(vertices, dtype=np.int64)
+    root_start = 2 * np.flatnonzero(graph.is_root)
+    frontier = np.flatnonzero(indegree == 0)
+    stray = np.setdiff1d(frontier, root_start)
+    if stray.size:
+        raise ValueError(f"{stray.size} replay vertices have no dependency and are no root "
+                         f"(first nodes: {(stray[:5] // 2).tolist()})")
+    value[frontier] = graph.anchor[frontier // 2]
+    if compiled is None:
+        compiled = _walk is not None
+    if compiled and _walk is None:
+        raise RuntimeError("tracehouse.core._replay_walk is not built (no C compiler at install)")
+    if compiled and _walk(src_v, dst_v, weight, add, value,
+                          frontier.astype(np.int64)) == vertices:
+        return value[0::2], value[1::2]
+    # The numpy sweep (and, after a compiled walk that stopped short, the
+    # cycle's report).
+    value[:] = 0
+    value[frontier] = graph.anchor[frontier // 2]
+    order = np.argsort(src_v, kind="stable")
+    src_v, dst_v, weight = src_v[order], dst_v[order], weight[order]
+    first = np.searchsorted(src_v, np.arange(vertices + 1, dtype=np.int64))
+    best = np.full(vertices, np.iinfo(np.int64).min, dtype=np.int64)
+    resolved = 0
+    while frontier.size:
+        resolved += frontier.size
+        lo = first[frontier]
+        counts = first[frontier + 1] - lo
+        total = int(counts.sum())
+        if total == 0:
+            break
+        # The out-edges of every frontier vertex, as one index array.
+        edge = np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(total)
+        targets = dst_v[edge]
+        np.maximum.at(best, targets, value[src_v[edge]] + weight[edge])
+        touched, hits = np.unique(targets, return_counts=True)
+        indegree[touched] -= hits
+        frontier = touched[indegree[touched] == 0]
+        value[frontier] = best[frontier] + add[frontier]
+    if resolved != vertices:
+        left = np.flatnonzero(indegree > 0)
+        raise ValueError(f"the replay graph has a cycle: {left.size} vertices never resolved "
+                         f"(first nodes: {(left[:5] // 2).tolist()})")
+    return value[0::2], value[1::2]
+
+
+def weigh(start: np.ndarray, end: np.ndarray, is_root: np.ndarray, src: np.ndarray,
+          src_point: np.ndarray, dst: np.ndarray, dst_point: np.ndarray) -> ReplayGraph:
+    """The replay graph of nodes with measured ``start``/``end`` and the given edges.
+
+    Per node: start_ready / end_ready, the latest measured time among its
+    start / end dependencies (a source's start or end, as the edge says);
+    delay = start - start_ready (the straggler what-if paper's launch
+    delay: launch latency, host work between calls); work = end - start
+    where nothing ends the node from outside (a kernel, a runtime call),
+    else 0; own = end - max(start + work, end_ready) (a collective member's
+    transfer after the last arrival, a host sync's return after the GPU op
+    it waited for). A negative delay or own time (a measured start before a
+    dependency's measured end: a clock offset the alignment missed, an
+    inferred edge that does not hold) is set to 0 and the node flagged
+    ``is_inconsistent``. A root keeps its measured start as its anchor.
+    """
+    size = start.shape[0]
+    lowest = np.iinfo(np.int64).min
+    src_time = np.where(src_point == END, end[src], start[src])
+    into_start = dst_point == START
+    start_ready = np.full(size, lowest, dtype=np.int64)
+    end_ready = np.full(size, lowest, dtype=np.int64)
+    np.maximum.at(start_ready, dst[into_start], src_time[into_start])
+    np.maximum.at(end_ready, dst[~into_start], src_time[~into_start])
+    has_start_ready, has_end_ready = start_ready != lowest, end_ready != lowest
+    raw_delay = np.where(has_start_ready, start - start_ready, 0)
+    work = np.where(has_end_ready, 0, end - start)
+    raw_own = end - np.maximum(start + work, np.where(has_end_ready, end_ready, start))
+    return ReplayGraph(
+        delay=np.maximum(raw_delay, 0),
+        work=work,
+        own=np.maximum(raw_own, 0),
+        anchor=np.where(is_root, start, 0),
+        is_root=is_root,
+        src=src,
+        src_point=src_point,
+        dst=dst,
+        dst_point=dst_point,
+        is_inconsistent=(raw_delay < 0) | (raw_own < 0),
+    )
+
+
+def graph_from_relations(nodes, edges) -> tuple[np.ndarray, ReplayGraph]:
+    """(node ids, weighed graph) from DuckDB relations of the replay models.
+
+    ``nodes``: int_replay_nodes_listed (node_id 1..n, no gaps; measured
+    start_ns, end_ns); ``edges``: int_replay_edges_typed. Both are relations
+    (``dbt.ref`` in a Python model, ``connection.table`` in a test), so the
+    one loader serves the models and the tests, and this module needs no
+    DuckDB import. Rows are placed by node_id, not sorted. Index ``i`` of
+    every array is node ``i + 1``.
+    """
+    columns = nodes.select(
+        "node_id, start_ns, end_ns, node_kind = 'iteration_start' as is_root").fetchnumpy()
+    links = edges.select(
+        "src_node_id, (src_point = 'end')::int as src_end, dst_node_id, "
+        "(dst_point = 'end')::int as dst_end").fetchnumpy()
+    index = np.asarray(columns["node_id"], dtype=np.int64) - 1
+    size = index.shape[0]
+    if size and (index.min() != 0 or index.max() != size - 1
+                 or np.bincount(index, minlength=size).max() != 1):
+        raise ValueError("int_replay_nodes_listed.node_id must run 1..n without gaps")
+
+    def placed(name: str, dtype) -> np.ndarray:
+        values = np.empty(size, dtype=dtype)
+        values[index] = np.asarray(columns[name], dtype=dtype)
+        return values
+
+    graph = weigh(
+        start=placed("start_ns", np.int64),
+        end=placed("end_ns", np.int64),
+        is_root=placed("is_root", bool),
+        src=np.asarray(links["src_node_id"], dtype=np.int64) - 1,
+        src_point=np.asarray(links["src_end"], dtype=np.int64),
+        dst=np.asarray(links["dst_node_id"], dtype=np.int64) - 1,
+        dst_point=np.asarray(links["dst_end"], dtype=np.int64),
+    )
+    return np.arange(1, size + 1, dtype=np.int64), graph
+
+
+def binding_predecessors(graph: ReplayGraph, start: np.ndarray, end: np.ndarray,
+                         work: np.ndarray | None = None) -> np.ndarray:
+    """For every vertex (2i start, 2i+1 end of node i) the vertex whose edge set
+    its replayed time, or -1 for a root: the edge HTA's critical path follows.
+
+    Ties go to the edge listed first (graph edges before a node's own
+    start -> end edge), so a collective member's end is bound by its
+    instance (the last arrival) rather than by its own start.
+    """
+    n = graph.size
+    src_v, dst_v, weight = vertex_edges(graph, work)
+    value = np.empty(2 * n, dtype=np.int64)
+    value[0::2], value[1::2] = start, end
+    reach = value[src_v] + weight
+    best = np.full(2 * n, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(best, dst_v, reach)
+    binding = np.flatnonzero(reach == best[dst_v])
+    targets, first = np.unique(dst_v[binding], return_index=True)
+    predecessor = np.full(2 * n, -1, dtype=np.int64)
+    predecessor[targets] = src_v[binding[first]]
+    return predecessor
+
+
+def walk_back(predecessor: np.ndarray, sink: int) -> np.ndarray:
+    """Vertices from the root to ``sink`` along ``predecessor`` (binding_predecessors)."""
+    path = [sink]
+    while predecessor[path[-1]] >= 0:
+        path.append(int(predecessor[path[-1]]))
+        if len(path) > predecessor.shape[0]:
+            raise ValueError("binding predecessors form a cycle")
+    return np.asarray(path[::-1], dtype=np.int64)
