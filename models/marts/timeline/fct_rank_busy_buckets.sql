@@ -23,14 +23,25 @@
 
 with
 
-islands as (
+{# int_kernel_intervals_merged's islands are per iteration, and kernels of two
+   iterations can run at once (work queued before profiling began, on HTA's
+   negative-queue trace): merged again per trace and kind, so no time of a
+   bucket is counted twice. #}
+iteration_islands as (
     select
         run_id,
         rank,
+        trace_id,
         kind,
         start_ns,
         end_ns
     from {{ ref('int_kernel_intervals_merged') }}
+),
+
+islands as (
+    {{ merge_intervals(
+        'iteration_islands', ['trace_id', 'kind'], 'start_ns', 'end_ns', carry=['run_id', 'rank']
+    ) }}
 ),
 
 spans as (
@@ -44,9 +55,9 @@ widths as (
     select
         run_id,
         cast(
-            2 ** ceil(log2(greatest(
+            power(2, ceil(log2(greatest(
                 max(span_ns) / {{ var('busy_buckets_per_iteration') }}, 1
-            ))) as bigint
+            )))) as bigint
         ) as bucket_ns
     from spans
     group by 1
@@ -63,10 +74,15 @@ island_buckets as (
         islands.start_ns,
         islands.end_ns,
         widths.bucket_ns,
-        unnest(range(
-            islands.start_ns // widths.bucket_ns,
-            greatest(islands.start_ns, islands.end_ns - 1) // widths.bucket_ns + 1
-        )) as bucket_index
+        {{ explode_with_position(
+            integer_range(
+                integer_divide('islands.start_ns', 'widths.bucket_ns'),
+                integer_divide('greatest(islands.start_ns, islands.end_ns - 1)', 'widths.bucket_ns')
+                ~ ' + 1'
+            ),
+            'bucket_index',
+            'bucket_position'
+        ) }}
     from islands
     inner join widths on islands.run_id = widths.run_id
 ),
