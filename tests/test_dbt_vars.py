@@ -17,13 +17,15 @@ from conftest import REPO_ROOT, Lake, build_lake
 from tracehouse.cli import main
 
 #: The documented values other than the defaults (README "compare with HTA" and
-#: clock alignment; dbt_project.yml's clock_offset_mode modes; `tracehouse nsys --trim`).
+#: clock alignment; dbt_project.yml's clock_offset_mode modes; `tracehouse nsys --trim`;
+#: the what-if models, which only this var builds).
 DOCUMENTED = [
     "{kernel_time_unit_ns: 1000}",
     "{clock_offset_mode: first_step}",
     "{clock_offset_mode: none}",
     "{clock_offset_mode: collectives}",
     "{capture_window_start_ns: 0, capture_window_end_ns: 1000000000}",
+    "{whatif: true}",
 ]
 
 pytestmark = pytest.mark.slow
