@@ -16,6 +16,7 @@ column means.
     python benchmarks/ingest.py [PATH ...] [--jobs N] [--repeat R] [--json OUT]
                                 [--scale K [--scale-trace FILE]]
                                 [--skip-peer | --skip-tracehouse]
+                                [--tree NAME=REV ...]
 
 Only the standard library is imported here; the tools are imported in the
 children.
@@ -75,6 +76,24 @@ TOOLS = ("tracehouse", "hta")
 def _current_rss_kib() -> int:
     with open("/proc/self/statm") as fh:
         return int(fh.read().split()[1]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
+
+
+def _own_peak_rss_kib() -> int:
+    """This process's peak RSS since it started its program (``VmHWM``), in KiB.
+
+    Not ``getrusage(RUSAGE_SELF).ru_maxrss``: Linux carries the peak of the
+    image an ``exec`` replaced into it, so every child reported at least the
+    harness's own RSS when it forked (194 MiB once the merged sets were built,
+    whichever tool ran), and on small sets both tools showed that same floor.
+    """
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
 def _cpu_seconds() -> float:
@@ -187,7 +206,8 @@ def child_main(spec_path: str) -> int:
     spec = json.loads(Path(spec_path).read_text())
     t_import = time.perf_counter()
     try:
-        load = (_tracehouse_prepare if spec["tool"] == "tracehouse" else _hta_prepare)(spec)
+        prepare = _hta_prepare if spec["tool"] == "hta" else _tracehouse_prepare
+        load = prepare(spec)
     except Exception as exc:  # noqa: BLE001
         print(RESULT_MARK + json.dumps({"error": f"import failed: {type(exc).__name__}: {exc}"}))
         return 1
@@ -211,10 +231,10 @@ def child_main(spec_path: str) -> int:
         "cpu_s": cpu_s,
         "processes_started": started[0],
         "base_rss_kib": base_kib,
-        # ru_maxrss is KiB on Linux. SELF: this process (HTA's main process /
-        # tracehouse's coordinator). CHILDREN: the largest single waited-for
-        # descendant (a worker), not a sum.
-        "parent_maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+        # KiB. parent: this process (HTA's main process / tracehouse's
+        # coordinator), its own peak (_own_peak_rss_kib). CHILDREN: ru_maxrss of
+        # the largest single waited-for descendant (a worker), not a sum.
+        "parent_maxrss_kib": _own_peak_rss_kib(),
         "worker_maxrss_kib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
         **info,
     }
@@ -390,6 +410,42 @@ def make_scaled_set(src: Path, k: int, folder: Path) -> TraceSet:
     return TraceSet(name=f"{set_name(src)} x{k}", files=files)
 
 
+def parse_tree(arg: str) -> tuple[str, str]:
+    """``NAME=REV`` of --tree."""
+    name, sep, rev = arg.partition("=")
+    if not sep or not name or not rev:
+        raise SystemExit(f"error: --tree takes NAME=REV, not {arg!r}")
+    return name, rev
+
+
+def make_tree(rev: str, dest: Path) -> Path:
+    """tracehouse as of git revision ``rev`` of this repository, importable from the
+    returned folder (put first on PYTHONPATH); its C extensions built in place.
+
+    Why a tree and not another virtualenv: one run then measures two revisions
+    with the same interpreter and libraries, alternating, under the same load,
+    and neither changes when someone edits or merges while it runs. The packages
+    are laid out by pyproject.toml's ``package-dir`` (``tracehouse.ingest`` is
+    ``ingest/``), as the editable install maps them.
+    """
+    import tomllib
+
+    src = dest / "src"
+    src.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev], check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
+    subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=src,
+                   check=True, capture_output=True)
+    config = tomllib.loads((src / "pyproject.toml").read_text())
+    package_dir = config["tool"]["setuptools"]["package-dir"]
+    root = dest / "py"
+    for package, folder in sorted(package_dir.items()):  # parents before children
+        (root / package.replace(".", "/")).parent.mkdir(parents=True, exist_ok=True)
+        (root / package.replace(".", "/")).symlink_to(src / folder)
+    return root
+
+
 def _children(pid: int) -> list[int]:
     out = []
     try:
@@ -423,12 +479,17 @@ def run_child(spec: dict, workdir: Path, timeout: float, sample_ms: int) -> dict
     out_path, err_path = workdir / "stdout", workdir / "stderr"
     peak_tree_kib, max_procs = 0, 0
     t0 = time.perf_counter()
+    env = None
+    if spec.get("pythonpath"):  # a --tree: its packages first, before the installed ones
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            p for p in (spec["pythonpath"], os.environ.get("PYTHONPATH")) if p)}
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         proc = subprocess.Popen(
             [sys.executable, str(Path(__file__).resolve()), "_child", str(spec_path)],
             stdout=out,
             stderr=err,
             cwd=workdir,
+            env=env,
         )
         deadline = t0 + timeout
         while proc.poll() is None:
@@ -506,7 +567,7 @@ def print_table(sets: list[TraceSet], tools: list[str]) -> None:
     print()
     print(
         "MB = 10^6 bytes of uncompressed trace JSON; memory columns in MiB "
-        "(parent/worker: ru_maxrss; tree: sampled PSS sum)"
+        "(parent: VmHWM; worker: ru_maxrss; tree: sampled PSS sum)"
     )
     print(hdr)
     print("-" * len(hdr))
@@ -525,31 +586,40 @@ def print_table(sets: list[TraceSet], tools: list[str]) -> None:
                 f"{_fmt(r['mb_per_cpu_s'], '.1f'):>8} {r['parent_peak_mib']:>7.0f} "
                 f"{(format(w, '.0f') if w else '-'):>7} {_fmt(r['tree_peak_pss_mib'], '.0f'):>7}"
             )
-    if len(tools) == 2:
+    ours = [t for t in tools if t != "hta"]
+    if "hta" in tools and ours:
         print()
         hdr2 = (
-            f"{'set':<{nw}} {'MB/s th/hta':>11} {'MB/s/pr th/hta':>14} {'MB/cpu-s th/hta':>15} "
+            f"{'set':<{nw}} {'tool':<10} {'MB/s th/hta':>11} {'MB/s/pr th/hta':>14} "
+            f"{'MB/cpu-s th/hta':>15} "
             f"{'peak hta/th':>11} {'tree hta/th':>11} {'median load hta/th':>18} "
-            f"{'peak th/hta':>11}"
+            f"{'peak th/hta':>11} {'median cpu hta/th':>17}"
         )
         print(hdr2)
         print("-" * len(hdr2))
-        for ts in sets:
-            rt = ts.results.get("ratios")
+        for ts, tool in ((ts, tool) for ts in sets for tool in ours):
+            rt = ts.results.get(ratios_key(tool))
             if not rt:
-                print(f"{ts.name:<{nw}} n/a (a side failed)")
+                print(f"{ts.name:<{nw}} {tool:<10} n/a (a side failed)")
                 continue
             print(
-                f"{ts.name:<{nw}} {_fmt(rt['throughput_th_over_hta']):>11} "
+                f"{ts.name:<{nw}} {tool:<10} {_fmt(rt['throughput_th_over_hta']):>11} "
                 f"{_fmt(rt['throughput_per_proc_th_over_hta']):>14} "
                 f"{_fmt(rt['throughput_per_cpu_th_over_hta']):>15} "
                 f"{_fmt(rt['peak_rss_hta_over_th']):>11} {_fmt(rt['tree_pss_hta_over_th']):>11} "
-                f"{_fmt(rt['load_median_hta_over_th']):>18} {_fmt(rt['peak_rss_th_over_hta']):>11}"
+                f"{_fmt(rt['load_median_hta_over_th']):>18} {_fmt(rt['peak_rss_th_over_hta']):>11} "
+                f"{_fmt(rt['cpu_median_hta_over_th']):>17}"
             )
         print(
             "(>1 is better for tracehouse in every ratio column but peak th/hta, where <1 is; "
-            "peak = max(parent, worker) ru_maxrss; median load: over the alternating runs)"
+            "peak = max(parent, worker) peak RSS; medians: over the alternating runs)"
         )
+
+
+def ratios_key(tool: str) -> str:
+    """Where a tracehouse tool's ratios to HTA sit in a set's results: ``ratios`` for
+    the installed tracehouse (as before --tree existed), ``ratios th@NAME`` for a tree."""
+    return "ratios" if tool == "tracehouse" else f"ratios {tool}"
 
 
 def ratios(th: dict, hta: dict) -> dict | None:
@@ -566,6 +636,7 @@ def ratios(th: dict, hta: dict) -> dict | None:
         "throughput_per_proc_th_over_hta": div(th["mb_per_s_per_proc"], hta["mb_per_s_per_proc"]),
         "throughput_per_cpu_th_over_hta": div(th["mb_per_cpu_s"], hta["mb_per_cpu_s"]),
         "load_median_hta_over_th": div(hta["load_s_median"], th["load_s_median"]),
+        "cpu_median_hta_over_th": div(hta["cpu_s_median"], th["cpu_s_median"]),
         "peak_rss_th_over_hta": div(th_peak, hta_peak),
         "peak_rss_hta_over_th": div(hta_peak, th_peak),
         "tree_pss_hta_over_th": div(hta["tree_peak_pss_mib"], th["tree_peak_pss_mib"]),
@@ -628,6 +699,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     side.add_argument("--skip-peer", action="store_true", help="measure tracehouse only")
     side.add_argument("--skip-tracehouse", action="store_true", help="measure HTA only")
     ap.add_argument(
+        "--tree",
+        action="append",
+        default=[],
+        metavar="NAME=REV",
+        help="measure tracehouse as of git revision REV of this repository (built in the "
+        "scratch folder, first on PYTHONPATH) as tool th@NAME, instead of the installed "
+        "one; repeat to compare revisions in one run (e.g. --tree main=main --tree new=HEAD)",
+    )
+    ap.add_argument(
         "--timeout", metavar="S", type=float, default=1800, help="per child run, seconds"
     )
     ap.add_argument(
@@ -661,6 +741,9 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     tools = [t for t in TOOLS if not (t == "hta" and args.skip_peer)]
     tools = [t for t in tools if not (t == "tracehouse" and args.skip_tracehouse)]
+    trees = dict(parse_tree(arg) for arg in args.tree)
+    if trees and "tracehouse" in tools:  # the trees replace the installed tracehouse
+        tools = [f"th@{name}" for name in trees] + [t for t in tools if t != "tracehouse"]
 
     if "hta" in tools and importlib.util.find_spec("hta") is None:
         print(
@@ -701,6 +784,10 @@ def main(argv: list[str]) -> int:
 
     scratch = Path(tempfile.mkdtemp(prefix="tracehouse-bench-", dir=args.tmp))
     try:
+        tree_paths = {}
+        for name, rev in trees.items():
+            print(f"building tree th@{name} from {rev}…", flush=True)
+            tree_paths[f"th@{name}"] = str(make_tree(rev, scratch / "trees" / name))
         if not sets:
             print("building the large sets from the shared traces…", flush=True)
             sets = default_sets(scratch)
@@ -748,6 +835,7 @@ def main(argv: list[str]) -> int:
                         "warehouse": str(work / "warehouse"),
                         "hta_dir": str(ts.hta_dir),
                         "hta_trace_files": ts.hta_trace_files,
+                        "pythonpath": tree_paths.get(tool),
                     }
                     r = run_child(spec, work, args.timeout, args.sample_ms)
                     runs[tool].append(r)
@@ -761,8 +849,10 @@ def main(argv: list[str]) -> int:
                         shutil.rmtree(work, ignore_errors=True)
             for tool in tools:
                 ts.results[tool] = summarize(runs[tool], ts, tool)
-            if len(tools) == 2:
-                ts.results["ratios"] = ratios(ts.results["tracehouse"], ts.results["hta"])
+            if "hta" in tools:
+                for tool in tools:
+                    if tool != "hta":
+                        ts.results[ratios_key(tool)] = ratios(ts.results[tool], ts.results["hta"])
 
         print_table(sets, tools)
         if args.json:

@@ -43,7 +43,6 @@ from .discover import Discovery, discover
 from .kineto import parse_kineto, scanner_available
 from .model_config import load_model_config_file, read_model_config_manifest
 from .no_pandas import keep_pandas_out
-from .nsys.load import load_nsys_file
 from .pp_timer import load_pp_timer_file, read_pp_timer_manifest
 from .progress import Progress
 from .shard import STALE_AFTER_S, Shard
@@ -265,6 +264,10 @@ def _load_one(task: _Task) -> _Outcome:
 
 def _load_nsys(task: _Task, started: float) -> _Outcome:
     """Worker body for an Nsight export: one outcome per GPU, the first holding the rest."""
+    # Imported here, not with this module: the Nsight reader imports DuckDB (+24 MiB
+    # of RSS in every ingest process, pool workers included, for Kineto-only runs).
+    from .nsys.load import load_nsys_file
+
     source = task.source
     try:
         content_hash, parsed = load_nsys_file(source, task.known_hash, trace_id_for)

@@ -1,0 +1,28 @@
+"""An ingest process imports only what Kineto ingest needs.
+
+Why: every ingest process (the coordinator and each forked pool worker)
+carries what its modules import; DuckDB, imported at the top of the
+Nsight reader, was +24 MiB of RSS in each of them on Kineto-only runs, the
+largest part of the coordinator's peak on small trace sets
+(benchmarks/README.md). The Nsight reader is imported when an Nsight
+export is loaded (tests/test_ingest_nsys.py loads them).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+_CHILD = """
+import sys
+from tracehouse.ingest.no_pandas import keep_pandas_out
+keep_pandas_out()
+import tracehouse.ingest.runner
+print(" ".join(sorted(name for name in ("duckdb", "pandas") if name in sys.modules)))
+"""
+
+
+def test_importing_the_runner_leaves_duckdb_and_pandas_out() -> None:
+    out = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.split() == []

@@ -1,0 +1,53 @@
+"""The lake writer's Parquet settings: what they change on disk, and what they must not.
+
+Why: the writer picks compression per table and makes folders only when a
+file cannot be opened (ingest/lake.py, cheaper for the many small files of
+a trace); the rows read back must stay exactly the rows written.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tracehouse.ingest.lake import COMPRESS_FROM_ROWS, write_parquet_tmp
+
+
+def _table(rows: int) -> pa.Table:
+    return pa.table({
+        "trace_id": pa.array(["t"] * rows),
+        "ts": pa.array(range(rows), pa.int64()),
+        "args": pa.array([f'{{"n": {i}}}' for i in range(rows)]),
+    })
+
+
+def _codecs(path: Path) -> set[str]:
+    meta = pq.ParquetFile(path).metadata
+    return {meta.row_group(g).column(c).compression
+            for g in range(meta.num_row_groups) for c in range(meta.num_columns)}
+
+
+def test_small_table_is_written_uncompressed_and_reads_back_equal(tmp_path: Path) -> None:
+    table = _table(3)
+    final = tmp_path / "threads" / "run=r" / "t.parquet"
+    written = write_parquet_tmp(table, final, "tok")
+    assert _codecs(written) == {"UNCOMPRESSED"}
+    assert pq.read_table(written).equals(table)
+
+
+def test_table_at_the_threshold_is_zstd_and_reads_back_equal(tmp_path: Path) -> None:
+    table = _table(COMPRESS_FROM_ROWS)
+    written = write_parquet_tmp(table, tmp_path / "t.parquet", "tok")
+    assert _codecs(written) == {"ZSTD"}
+    assert pq.read_table(written).equals(table)
+
+
+def test_missing_folders_are_made_and_existing_ones_reused(tmp_path: Path) -> None:
+    first = tmp_path / "lake" / "slices" / "run=new" / "a.parquet"
+    os.replace(write_parquet_tmp(_table(2), first, "tok"), first)
+    second = first.with_name("b.parquet")
+    os.replace(write_parquet_tmp(_table(2), second, "tok"), second)
+    assert sorted(p.name for p in first.parent.iterdir()) == ["a.parquet", "b.parquet"]
