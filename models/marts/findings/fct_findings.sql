@@ -72,6 +72,15 @@ kernels as (
     where iteration is not null
 ),
 
+collective_waits as (
+    select
+        trace_id,
+        slice_id,
+        wait_ns
+    from {{ ref('fct_collective_ranks') }}
+    where device = 'gpu'
+),
+
 compute_islands as (
     select
         run_id,
@@ -148,31 +157,50 @@ idle_categories as (
     ),
 {% endif %}
 
--- ---- exposed communication of the rule's group kinds (exposed_dp_comm, exposed_tp_comm)
-comm_kernels_exposed as (
+-- ---- exposed communication of the rule's group kinds (exposed_dp_comm, exposed_tp_comm):
+-- a kernel's transfer, after the wait for the collective's last member (a straggler's
+-- cost, not the overlap's), not under a compute island
+comm_transfers as (
     select
         kernels.run_id,
+        kernels.rank,
         kernels.iteration,
         kernels.trace_id,
         kernels.slice_id,
         kernels.comm_group_kind,
-        kernels.dur_ns,
+        least(kernels.ts_ns + coalesce(collective_waits.wait_ns, 0), kernels.end_ns) as ts_ns,
+        kernels.end_ns
+    from kernels
+    left join collective_waits
+        on
+            kernels.trace_id = collective_waits.trace_id
+            and kernels.slice_id = collective_waits.slice_id
+    where kernels.kind = 'communication' and kernels.comm_group_kind is not null
+),
+
+comm_kernels_exposed as (
+    select
+        comm_transfers.run_id,
+        comm_transfers.iteration,
+        comm_transfers.trace_id,
+        comm_transfers.slice_id,
+        comm_transfers.comm_group_kind,
+        comm_transfers.end_ns - comm_transfers.ts_ns as dur_ns,
         -- DuckDB's least/greatest skip NULLs: only matched islands may count.
         coalesce(sum(case
             when compute_islands.start_ns is not null
                 then
-                    least(kernels.end_ns, compute_islands.end_ns)
-                    - greatest(kernels.ts_ns, compute_islands.start_ns)
+                    least(comm_transfers.end_ns, compute_islands.end_ns)
+                    - greatest(comm_transfers.ts_ns, compute_islands.start_ns)
         end), 0) as covered_ns
-    from kernels
+    from comm_transfers
     left join compute_islands
         on
-            kernels.run_id = compute_islands.run_id
-            and kernels.rank = compute_islands.rank
-            and kernels.iteration = compute_islands.iteration
-            and kernels.end_ns > compute_islands.start_ns
-            and kernels.ts_ns < compute_islands.end_ns
-    where kernels.kind = 'communication' and kernels.comm_group_kind is not null
+            comm_transfers.run_id = compute_islands.run_id
+            and comm_transfers.rank = compute_islands.rank
+            and comm_transfers.iteration = compute_islands.iteration
+            and comm_transfers.end_ns > compute_islands.start_ns
+            and comm_transfers.ts_ns < compute_islands.end_ns
     group by 1, 2, 3, 4, 5, 6
 ),
 
