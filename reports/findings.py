@@ -45,7 +45,8 @@ class FindingsSection:
     not_evaluated: list[tuple[str, str]]
 
 
-def _figure(value: float | None) -> str:
+def figure_text(value: float | None) -> str:
+    """A figure as a reader wants it: thousands separated above 1,000, else 3 digits."""
     if value is None:
         return "—"
     return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
@@ -67,9 +68,9 @@ def gather_findings(con: duckdb.DuckDBPyConnection, run_id: str) -> FindingsSect
             share_of_run=float(record["share_of_run"]),
             subject=record["subject"] or "",
             evidence=(f"{record['evidence_mart']}: {record['figure_name']} = "
-                      f"{_figure(record['figure'])} ({record['fires_when']} "
-                      f"{_figure(record['threshold'])}), {record['baseline_name']} = "
-                      f"{_figure(record['baseline'])}, iteration {record['worst_iteration']}"
+                      f"{figure_text(record['figure'])} ({record['fires_when']} "
+                      f"{figure_text(record['threshold'])}), {record['baseline_name']} = "
+                      f"{figure_text(record['baseline'])}, iteration {record['worst_iteration']}"
                       + (f"; {record['history']}" if record["history"] else "")),
             priced_by=record["priced_by"], recommendation=record["recommendation"],
             megatron_flags=record["megatron_flags"] or "", doc_reference=record["doc_reference"],

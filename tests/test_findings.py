@@ -215,3 +215,25 @@ def test_report_opens_with_the_findings(report_wh: ReportWarehouse, tmp_path: Pa
         assert f"{time_at_stake_ns / 1e6:.3f} ms" in row, (rule_id, row)
     order = [page.index(f'id="finding-{rule_id}"') for rule_id, _ in fired]
     assert order == sorted(order)
+
+
+def test_viewer_findings_are_fct_findings(report_viewer: object,
+                                          report_wh: ReportWarehouse) -> None:
+    """``/api/findings``: the run's fired rules summed over iterations, in rank order, and
+    one iteration's rows; the same rows the command and the report show."""
+    from viewer import get
+
+    run = report_wh.need("sim_a")
+    shown = get(report_viewer, "findings", run=run)
+    keys = [column["key"] for column in shown["findings"]["columns"]]
+    at_stake = [(row["key"]["rule_id"], row["cells"][keys.index("time_at_stake_ns")][0])
+                for row in shown["findings"]["rows"]]
+    assert at_stake == [tuple(row) for row in report_wh.rows("""
+        select rule_id, sum(time_at_stake_ns) from fct_findings
+        where run_id = ? and status = 'fired'
+        group by rule_id order by sum(time_at_stake_ns) desc, rule_id""", [run])]
+    one = get(report_viewer, "findings", run=run, iteration=2)
+    assert [row["key"]["rule_id"] for row in one["findings"]["rows"]] == [
+        row[0] for row in report_wh.rows("""
+            select rule_id from fct_findings where run_id = ? and iteration = 2
+                and status = 'fired' order by finding_rank""", [run])]

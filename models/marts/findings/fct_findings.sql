@@ -284,8 +284,13 @@ straggler as (
         cast(null as bigint) as evidence_pp_group_index,
         stragglers.compute_vs_stage_median as figure,
         cast(stragglers.stage_median_compute_ns as double) as baseline,
-        cast(stragglers.compute_ns - stragglers.stage_median_compute_ns as double)
-        / iterations.step_ns as direct_share,
+        -- Faster than its stage's median (the rank that caused most waiting is
+        -- not always the slowest): nothing at stake.
+        cast(case
+            when stragglers.compute_ns > stragglers.stage_median_compute_ns
+                then stragglers.compute_ns - stragglers.stage_median_compute_ns
+            else 0
+        end as double) / iterations.step_ns as direct_share,
         'straggler in ' || cast(straggler_history.times_straggler as varchar) || ' of '
         || cast(run_iterations.iteration_count as varchar) || ' iterations' as history
     from stragglers
