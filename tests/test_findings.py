@@ -102,7 +102,7 @@ def _findings(root: Path, where: str = "true") -> list[dict]:
 
 
 def test_every_rule_has_a_row_per_iteration(reference: ReferenceWarehouse) -> None:
-    rules = {row[0] for row in query_warehouse(reference.root, "select rule_id from finding_rules")}
+    rules = {row[0] for row in query_warehouse(reference.root, "select rule_id from seeds.finding_rules")}
     iterations = query_warehouse(reference.root, """
         select run_id, iteration from fct_iteration_summary
         where iteration is not null and step_ns > 0""")
@@ -122,7 +122,7 @@ def test_evidence_equals_the_marts_cited(reference: ReferenceWarehouse) -> None:
     assert {row["rule_id"] for row in rows} >= {"straggler", "stage_imbalance",
                                                 "few_microbatches", "clock_skew"}
     kinds = dict(query_warehouse(reference.root,
-                                 "select rule_id, comm_group_kinds from finding_rules"))
+                                 "select rule_id, comm_group_kinds from seeds.finding_rules"))
     checked = 0
     for row in rows:
         params = {"run": row["run_id"], "iteration": row["iteration"]}
