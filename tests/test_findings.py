@@ -35,22 +35,35 @@ EVIDENCE_SQL = {
         from fct_pipeline_bubbles
         where run_id = $run and iteration = $iteration and pp_group_index = $pp_group""",
     "bubble_above_theory": """
-        select arg_max(bubble_ratio, busy_ns) - coalesce(max(theoretical_bubble_ratio), 0),
+        with stages as (
+            select bubbles.pp_stage, bubbles.busy_ns, bubbles.bubble_ns, bubbles.group_span_ns,
+                bubbles.theoretical_bubble_ratio,
+                (select coalesce(sum(parts.idle_ns), 0) from fct_pipeline_bubble_parts as parts
+                 where parts.run_id = bubbles.run_id and parts.iteration = bubbles.iteration
+                     and parts.pp_group_index = bubbles.pp_group_index
+                     and parts.pp_stage = bubbles.pp_stage) as idle_ns
+            from fct_pipeline_bubbles as bubbles
+            where run_id = $run and iteration = $iteration and pp_group_index = $pp_group
+        )
+        select arg_max((bubble_ns - idle_ns) / group_span_ns, [busy_ns, -pp_stage])
+            - coalesce(max(theoretical_bubble_ratio), 0),
             cast(max(group_span_ns) as double)
-        from fct_pipeline_bubbles
-        where run_id = $run and iteration = $iteration and pp_group_index = $pp_group""",
+        from stages""",
     "few_microbatches": """
         select max(theoretical_bubble_ratio), cast(max(group_span_ns) as double)
         from fct_pipeline_bubbles
         where run_id = $run and iteration = $iteration and pp_group_index = $pp_group""",
     "host_bound_launches": """
-        with idle as (
-            select sum(idle_ns) filter (where idle_category = 'host_wait') / sum(idle_ns) as ratio
-            from fct_idle_breakdown where run_id = $run
-        )
-        select sum(step_idle_ns) / sum(step_ns) * any_value(idle.ratio), any_value(idle.ratio)
-        from fct_rank_iterations, idle
-        where run_id = $run and iteration = $iteration and step_ns > 0""",
+        select
+            (select max(step_idle_ns / step_ns) from fct_rank_iterations
+             where run_id = $run and iteration = $iteration and step_ns > 0
+                 and rank = $rank),
+            (select sum(idle_ns) filter (where idle_category = 'host_wait') / sum(idle_ns)
+             from fct_idle_breakdown where run_id = $run)
+        where (select max(step_idle_ns / step_ns) from fct_rank_iterations
+               where run_id = $run and iteration = $iteration and step_ns > 0)
+            = (select step_idle_ns / step_ns from fct_rank_iterations
+               where run_id = $run and iteration = $iteration and rank = $rank)""",
     "recompute": """
         select
             (select coalesce(sum(dur_ns), 0) from fct_kernels
@@ -102,7 +115,8 @@ def _findings(root: Path, where: str = "true") -> list[dict]:
 
 
 def test_every_rule_has_a_row_per_iteration(reference: ReferenceWarehouse) -> None:
-    rules = {row[0] for row in query_warehouse(reference.root, "select rule_id from seeds.finding_rules")}
+    rules = {row[0] for row in query_warehouse(reference.root,
+                                               "select rule_id from seeds.finding_rules")}
     iterations = query_warehouse(reference.root, """
         select run_id, iteration from fct_iteration_summary
         where iteration is not null and step_ns > 0""")

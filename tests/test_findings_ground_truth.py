@@ -3,12 +3,13 @@
 Simulated runs (``tracehouse simulate``), all from one small pipeline layout
 (TP1 x PP2 x DP2, 16 microbatches) whose clean run fires nothing, then the
 same layout with one cause injected: a 1.5x straggler rank, a whole stage
-1.5x slower, too few microbatches, clock skew between nodes. Each must make
+1.5x slower, too few microbatches, clock skew between nodes, 50 us more
+host time per kernel launch, a 4x slower data-parallel link. Each must make
 its rule the iteration's top finding (finding_rank 1) with the figure the
-injection implies within 10%. The warehouse is built once for the module.
-Causes the simulator cannot inject yet (exposed DP reduce, launch-bound
-kernels, a slow link: `--no-overlap-grad-reduce`, `--launch-overhead-us`,
-`--slow-group`, coming to `tracehouse simulate`) are skipped and say so.
+injection implies within 10% (for the launch overhead and the slow link:
+the step time they added over the clean run). The warehouse is built once
+for the module. Megatron without --overlap-grad-reduce does not fire in this
+layout (a strict xfail says why).
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ RUNS: dict[str, dict[str, Any]] = {
     "slow_stage": {"stragglers": ((2, 1.5), (3, 1.5))},
     "few_microbatches": {"microbatches": 2},
     "clock_skew": {"gpus_per_node": 2, "clock_skew_us": 2000.0},
+    "launch_bound": {"launch_overhead_us": 50.0},
+    "slow_dp_link": {"slow_groups": (("dp", 4.0),)},
+    "no_overlap": {"overlap_grad_reduce": False},
 }
 
 
@@ -120,18 +124,42 @@ def test_clock_skew(simulated: Simulated) -> None:
     assert top["figure"] == pytest.approx(injected, rel=0.10)
 
 
-@pytest.mark.parametrize("rule_id, option", [
-    ("exposed_dp_comm", "--no-overlap-grad-reduce"),
-    ("host_bound_launches", "--launch-overhead-us"),
-    ("exposed_tp_comm", "--slow-group tp:FACTOR"),
-])
-def test_causes_the_simulator_cannot_inject_yet(rule_id: str, option: str) -> None:
-    from tracehouse.simulate import SimConfig
+def _step(simulated: Simulated, run: str) -> int:
+    return query_warehouse(simulated.root, "select step_ns from fct_iteration_summary "
+                           "where run_id = $run", {"run": run})[0][0]
 
-    fields = set(SimConfig.__dataclass_fields__)
-    wanted = {"--no-overlap-grad-reduce": "overlap_grad_reduce",
-              "--launch-overhead-us": "launch_overhead_us",
-              "--slow-group tp:FACTOR": "slow_groups"}[option]
-    if wanted not in fields:
-        pytest.skip(f"{rule_id}: tracehouse simulate has no {option} yet (the lead is adding it)")
-    pytest.fail(f"tracehouse simulate has {option} now: write {rule_id}'s ground-truth test")
+
+def _at_stake(simulated: Simulated, run: str, rule_id: str) -> int:
+    return query_warehouse(simulated.root, "select time_at_stake_ns from fct_findings "
+                           "where run_id = $run and rule_id = $rule",
+                           {"run": run, "rule": rule_id})[0][0]
+
+
+def test_launch_bound(simulated: Simulated) -> None:
+    """50 us more host time per launch: the GPU waits for the CPU, and what the rule puts
+    at stake is what the overhead added to the step (the clean run's step as baseline)."""
+    top = _top(simulated, "launch_bound")
+    injected = _step(simulated, "launch_bound") - _step(simulated, "clean")
+    assert simulated.truths["launch_bound"]["launch_overhead_us"] == 50.0
+    assert top["rule_id"] == "host_bound_launches"
+    assert top["time_at_stake_ns"] == pytest.approx(injected, rel=0.10)
+
+
+def test_slow_data_parallel_link(simulated: Simulated) -> None:
+    """Every DP transfer 4x slower: the exposed DP communication grows by what the slow
+    link added to the step."""
+    top = _top(simulated, "slow_dp_link")
+    injected = _step(simulated, "slow_dp_link") - _step(simulated, "clean")
+    grown = top["time_at_stake_ns"] - _at_stake(simulated, "clean", "exposed_dp_comm")
+    assert top["rule_id"] == "exposed_dp_comm"
+    assert grown == pytest.approx(injected, rel=0.10)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "in this layout Megatron without --overlap-grad-reduce costs 1.9% of the step (16 "
+    "microbatches hide the DP reduce-scatters' cost), under exposed_dp_comm's 5% fire share; "
+    "and only stage 0 loses its overlap, so the ranks' mean exposure (+0.9 ms) is half the "
+    "step's growth (+1.75 ms). Needs a layout where the reduce matters, or a per-stage price"))
+def test_no_overlap_grad_reduce(simulated: Simulated) -> None:
+    assert simulated.truths["no_overlap"]["overlap_grad_reduce"] is False
+    assert _top(simulated, "no_overlap")["rule_id"] == "exposed_dp_comm"

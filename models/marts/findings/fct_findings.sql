@@ -46,8 +46,7 @@ iteration_rank_steps as (
     select
         run_id,
         iteration,
-        sum(step_ns) as rank_step_total_ns,
-        {{ share_of_sums('step_idle_ns', 'step_ns') }} as idle_share
+        sum(step_ns) as rank_step_total_ns
     from rank_steps
     group by 1, 2
 ),
@@ -99,12 +98,24 @@ pipeline_stages as (
         pp_group_index,
         pp_stage,
         busy_ns,
-        bubble_ratio,
+        bubble_ns,
         theoretical_bubble_ratio,
         group_span_ns,
         microbatches
     from {{ ref('fct_pipeline_bubbles') }}
     where iteration is not null
+),
+
+-- The bubble's idle part (no kernel on the rank): the host's, priced by host_bound_launches.
+stage_idle as (
+    select
+        run_id,
+        iteration,
+        pp_group_index,
+        pp_stage,
+        sum(idle_ns) as idle_ns
+    from {{ ref('fct_pipeline_bubble_parts') }}
+    group by 1, 2, 3, 4
 ),
 
 stragglers as (
@@ -317,14 +328,27 @@ pipeline_groups as (
         max(busy_ns) as max_busy_ns,
         avg(busy_ns) as mean_busy_ns,
         max(theoretical_bubble_ratio) as theoretical_bubble_ratio,
-        max(case when busy_rank = 1 then bubble_ratio end) as busiest_bubble_ratio
+        max(case
+            when busy_rank = 1
+                then cast(bubble_ns - coalesce(idle_ns, 0) as double) / nullif(group_span_ns, 0)
+        end) as busiest_bubble_ratio
     from (
         select
-            *,
+            pipeline_stages.*,
+            stage_idle.idle_ns,
             row_number() over (
-                partition by run_id, iteration, pp_group_index order by busy_ns desc, pp_stage asc
+                partition by
+                    pipeline_stages.run_id, pipeline_stages.iteration,
+                    pipeline_stages.pp_group_index
+                order by pipeline_stages.busy_ns desc, pipeline_stages.pp_stage asc
             ) as busy_rank
         from pipeline_stages
+        left join stage_idle
+            on
+                pipeline_stages.run_id = stage_idle.run_id
+                and pipeline_stages.iteration = stage_idle.iteration
+                and pipeline_stages.pp_group_index = stage_idle.pp_group_index
+                and pipeline_stages.pp_stage = stage_idle.pp_stage
     ) as ranked_stages
     group by 1, 2, 3
 ),
@@ -393,23 +417,41 @@ host_wait as (
     group by 1
 ),
 
+most_idle_ranks as (
+    select
+        run_id,
+        iteration,
+        rank,
+        step_idle_ns,
+        cast(step_idle_ns as double) / step_ns as idle_share,
+        row_number() over (
+            partition by run_id, iteration order by step_idle_ns * 1.0 / step_ns desc, rank asc
+        ) as idle_order
+    from rank_steps
+),
+
 host_bound as (
     select
         'host_bound_launches' as rule_id,
         iterations.run_id,
         iterations.iteration,
-        cast(null as varchar) as subject,
-        cast(null as bigint) as evidence_rank,
+        'rank ' || cast(most_idle_ranks.rank as varchar) as subject,
+        most_idle_ranks.rank as evidence_rank,
         cast(null as bigint) as evidence_pp_group_index,
-        iteration_rank_steps.idle_share * host_wait.host_wait_ratio as figure,
+        most_idle_ranks.idle_share as figure,
         host_wait.host_wait_ratio as baseline,
-        iteration_rank_steps.idle_share * host_wait.host_wait_ratio as direct_share,
+        case
+            when host_wait.host_wait_ratio >= {{ var('findings_host_wait_min_ratio') }}
+                then cast(most_idle_ranks.step_idle_ns as double) / iterations.step_ns
+            else 0
+        end as direct_share,
         cast(null as varchar) as history
     from iterations
-    inner join iteration_rank_steps
+    inner join most_idle_ranks
         on
-            iterations.run_id = iteration_rank_steps.run_id
-            and iterations.iteration = iteration_rank_steps.iteration
+            iterations.run_id = most_idle_ranks.run_id
+            and iterations.iteration = most_idle_ranks.iteration
+            and most_idle_ranks.idle_order = 1
     inner join host_wait
         on iterations.run_id = host_wait.run_id
     where iterations.timing_source = 'gpu'
