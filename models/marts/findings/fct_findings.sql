@@ -160,11 +160,12 @@ idle_categories as (
 {% else %}
     what_if as (
         select
-            cast(null as varchar) as run_id,
+            cast(null as string) as run_id,
             cast(null as bigint) as iteration,
-            cast(null as varchar) as scenario,
+            cast(null as string) as scenario,
             cast(null as bigint) as saved_ns
-        where false
+        from iterations
+        where 1 = 0
     ),
 {% endif %}
 
@@ -243,7 +244,7 @@ exposed_comm as (
         exposed_comm_runs.rule_id,
         iteration_rank_steps.run_id,
         iteration_rank_steps.iteration,
-        cast(null as varchar) as subject,
+        cast(null as string) as subject,
         cast(null as bigint) as evidence_rank,
         cast(null as bigint) as evidence_pp_group_index,
         cast(coalesce(exposed_comm_figures.exposed_ns, 0) as double)
@@ -251,7 +252,7 @@ exposed_comm as (
         cast(coalesce(exposed_comm_figures.exposed_ns, 0) as double) as baseline,
         cast(coalesce(exposed_comm_figures.exposed_ns, 0) as double)
         / iteration_rank_steps.rank_step_total_ns as direct_share,
-        cast(null as varchar) as history
+        cast(null as string) as history
     from iteration_rank_steps
     inner join exposed_comm_runs
         on iteration_rank_steps.run_id = exposed_comm_runs.run_id
@@ -287,7 +288,7 @@ straggler as (
         stragglers.run_id,
         stragglers.iteration,
         'rank '
-        || cast(stragglers.rank as varchar)
+        || cast(stragglers.rank as string)
         || ' ('
         || coalesce(stragglers.host_name, 'host unknown')
         || ')' as subject,
@@ -302,8 +303,8 @@ straggler as (
                 then stragglers.compute_ns - stragglers.stage_median_compute_ns
             else 0
         end as double) / iterations.step_ns as direct_share,
-        'straggler in ' || cast(straggler_history.times_straggler as varchar) || ' of '
-        || cast(run_iterations.iteration_count as varchar) || ' iterations' as history
+        'straggler in ' || cast(straggler_history.times_straggler as string) || ' of '
+        || cast(run_iterations.iteration_count as string) || ' iterations' as history
     from stragglers
     inner join iterations
         on
@@ -385,13 +386,13 @@ pipeline as (
         pipeline_figures.rule_id,
         pipeline_figures.run_id,
         pipeline_figures.iteration,
-        'pp group ' || cast(pipeline_figures.pp_group_index as varchar) as subject,
+        'pp group ' || cast(pipeline_figures.pp_group_index as string) as subject,
         cast(null as bigint) as evidence_rank,
         pipeline_figures.pp_group_index as evidence_pp_group_index,
         pipeline_figures.figure,
         cast(pipeline_figures.group_span_ns as double) as baseline,
         greatest(pipeline_figures.direct_ns, 0) / iterations.step_ns as direct_share,
-        cast(null as varchar) as history
+        cast(null as string) as history
     from (
         select
             *,
@@ -435,7 +436,7 @@ host_bound as (
         'host_bound_launches' as rule_id,
         iterations.run_id,
         iterations.iteration,
-        'rank ' || cast(most_idle_ranks.rank as varchar) as subject,
+        'rank ' || cast(most_idle_ranks.rank as string) as subject,
         most_idle_ranks.rank as evidence_rank,
         cast(null as bigint) as evidence_pp_group_index,
         most_idle_ranks.idle_share as figure,
@@ -445,7 +446,7 @@ host_bound as (
                 then cast(most_idle_ranks.step_idle_ns as double) / iterations.step_ns
             else 0
         end as direct_share,
-        cast(null as varchar) as history
+        cast(null as string) as history
     from iterations
     inner join most_idle_ranks
         on
@@ -491,7 +492,7 @@ kernel_rules as (
         rules.rule_id,
         kernel_figures.run_id,
         kernel_figures.iteration,
-        cast(null as varchar) as subject,
+        cast(null as string) as subject,
         cast(null as bigint) as evidence_rank,
         cast(null as bigint) as evidence_pp_group_index,
         case
@@ -507,7 +508,7 @@ kernel_rules as (
             when rules.rule_id = 'recompute' then kernel_figures.recompute_ns
             else kernel_figures.gemm_shortfall_ns
         end / iteration_rank_steps.rank_step_total_ns as direct_share,
-        cast(null as varchar) as history
+        cast(null as string) as history
     from kernel_figures
     inner join iteration_rank_steps
         on
@@ -540,7 +541,7 @@ clock_skew as (
         cast(clock_spread.spread_ns as double) as figure,
         cast(iterations.step_ns as double) as baseline,
         cast(clock_spread.spread_ns as double) / iterations.step_ns as direct_share,
-        cast(null as varchar) as history
+        cast(null as string) as history
     from iterations
     inner join clock_spread
         on iterations.run_id = clock_spread.run_id
