@@ -30,6 +30,7 @@ import jinja2
 import markupsafe
 
 from tracehouse.reports.files import publish_mode
+from tracehouse.reports.findings import FindingsSection, gather_findings
 from tracehouse.reports.kernel_names import unique_labels
 
 if TYPE_CHECKING:
@@ -73,6 +74,7 @@ class Page:
     offenders: list[Offender] = field(default_factory=list)
     top_kernels: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    findings: FindingsSection | None = None
 
 
 # --------------------------------------------------------------------------- gathering
@@ -159,6 +161,7 @@ def gather_page(con: duckdb.DuckDBPyConnection, run_id: str,
     """Headline numbers, worst offenders and top kernels of ``run_id``, from the marts."""
     page = Page(run_id=run_id, compare_run_id=compare_run_id)
     params = {"run": run_id}
+    page.findings = gather_findings(con, run_id)
     run = _one(con, "select * from fct_run_summary where run_id = $run",
                params) if _has(con, "fct_run_summary") else {}
     page.timing = run.get("timing_source") or "none"

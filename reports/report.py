@@ -61,6 +61,8 @@ HEADLINE_MARTS: tuple[str, ...] = (
     "fct_rank_summary",
     "fct_stage_summary",
     "fct_run_kernel_summary",
+    "fct_findings",  # the first section, "What to change" (reports/findings.py)
+    "fct_iteration_summary",
 )
 #: At least one of these must exist for there to be anything to report.
 REQUIRED_ANY: tuple[str, ...] = ("fct_rank_iterations", "fct_microbatch_phases")
@@ -169,7 +171,8 @@ def render_report(
                         *(m for _, fam, _ in modules if fam for m in getattr(fam, "marts", ()))})
         runs = [run_id] if compare_run_id is None else [run_id, compare_run_id]
         mart_prints = {name: _mart_fingerprint(con, name, runs) for name in marts}
-        page_code = _code_fingerprint([__name__, "tracehouse.reports.html"])
+        page_code = _code_fingerprint([__name__, "tracehouse.reports.html",
+                                       "tracehouse.reports.findings", "tracehouse.query.findings"])
         code_prints = {"page": page_code,
                        **{m: _code_fingerprint([m, *SHARED_CHART_MODULES])
                           for m, _, _ in modules}}

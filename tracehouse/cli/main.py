@@ -3,7 +3,7 @@
 Each command family has its module here (:mod:`.ingest`, :mod:`.build`,
 :mod:`.query` for ``sql`` and ``compare``, :mod:`.simulate`,
 :mod:`.topology`, :mod:`.report`, :mod:`.export`, :mod:`.demo`,
-:mod:`.nsys`, :mod:`.commtrace`, :mod:`.serve`): it registers its
+:mod:`.nsys`, :mod:`.commtrace`, :mod:`.serve`, :mod:`.findings`): it registers its
 subcommand and parses its arguments, then calls one function that tests
 call directly; the shared argument types are in :mod:`.arguments`. This
 module puts the parser together and runs one command. Exit codes: 0
@@ -22,6 +22,7 @@ from tracehouse.cli import (
     commtrace,
     demo,
     export,
+    findings,
     ingest,
     nsys,
     query,
@@ -68,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     nsys.add_parser(sub)
     commtrace.add_parser(sub)
     serve.add_parser(sub)
+    findings.add_parser(sub)
     return parser
 
 

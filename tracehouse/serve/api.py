@@ -16,6 +16,7 @@ import duckdb
 from tracehouse.serve.annotations import annotation_tree
 from tracehouse.serve.compare import compare
 from tracehouse.serve.drill import iteration_ranks, kernel_detail, rank_iteration
+from tracehouse.serve.findings import findings
 from tracehouse.serve.heatmap import heatmap
 from tracehouse.serve.kernels import rank_kernels
 from tracehouse.serve.overview import run_list, run_overview
@@ -40,4 +41,5 @@ ROUTES: dict[str, View] = {
     "/api/annotations": annotation_tree,
     "/api/stragglers": stragglers,
     "/api/compare": compare,
+    "/api/findings": findings,
 }
