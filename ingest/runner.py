@@ -44,6 +44,7 @@ from .kineto import parse_kineto, scanner_available
 from .model_config import load_model_config_file, read_model_config_manifest
 from .no_pandas import keep_pandas_out
 from .nsys.load import load_nsys_file
+from .nsys.write import write_gpu_tmp
 from .pp_timer import load_pp_timer_file, read_pp_timer_manifest
 from .progress import Progress
 from .shard import STALE_AFTER_S, Shard
@@ -274,8 +275,7 @@ def _load_nsys(task: _Task, started: float) -> _Outcome:
         outcomes: list[_Outcome] = []
         try:
             for index, part in enumerate(parsed):
-                pending = lake.write_trace_tmp(wh, source.run_id, part.trace_id, part.tables,
-                                               task.token)
+                pending = write_gpu_tmp(wh, source.run_id, part, task.token)
                 outcomes.append(_Outcome(
                     source, "parsed", trace_id=part.trace_id, rank=part.rank,
                     iteration=part.iteration, steps=part.profiler_steps,
