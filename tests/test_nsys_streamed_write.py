@@ -23,8 +23,15 @@ import pytest
 from conftest import SHARED_DATA
 from tracehouse.ingest.nsys import write
 from tracehouse.ingest.nsys.args import SOURCE_CODE, DeferredArgs
-from tracehouse.ingest.nsys.parse import _register, read_gpu, read_shared, stand_in_args
+from tracehouse.ingest.nsys.parse import (
+    _register,
+    args_connection,
+    read_gpu,
+    read_shared,
+    stand_in_args,
+)
 from tracehouse.ingest.nsys.read import NsysDatabase
+from tracehouse.ingest.nsys.take import take_rows
 
 EXPORT = SHARED_DATA / "nsys" / "mfu_2gpu_before.sqlite"
 
@@ -38,11 +45,12 @@ def test_row_groups_put_flagged_rows_first_and_never_mix(monkeypatch: pytest.Mon
     assert [g.tolist() for g in groups] == [[0, 3], [4, 6], [1, 2], [5]]
 
 
-def test_rows_of_slices_a_run_and_takes_the_rest() -> None:
-    table = pa.table({"x": pa.chunked_array([[0, 1, 2], [3, 4, 5]])})
-    run = write._rows_of(table, np.array([2, 3, 4]))
-    assert run.column("x").to_pylist() == [2, 3, 4]
-    assert write._rows_of(table, np.array([0, 4, 5])).column("x").to_pylist() == [0, 4, 5]
+def test_take_rows_equals_take_in_any_order() -> None:
+    table = pa.table({"x": pa.chunked_array([[0, 1, 2], [3, 4, 5], [6]]),
+                      "s": pa.chunked_array([["a", "b"], ["c", "d", "e", "f", "g"]])})
+    for rows in ([2, 3, 4], [0, 4, 5], [6, 0, 3, 3], [], [5]):
+        got = take_rows(table, np.array(rows, dtype=np.int64))
+        assert got.to_pylist() == table.take(pa.array(rows, pa.int64())).to_pylist()
 
 
 def test_stand_in_args_keep_only_the_nvtx_event_type() -> None:
@@ -56,13 +64,13 @@ def test_args_follow_each_row_to_its_source_in_any_order() -> None:
     with NsysDatabase(EXPORT) as db:
         shared = read_shared(db)
         tables = {**shared, **read_gpu(db, 0, [], None)}
-    con = duckdb.connect()
-    sources = _register(con, tables)
+    with duckdb.connect() as mapping:
+        sources = _register(mapping, tables)
     kernels, calls = sources["kernel"].num_rows, sources["runtime"].num_rows
     src = np.concatenate([np.full(kernels, SOURCE_CODE["kernel"]),
                           np.full(calls, SOURCE_CODE["runtime"])]).astype(np.int8)
     src_row = np.concatenate([np.arange(kernels), np.arange(calls)]).astype(np.int64)
-    deferred = DeferredArgs(con, sources, src, src_row)
+    deferred = DeferredArgs(args_connection(tables), sources, src, src_row)
     try:
         shuffled = np.random.default_rng(7).permutation(src.size)
         args = [json.loads(text) for text in deferred.for_rows(shuffled).to_pylist()]

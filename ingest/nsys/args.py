@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from .nvtx import NVTX_MARK
+from .take import take_rows
 
 #: Each activity table's ``args`` (JSON text), as a DuckDB expression over its rows
 #: (alias ``s``) and the joins it needs (the module docstring says why apart).
@@ -80,7 +81,7 @@ class DeferredArgs:
             at = np.flatnonzero(src == code)
             if not at.size:
                 continue
-            picked = self._sources[key].take(pa.array(src_row[at]))
+            picked = take_rows(self._sources[key], src_row[at])
             picked = picked.append_column("_pos", pa.array(np.arange(at.size, dtype=np.int64)))
             expression, joins = ARGS_SQL[key]
             self._con.register("_batch", picked)

@@ -343,13 +343,26 @@ def _register(con: duckdb.DuckDBPyConnection, tables: dict[str, pa.Table]) -> di
     con.register("copy_kinds", pa.table({"id": list(_MEMCPY_KIND),
                                          "label": list(_MEMCPY_KIND.values())}))
     con.register("mem_kinds", pa.table({"id": list(_MEM_KIND), "label": list(_MEM_KIND.values())}))
+    return sources
+
+
+def args_connection(tables: dict[str, pa.Table]) -> duckdb.DuckDBPyConnection:
+    """A fresh connection with what the args expressions join (``strings``, ``domains``).
+
+    Apart from the mapping's: DuckDB keeps the memory of the mapping's sort
+    until its connection closes, and the args are built while the lake file
+    is written, after it.
+    """
+    con = duckdb.connect()
+    con.register("strings", tables["strings"])
     con.register("nvtx_domains", tables["nvtx_domains"])
     con.execute(f"""
         create temp table domains as
         select coalesce(domainId, 0) as domain_id, min(coalesce(text, texts.value)) as name
         from nvtx_domains left join strings as texts on nvtx_domains.textId = texts.id
         where eventType = {NVTX_DOMAIN_CREATE} group by 1""")
-    return sources
+    con.unregister("nvtx_domains")
+    return con
 
 
 def _base_time_ns(tables: dict[str, pa.Table]) -> int:
@@ -437,14 +450,12 @@ def parse_nsys_export(db: NsysDatabase, source: TraceFile, *, content_hash: str,
                             trace_id=id_for(index), content_hash=content_hash,
                             ingested_at=ingested_at,
                             device_properties=_device_properties(shared, device))
-            del tables
-            # The activity tables stay, read by the args of each write batch.
-            part.args = DeferredArgs(con, sources, part.args_source[0], part.args_source[1])
-            part.args_source = None
-            del sources
-        except BaseException:
+        finally:
             con.close()
-            raise
+        # The activity tables stay, read by the args of each write batch.
+        part.args = DeferredArgs(args_connection(tables), sources, *part.args_source)
+        part.args_source = None
+        del tables, sources
         release_free_memory()  # DuckDB's working memory, before the lake writer's arrays
         try:
             yield part

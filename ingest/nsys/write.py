@@ -28,6 +28,7 @@ from ..annotation_context import annotation_ranges
 from ..schema import LAKE_TABLES, TRACE_TABLES
 from ..slice_context import with_context
 from .parse import NsysTrace
+from .take import take_rows
 
 #: Rows per ``slices`` row group, as the lake writer writes them.
 ROW_GROUP_ROWS = 256 * 1024
@@ -65,18 +66,10 @@ def _write_slices(slices: pa.Table, part: NsysTrace, final: Path, token: str) ->
     with pq.ParquetWriter(tmp, lake_schema, compression="zstd",
                           **lake._encoding_options(lake_schema)) as writer:  # noqa: SLF001
         for rows in _row_groups(slices[lake.ROW_GROUP_FLAGS["slices"]]):
-            group = _rows_of(narrow, rows).add_column(
+            group = take_rows(narrow, rows).add_column(
                 args_at, lake_schema.field("args"), part.args.for_rows(rows))
             writer.write_table(group.cast(lake_schema), row_group_size=ROW_GROUP_ROWS)
     return tmp
-
-
-def _rows_of(table: pa.Table, rows: np.ndarray) -> pa.Table:
-    """``table``'s ``rows`` (ascending): a zero-copy slice when they are one run, as the
-    GPU's work (written first, ``has_role``) and most CPU rows are; else a take."""
-    if rows.size and rows[-1] - rows[0] + 1 == rows.size:
-        return table.slice(int(rows[0]), rows.size)
-    return table.take(pa.array(rows))
 
 
 def _row_groups(flag: pa.ChunkedArray) -> list[np.ndarray]:
