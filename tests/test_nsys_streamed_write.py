@@ -25,7 +25,7 @@ from tracehouse.ingest.nsys import write
 from tracehouse.ingest.nsys.args import SOURCE_CODE, DeferredArgs
 from tracehouse.ingest.nsys.parse import (
     _register,
-    args_connection,
+    args_lookups,
     read_gpu,
     read_shared,
     stand_in_args,
@@ -70,7 +70,7 @@ def test_args_follow_each_row_to_its_source_in_any_order() -> None:
     src = np.concatenate([np.full(kernels, SOURCE_CODE["kernel"]),
                           np.full(calls, SOURCE_CODE["runtime"])]).astype(np.int8)
     src_row = np.concatenate([np.arange(kernels), np.arange(calls)]).astype(np.int64)
-    deferred = DeferredArgs(args_connection(tables), sources, src, src_row)
+    deferred = DeferredArgs(sources, args_lookups(tables), src, src_row)
     try:
         shuffled = np.random.default_rng(7).permutation(src.size)
         args = [json.loads(text) for text in deferred.for_rows(shuffled).to_pylist()]

@@ -16,31 +16,35 @@ from __future__ import annotations
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .nvtx import NVTX_MARK
 from .take import take_rows
 
 #: Each activity table's ``args`` (JSON text), as a DuckDB expression over its rows
-#: (alias ``s``) and the joins it needs (the module docstring says why apart).
+#: (alias ``s``), and the one name it shows: ``(id column, lookup)``, looked up in
+#: Arrow into ``s._looked_up`` (``strings``: id -> value; ``domains``: NVTX domain id
+#: -> name), so that the query is a plain projection, which keeps the rows' order
+#: (a join would need a sort to restore it: 190 MB more per write group).
 ARGS_SQL = {
     "kernel": ("""to_json({
-                'short name': short.value, 'grid': [s.gridX, s.gridY, s.gridZ],
+                'short name': s._looked_up, 'grid': [s.gridX, s.gridY, s.gridZ],
                 'block': [s.blockX, s.blockY, s.blockZ],
                 'registers per thread': s.registersPerThread,
                 'shared memory': s.staticSharedMemory + s.dynamicSharedMemory,
                 'graph id': s.graphId, 'graph node id': s.graphNodeId,
                 'launch type': s.launchType})::varchar""",
-               "left join strings as short on s.shortName = short.id"),
+               ("shortName", "strings")),
     "memcpy": ("""to_json({'bytes': s.bytes, 'copy kind': s.copyKind,
-                          'graph node id': s.graphNodeId})::varchar""", ""),
+                          'graph node id': s.graphNodeId})::varchar""", None),
     "memset": ("""to_json({'bytes': s.bytes, 'value': s.value,
-                          'graph node id': s.graphNodeId})::varchar""", ""),
-    "graph": ("to_json({'graph id': s.graphId})::varchar", ""),
-    "runtime": ("to_json({'return value': s.returnValue, 'api name': names.value})::varchar",
-                "left join strings as names on s.nameId = names.id"),
-    "driver": ("to_json({'return value': s.returnValue, 'api name': names.value})::varchar",
-               "left join strings as names on s.nameId = names.id"),
-    "nvtx": (f"""to_json({{'domain id': s.domainId, 'domain': domains.name,
+                          'graph node id': s.graphNodeId})::varchar""", None),
+    "graph": ("to_json({'graph id': s.graphId})::varchar", None),
+    "runtime": ("to_json({'return value': s.returnValue, 'api name': s._looked_up})::varchar",
+                ("nameId", "strings")),
+    "driver": ("to_json({'return value': s.returnValue, 'api name': s._looked_up})::varchar",
+               ("nameId", "strings")),
+    "nvtx": (f"""to_json({{'domain id': s.domainId, 'domain': s._looked_up,
                       'event type': s.eventType, 'range id': s.rangeId,
                       'category': s.category, 'end thread': s.endGlobalTid,
                       'is unterminated': s."end" is null and s.eventType != {NVTX_MARK},
@@ -48,7 +52,7 @@ ARGS_SQL = {
                                           s.doubleValue::varchar, s.uint32Value::varchar,
                                           s.int32Value::varchar, s.floatValue::varchar),
                       'json': s.jsonText}})::varchar""",
-             "left join domains on s.domainId = domains.domain_id"),
+             ("domainId", "domains")),
 }
 #: A small integer per activity table, so each slice row names its source row.
 SOURCE_CODE = {key: code for code, key in enumerate(ARGS_SQL)}
@@ -59,16 +63,18 @@ ROW_COLUMN = "_row"
 class DeferredArgs:
     """Builds ``args`` for any rows of one GPU from its activity tables.
 
-    ``con`` has the tables the expressions join registered (``strings``,
-    ``domains``); ``sources`` are the GPU's activity tables by key, each with
-    its :data:`ROW_COLUMN`; ``src``/``src_row`` say, per slice, which table
-    and row it came from. Holds them until :meth:`close`.
+    ``sources`` are the GPU's activity tables by key, each with its
+    :data:`ROW_COLUMN`; ``lookups`` the name tables the args show
+    (``strings``: ``id, value``; ``domains``: ``id, value``); ``src``/``src_row``
+    say, per slice, which table and row it came from. Holds them until
+    :meth:`close`.
     """
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, sources: dict[str, pa.Table],
+    def __init__(self, sources: dict[str, pa.Table], lookups: dict[str, pa.Table],
                  src: np.ndarray, src_row: np.ndarray) -> None:
-        self._con = con
+        self._con = duckdb.connect()
         self._sources = sources
+        self._lookups = lookups
         self.src = src
         self.src_row = src_row
 
@@ -82,13 +88,14 @@ class DeferredArgs:
             if not at.size:
                 continue
             picked = take_rows(self._sources[key], src_row[at])
-            picked = picked.append_column("_pos", pa.array(np.arange(at.size, dtype=np.int64)))
-            expression, joins = ARGS_SQL[key]
+            expression, lookup = ARGS_SQL[key]
+            if lookup is not None:
+                picked = picked.append_column("_looked_up", self._look_up(picked[lookup[0]],
+                                                                          lookup[1]))
             self._con.register("_batch", picked)
             try:
-                parts.append(self._con.sql(
-                    f"select {expression} as args from _batch as s {joins} order by s._pos"
-                ).to_arrow_table().column("args").combine_chunks())
+                parts.append(self._con.sql(f"select {expression} as args from _batch as s")
+                             .to_arrow_table().column("args").combine_chunks())
             finally:
                 self._con.unregister("_batch")
             positions.append(at)
@@ -99,7 +106,13 @@ class DeferredArgs:
         inverse[np.concatenate(positions)] = np.arange(rows.size, dtype=np.int64)
         return pa.concat_arrays(parts).take(pa.array(inverse))
 
+    def _look_up(self, ids: pa.ChunkedArray, lookup: str) -> pa.ChunkedArray:
+        """The ``value`` of each id in lookup table ``lookup`` (NULL: none, as a left join)."""
+        table = self._lookups[lookup]
+        at = pc.index_in(ids, value_set=table.column("id").combine_chunks())
+        return pc.take(table.column("value"), at)
+
     def close(self) -> None:
-        """Drop the GPU's activity tables and the connection that reads them."""
+        """Drop the GPU's activity tables and the connection that formats them."""
         self._sources = {}
         self._con.close()

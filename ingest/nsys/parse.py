@@ -346,23 +346,18 @@ def _register(con: duckdb.DuckDBPyConnection, tables: dict[str, pa.Table]) -> di
     return sources
 
 
-def args_connection(tables: dict[str, pa.Table]) -> duckdb.DuckDBPyConnection:
-    """A fresh connection with what the args expressions join (``strings``, ``domains``).
-
-    Apart from the mapping's: DuckDB keeps the memory of the mapping's sort
-    until its connection closes, and the args are built while the lake file
-    is written, after it.
-    """
-    con = duckdb.connect()
-    con.register("strings", tables["strings"])
-    con.register("nvtx_domains", tables["nvtx_domains"])
-    con.execute(f"""
-        create temp table domains as
-        select coalesce(domainId, 0) as domain_id, min(coalesce(text, texts.value)) as name
-        from nvtx_domains left join strings as texts on nvtx_domains.textId = texts.id
-        where eventType = {NVTX_DOMAIN_CREATE} group by 1""")
-    con.unregister("nvtx_domains")
-    return con
+def args_lookups(tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
+    """The name tables the args show (:data:`ingest.nsys.args.ARGS_SQL`), as ``id, value``:
+    ``strings`` (StringIds) and ``domains`` (each NVTX domain's name, from its create
+    event's text, else the string it names)."""
+    with duckdb.connect() as con:
+        con.register("strings", tables["strings"])
+        con.register("nvtx_domains", tables["nvtx_domains"])
+        domains = con.sql(f"""
+            select coalesce(domainId, 0) as id, min(coalesce(text, texts.value)) as value
+            from nvtx_domains left join strings as texts on nvtx_domains.textId = texts.id
+            where eventType = {NVTX_DOMAIN_CREATE} group by 1""").to_arrow_table()
+    return {"strings": tables["strings"], "domains": domains}
 
 
 def _base_time_ns(tables: dict[str, pa.Table]) -> int:
@@ -453,7 +448,7 @@ def parse_nsys_export(db: NsysDatabase, source: TraceFile, *, content_hash: str,
         finally:
             con.close()
         # The activity tables stay, read by the args of each write batch.
-        part.args = DeferredArgs(args_connection(tables), sources, *part.args_source)
+        part.args = DeferredArgs(sources, args_lookups(tables), *part.args_source)
         part.args_source = None
         del tables, sources
         release_free_memory()  # DuckDB's working memory, before the lake writer's arrays
