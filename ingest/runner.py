@@ -267,6 +267,7 @@ def _load_nsys(task: _Task, started: float) -> _Outcome:
     # Imported here, not with this module: the Nsight reader imports DuckDB (+24 MiB
     # of RSS in every ingest process, pool workers included, for Kineto-only runs).
     from .nsys.load import load_nsys_file
+    from .nsys.write import write_gpu_tmp
 
     source = task.source
     try:
@@ -277,8 +278,7 @@ def _load_nsys(task: _Task, started: float) -> _Outcome:
         outcomes: list[_Outcome] = []
         try:
             for index, part in enumerate(parsed):
-                pending = lake.write_trace_tmp(wh, source.run_id, part.trace_id, part.tables,
-                                               task.token)
+                pending = write_gpu_tmp(wh, source.run_id, part, task.token)
                 outcomes.append(_Outcome(
                     source, "parsed", trace_id=part.trace_id, rank=part.rank,
                     iteration=part.iteration, steps=part.profiler_steps,

@@ -55,12 +55,12 @@ from .. import schema
 from ..memory import release_free_memory
 from ..nesting import nest_slices
 from ..trace_types import ParsedTrace, TraceError, TraceFile, display_path
+from .args import ROW_COLUMN, SOURCE_CODE, DeferredArgs
+from .nvtx import NVTX_DOMAIN_CREATE, NVTX_MARK, NVTX_PUSH_POP, NVTX_START_END
 from .read import NsysDatabase
 
 FILE_FORMAT = "nsys_sqlite"
 LAYOUT = "nsys"
-#: NVTX_EVENTS.eventType values (ENUM_NSYS_EVENT_TYPE).
-NVTX_MARK, NVTX_PUSH_POP, NVTX_START_END, NVTX_DOMAIN_CREATE = 34, 59, 60, 75
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 
 
@@ -246,6 +246,11 @@ def _empty_like(source: _Source) -> pa.Table:
     return source.schema.empty_table()
 
 
+def _source_columns(key: str, alias: str) -> str:
+    """The columns that point a slice back to its source row (for its args)."""
+    return f"{SOURCE_CODE[key]}::tinyint as src, {alias}.{ROW_COLUMN} as src_row"
+
+
 def _gpu_slices_sql(tables: dict[str, pa.Table]) -> str:
     """Kernels, copies, fills and graph records: one row each, still device-wide."""
     parts = [f"""
@@ -253,13 +258,7 @@ def _gpu_slices_sql(tables: dict[str, pa.Table]) -> str:
             k.streamId as stream, k.correlationId as correlation,
             {_PID.format(col='k.globalPid')} as pid,
             coalesce(demangled.value, short.value, 'kernel') as name,
-            to_json({{
-                'short name': short.value, 'grid': [k.gridX, k.gridY, k.gridZ],
-                'block': [k.blockX, k.blockY, k.blockZ],
-                'registers per thread': k.registersPerThread,
-                'shared memory': k.staticSharedMemory + k.dynamicSharedMemory,
-                'graph id': k.graphId, 'graph node id': k.graphNodeId,
-                'launch type': k.launchType}})::varchar as args
+            {_source_columns('kernel', 'k')}
         from kernel as k
         left join strings as demangled on k.demangledName = demangled.id
         left join strings as short on k.shortName = short.id"""]
@@ -269,8 +268,7 @@ def _gpu_slices_sql(tables: dict[str, pa.Table]) -> str:
             'Memcpy ' || coalesce(copy_kind.label, 'Unknown') || ' ('
                 || coalesce(src.label, 'Unknown') || ' -> '
                 || coalesce(dst.label, 'Unknown') || ')',
-            to_json({{'bytes': m.bytes, 'copy kind': m.copyKind,
-                      'graph node id': m.graphNodeId}})::varchar
+            {_source_columns('memcpy', 'm')}
         from memcpy as m
         left join copy_kinds as copy_kind on m.copyKind = copy_kind.id
         left join mem_kinds as src on m.srcKind = src.id
@@ -279,21 +277,23 @@ def _gpu_slices_sql(tables: dict[str, pa.Table]) -> str:
         select 'gpu_memset', m.start, m."end", m.deviceId, m.streamId, m.correlationId,
             {_PID.format(col='m.globalPid')},
             'Memset (' || coalesce(mem.label, 'Unknown') || ')',
-            to_json({{'bytes': m.bytes, 'value': m.value,
-                      'graph node id': m.graphNodeId}})::varchar
+            {_source_columns('memset', 'm')}
         from memset as m
         left join mem_kinds as mem on m.memKind = mem.id""")
     if "graph" in tables:
         parts.append(f"""
             select 'cuda_graph', g.start, g."end", g.deviceId, g.streamId, g.correlationId,
                 {_PID.format(col='g.globalPid')}, 'CUDA graph ' || coalesce(g.graphId, -1),
-                to_json({{'graph id': g.graphId}})::varchar
+                {_source_columns('graph', 'g')}
             from graph as g""")
     return " union all ".join(parts)
 
 
 def _cpu_slices_sql(tables: dict[str, pa.Table]) -> str:
-    """Runtime and driver calls and NVTX events, with the track each belongs on."""
+    """Runtime and driver calls and NVTX events, with the track each belongs on.
+
+    ``event_type`` is NVTX's, NULL on calls: the annotation context tells push/pop
+    ranges by it before the args (which hold it too) are built."""
     parts = []
     for key, category in (("runtime", "cuda_runtime"), ("driver", "cuda_driver")):
         if key not in tables:
@@ -303,8 +303,7 @@ def _cpu_slices_sql(tables: dict[str, pa.Table]) -> str:
                 {_PID.format(col='r.globalTid')} as pid, r.globalTid as track_key,
                 'thread' as track_kind, r.correlationId as correlation,
                 regexp_replace(coalesce(names.value, 'cuda call'), '_v[0-9]+$', '') as name,
-                to_json({{'return value': r.returnValue,
-                          'api name': names.value}})::varchar as args
+                {_source_columns(key, 'r')}, null::bigint as event_type
             from {key} as r
             left join strings as names on r.nameId = names.id""")
     parts.append(f"""
@@ -320,39 +319,45 @@ def _cpu_slices_sql(tables: dict[str, pa.Table]) -> str:
                 as track_kind,
             null::bigint as correlation,
             coalesce(n.text, texts.value, '') as name,
-            to_json({{'domain id': n.domainId, 'domain': domains.name,
-                      'event type': n.eventType, 'range id': n.rangeId,
-                      'category': n.category, 'end thread': n.endGlobalTid,
-                      'is unterminated': n."end" is null and n.eventType != {NVTX_MARK},
-                      'payload': coalesce(n.uint64Value::varchar, n.int64Value::varchar,
-                                          n.doubleValue::varchar, n.uint32Value::varchar,
-                                          n.int32Value::varchar, n.floatValue::varchar),
-                      'json': n.jsonText}})::varchar as args
+            {_source_columns('nvtx', 'n')}, n.eventType as event_type
         from nvtx as n
         left join strings as texts on n.textId = texts.id
-        left join domains on n.domainId = domains.domain_id
         where n.eventType in ({NVTX_MARK}, {NVTX_PUSH_POP}, {NVTX_START_END})""")
     return " union all ".join(parts)
 
 
-def _register(con: duckdb.DuckDBPyConnection, tables: dict[str, pa.Table]) -> None:
-    """One GPU's activity tables (``tables``, with the shared ones) as DuckDB views' inputs."""
+def _register(con: duckdb.DuckDBPyConnection, tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
+    """One GPU's activity tables (``tables``, with the shared ones) as DuckDB views' inputs;
+    returns the activity tables as registered, each numbered by :data:`ROW_COLUMN`."""
+    sources: dict[str, pa.Table] = {}
     for key, source in (("kernel", _KERNEL), ("memcpy", _MEMCPY), ("memset", _MEMSET),
-                        ("runtime", _RUNTIME), ("nvtx", _NVTX)):
-        con.register(key, tables.get(key, _empty_like(source)))
-    for key in ("graph", "driver"):
-        if key in tables:
-            con.register(key, tables[key])
+                        ("graph", _GRAPH), ("runtime", _RUNTIME), ("driver", _DRIVER),
+                        ("nvtx", _NVTX)):
+        if key not in tables and key in ("graph", "driver"):
+            continue
+        table = tables.get(key, _empty_like(source))
+        sources[key] = table.append_column(
+            ROW_COLUMN, pa.array(np.arange(table.num_rows, dtype=np.int64)))
+        con.register(key, sources[key])
     con.register("strings", tables["strings"])
     con.register("copy_kinds", pa.table({"id": list(_MEMCPY_KIND),
                                          "label": list(_MEMCPY_KIND.values())}))
     con.register("mem_kinds", pa.table({"id": list(_MEM_KIND), "label": list(_MEM_KIND.values())}))
-    con.register("nvtx_domains", tables["nvtx_domains"])
-    con.execute(f"""
-        create temp table domains as
-        select coalesce(domainId, 0) as domain_id, min(coalesce(text, texts.value)) as name
-        from nvtx_domains left join strings as texts on nvtx_domains.textId = texts.id
-        where eventType = {NVTX_DOMAIN_CREATE} group by 1""")
+    return sources
+
+
+def args_lookups(tables: dict[str, pa.Table]) -> dict[str, pa.Table]:
+    """The name tables the args show (:data:`ingest.nsys.args.ARGS_SQL`), as ``id, value``:
+    ``strings`` (StringIds) and ``domains`` (each NVTX domain's name, from its create
+    event's text, else the string it names)."""
+    with duckdb.connect() as con:
+        con.register("strings", tables["strings"])
+        con.register("nvtx_domains", tables["nvtx_domains"])
+        domains = con.sql(f"""
+            select coalesce(domainId, 0) as id, min(coalesce(text, texts.value)) as value
+            from nvtx_domains left join strings as texts on nvtx_domains.textId = texts.id
+            where eventType = {NVTX_DOMAIN_CREATE} group by 1""").to_arrow_table()
+    return {"strings": tables["strings"], "domains": domains}
 
 
 def _base_time_ns(tables: dict[str, pa.Table]) -> int:
@@ -430,9 +435,9 @@ def parse_nsys_export(db: NsysDatabase, source: TraceFile, *, content_hash: str,
         tables = {**shared, **read_gpu(db, device, pids, mapped if index == 0 else None)}
         con = duckdb.connect()
         try:
-            _register(con, tables)
-            # Views over the Arrow tables: the JSON args and joined names of a row
-            # are built only when the rows are taken, never held for the whole file.
+            sources = _register(con, tables)
+            # Views over the Arrow tables: the joined names of a row are built only
+            # when the rows are taken, never held for the whole file.
             con.execute(f"create temp view gpu as {_gpu_slices_sql(tables)}")
             con.execute(f"create temp view cpu_device as select *, {int(device)} as device "
                         f"from ({_cpu_slices_sql(tables)})")
@@ -442,11 +447,28 @@ def parse_nsys_export(db: NsysDatabase, source: TraceFile, *, content_hash: str,
                             device_properties=_device_properties(shared, device))
         finally:
             con.close()
-        del tables
+        # The activity tables stay, read by the args of each write batch.
+        part.args = DeferredArgs(sources, args_lookups(tables), *part.args_source)
+        part.args_source = None
+        del tables, sources
         release_free_memory()  # DuckDB's working memory, before the lake writer's arrays
-        yield part
+        try:
+            yield part
+        finally:
+            part.args.close()
         del part
         release_free_memory()  # this GPU's rows, written by now
+
+
+@dataclass
+class NsysTrace(ParsedTrace):
+    """One GPU's :class:`ParsedTrace` whose ``slices`` hold a stand-in ``args``
+    (:func:`stand_in_args`); the real text comes from :attr:`args` as the lake
+    file is written (:func:`ingest.nsys.write.write_gpu_tmp`)."""
+
+    args: DeferredArgs | None = None
+    #: ``(src, src_row)`` per slice until :attr:`args` is made from them.
+    args_source: tuple[np.ndarray, np.ndarray] | None = None
 
 
 @dataclass
@@ -475,7 +497,7 @@ def _thread_and_process_names(con: duckdb.DuckDBPyConnection,
 def _one_gpu(con: duckdb.DuckDBPyConnection, source: TraceFile, device: int, rank: int,
              world: int | None, base_ns: int, names: _Names, *, trace_id: str,
              content_hash: str, ingested_at: object,
-             device_properties: str | None) -> ParsedTrace:
+             device_properties: str | None) -> NsysTrace:
     """The lake rows of one GPU: its device work and its processes' CPU rows."""
     # The GPU's device work (side 0) then its processes' CPU rows (side 1); one
     # track per stream, per thread, and per process and domain for start/end ranges.
@@ -483,11 +505,12 @@ def _one_gpu(con: duckdb.DuckDBPyConnection, source: TraceFile, device: int, ran
     con.execute(f"""
         create or replace temp view picked as
         select 0 as side, category, 'X' as phase, start, "end", correlation, device, stream,
-            name, args, 'gpu' as track_kind, stream as track_key, device as pid
+            name, src, src_row, null::bigint as event_type, 'gpu' as track_kind,
+            stream as track_key, device as pid
         from gpu where device = {device}
         union all
-        select 1, category, phase, start, "end", correlation, null, null, name, args,
-            track_kind, track_key, pid
+        select 1, category, phase, start, "end", correlation, null, null, name, src, src_row,
+            event_type, track_kind, track_key, pid
         from cpu_device where device = {device}""")
     con.execute("""
         create or replace temp table tracks as
@@ -498,7 +521,8 @@ def _one_gpu(con: duckdb.DuckDBPyConnection, source: TraceFile, device: int, ran
     rows = con.sql("""
         select picked.side, picked.category, picked.phase, picked.start + $base as ts,
             greatest(picked."end" - picked.start, 0) as dur, picked.correlation,
-            picked.device, picked.stream, picked.name, picked.args, tracks.track_id
+            picked.device, picked.stream, picked.name, picked.src, picked.src_row,
+            picked.event_type, tracks.track_id
         from picked inner join tracks using (track_kind, track_key)
         order by picked.side, picked.start, tracks.track_id, picked."end" desc
         """, params={"base": base_ns}).to_arrow_table()
@@ -538,8 +562,10 @@ def _one_gpu(con: duckdb.DuckDBPyConnection, source: TraceFile, device: int, ran
         "in_msg_nelems": pa.nulls(n, pa.int64()),
         "out_msg_nelems": pa.nulls(n, pa.int64()),
         "dtype": pa.nulls(n, pa.string()),
-        "args": rows.column("args"),
+        "args": stand_in_args(rows.column("event_type")),
     }).cast(schema.PARSED_SLICES)
+    args_source = (rows.column("src").to_numpy().astype(np.int8),
+                   rows.column("src_row").to_numpy().astype(np.int64))
 
     flows = _launch_flows(rows, ts, run_id, rank, trace_id)
     threads, processes = _tracks(track_rows, device, names, run_id, rank, trace_id)
@@ -566,13 +592,22 @@ def _one_gpu(con: duckdb.DuckDBPyConnection, source: TraceFile, device: int, ran
         "has_op_shapes": False, "ingested_at": ingested_at,
         "lake_format": schema.LAKE_FORMAT,
     }], schema=schema.TRACES)
-    return ParsedTrace(
+    return NsysTrace(
         trace_id=trace_id, rank=rank, iteration=source.iteration_hint,
         profiler_steps=tuple(steps),
         tables={"slices": slices, "flows": flows, "threads": threads,
                 "processes": processes, "process_groups": schema.PROCESS_GROUPS.empty_table(),
                 "traces": traces},
+        args_source=args_source,
     )
+
+
+def stand_in_args(event_type: pa.ChunkedArray) -> pa.ChunkedArray:
+    """``args`` as the slice context reads it before the real text exists: only NVTX's
+    ``event type`` (which tells push/pop ranges, ingest/annotation_context.py), NULL
+    on every other row; :class:`DeferredArgs` writes the whole text into the lake."""
+    text = pc.cast(event_type, pa.string())
+    return pc.binary_join_element_wise('{"event type": ', text, "}", "")
 
 
 def _cpu_names(rows: pa.Table) -> list[str]:

@@ -35,6 +35,11 @@ NSYS_REP_SUFFIX = ".nsys-rep"
 #: File names discovery treats as Nsight exports without reading them.
 NSYS_SUFFIXES = (".sqlite", ".sqlite3", NSYS_REP_SUFFIX)
 _VERSIONED = re.compile(r"^(?P<base>[A-Z_]+?)(?:_V(?P<version>\d+))?$")
+#: Rows per Arrow record batch the driver hands over (its default is 1024): a GPU's
+#: tables then come in a few dozen chunks, not thousands, which every later ``take``
+#: and cast walks (a 765k-row NVTX table: 747 batches -> 12, and 10.9 -> 9.5 s to read).
+BATCH_ROWS = 64 * 1024
+BATCH_ROWS_OPTION = "adbc.sqlite.query.batch_rows"
 #: Seconds `nsys export` may take on one report before we give up on it.
 EXPORT_TIMEOUT_S = 3600
 
@@ -179,6 +184,7 @@ class NsysDatabase:
         in two types at once)."""
         try:
             with self._conn.cursor() as cursor:
+                cursor.adbc_statement.set_options(**{BATCH_ROWS_OPTION: str(BATCH_ROWS)})
                 cursor.execute(sql)
                 reader = cursor.fetch_record_batch()
                 batches = [each(batch) for batch in reader]

@@ -293,18 +293,32 @@ torch_launched as (
 
 {# The ranges a pattern names (Optimizer.step#AdamW.step), and every range
    inside one of them (its lineage holds it). #}
+{# Each distinct name matched once, then joined back by name: a pattern held
+   in a column is compiled for every pair it is tried on, and NVTX repeats a
+   few names a million times. #}
+named_patterns as (
+    select
+        distinct_names.name,
+        torch_patterns.phase,
+        torch_patterns.pattern_id,
+        torch_patterns.priority
+    from (select distinct annotation_ranges.name from annotation_ranges) as distinct_names
+    inner join torch_patterns
+        on
+            torch_patterns.source = 'annotation'
+            and {{ regex_matches('distinct_names.name', 'torch_patterns.pattern') }}
+),
+
 named_ranges as (
     select
         annotation_ranges.trace_id,
         annotation_ranges.slice_id,
-        torch_patterns.phase,
-        torch_patterns.pattern_id,
-        torch_patterns.priority
+        named_patterns.phase,
+        named_patterns.pattern_id,
+        named_patterns.priority
     from annotation_ranges
-    inner join torch_patterns
-        on
-            torch_patterns.source = 'annotation'
-            and {{ regex_matches('annotation_ranges.name', 'torch_patterns.pattern') }}
+    inner join named_patterns
+        on annotation_ranges.name = named_patterns.name
 ),
 
 range_candidates as (
