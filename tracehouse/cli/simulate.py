@@ -50,6 +50,17 @@ def add_parser(sub: Any) -> None:
     simulate.add_argument("--straggler", action="extend", nargs="+", default=[],
                           metavar="RANK:FACTOR",
                           help="slow ranks' compute kernels, e.g. 5:1.5 (several allowed)")
+    simulate.add_argument("--slow-group", action="extend", nargs="+", default=[],
+                          metavar="KIND:FACTOR",
+                          help="slow every transfer in one kind of process group, e.g. dp:3 "
+                               "(a slow link; kinds: tp, cp, ep, etp, dp, pp, embedding, "
+                               "world; several allowed)")
+    simulate.add_argument("--no-overlap-grad-reduce", action="store_true",
+                          help="Megatron without --overlap-grad-reduce: the data-parallel "
+                               "gradient reduce-scatters run after the last backward, exposed")
+    simulate.add_argument("--launch-overhead-us", type=float, default=0.0, metavar="X",
+                          help="host microseconds added to every kernel launch call (a "
+                               "launch-bound run; default 0)")
     simulate.add_argument("--clock-skew-us", type=float, default=0.0, metavar="X",
                           help="largest per-node clock offset in microseconds (default 0)")
     simulate.add_argument("--gpus-per-node", type=int, default=8, metavar="G",
@@ -68,10 +79,11 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Handler of ``tracehouse simulate``."""
-    from tracehouse.simulate import SimConfig, parse_straggler, simulate_run
+    from tracehouse.simulate import SimConfig, parse_slow_group, parse_straggler, simulate_run
 
     try:
         stragglers = tuple(parse_straggler(text) for text in args.straggler)
+        slow_groups = tuple(parse_slow_group(text) for text in args.slow_group)
         schedule = args.schedule or ("interleaved" if args.vpp > 1 else "1f1b")
         config = SimConfig(
             tp=args.tp, pp=args.pp, dp=args.dp, cp=args.cp, ep=args.ep, etp=args.etp,
@@ -81,6 +93,8 @@ def run(args: argparse.Namespace) -> int:
             stragglers=stragglers, clock_skew_us=args.clock_skew_us,
             gpus_per_node=args.gpus_per_node, seed=args.seed,
             first_iteration=args.first_iteration, record_shapes=args.record_shapes,
+            slow_groups=slow_groups, overlap_grad_reduce=not args.no_overlap_grad_reduce,
+            launch_overhead_us=args.launch_overhead_us,
         )
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)

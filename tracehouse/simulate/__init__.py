@@ -17,8 +17,8 @@ discrete-event model), :mod:`.writer` (Kineto JSON), :mod:`.run`
 
 from __future__ import annotations
 
-from .config import SCHEDULES, SimConfig, parse_straggler
+from .config import SCHEDULES, SimConfig, parse_slow_group, parse_straggler
 from .run import SimulatedRun, simulate_run, trace_path
 
-__all__ = ["SCHEDULES", "SimConfig", "SimulatedRun", "parse_straggler", "simulate_run",
-           "trace_path"]
+__all__ = ["SCHEDULES", "SimConfig", "SimulatedRun", "parse_slow_group", "parse_straggler",
+           "simulate_run", "trace_path"]

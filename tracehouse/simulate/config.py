@@ -11,6 +11,13 @@ import re
 from dataclasses import dataclass
 
 SCHEDULES = ("1f1b", "interleaved")
+#: Process-group kinds whose transfers ``slow_groups`` may slow: the groups
+#: the simulated program communicates in (``pp`` = its P2P sends and receives).
+SLOWABLE_GROUPS = frozenset({"tp", "cp", "ep", "etp", "dp", "pp", "embedding", "world"})
+#: The simulator's own group names that a user's kind stands for: the gradient
+#: buckets reduce in ``dp_cp`` (``edp`` for experts), the distributed
+#: optimizer's grad-norm all-reduce in a world-sized group.
+GROUP_KIND = {"dp_cp": "dp", "edp": "dp", "intra_dist_opt": "world"}
 
 
 @dataclass(frozen=True)
@@ -26,6 +33,16 @@ class SimConfig:
     compute kernels take 1.5x as long); ``clock_skew_us`` is the largest
     offset, in microseconds, that a node's clock may have (offsets are drawn
     per node from ``seed``; node 0 keeps the reference clock).
+
+    More faults, each the cause of a finding or a what-if scenario:
+    ``overlap_grad_reduce`` (Megatron's ``--overlap-grad-reduce``, on by
+    default here as the reference runs have it) off moves the data-parallel
+    reduce-scatters into ``finalize_model_grads``, after the last backward,
+    where nothing hides them; ``launch_overhead_us`` adds host time to every
+    kernel launch call (Python and launch overhead: a launch-bound run whose
+    GPU waits for the CPU); ``slow_groups`` maps a process-group kind (``dp``,
+    ``tp``, ``pp``, …) to a factor every transfer in such groups is slowed by
+    (a slow link or a congested fabric).
 
     ``record_shapes``: write the transformer ops' shapes (``Input Dims``,
     ``Input type``, ``Concrete Inputs``), as the PyTorch profiler's
@@ -59,6 +76,9 @@ class SimConfig:
     first_iteration: int = 1
     jitter: float = 0.03
     record_shapes: bool = False
+    overlap_grad_reduce: bool = True
+    launch_overhead_us: float = 0.0
+    slow_groups: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "cp", "ep", "vpp", "microbatches", "iterations",
@@ -115,6 +135,18 @@ class SimConfig:
                 raise ValueError(f"straggler rank {rank} is outside 0..{self.world - 1}")
             if factor <= 0:
                 raise ValueError(f"straggler factor for rank {rank} must be > 0, got {factor}")
+        if not isinstance(self.overlap_grad_reduce, bool):
+            raise ValueError("overlap_grad_reduce must be True or False, "
+                             f"got {self.overlap_grad_reduce!r}")
+        if not 0 <= self.launch_overhead_us <= 1e6:
+            raise ValueError("launch_overhead_us must be between 0 and 1e6 (1 s), "
+                             f"got {self.launch_overhead_us!r}")
+        for kind, factor in self.slow_groups:
+            if kind not in SLOWABLE_GROUPS:
+                raise ValueError(f"slow group kind {kind!r} is not one of "
+                                 f"{', '.join(sorted(SLOWABLE_GROUPS))}")
+            if factor <= 0:
+                raise ValueError(f"slow group factor for {kind} must be > 0, got {factor}")
         if self.first_iteration < 0:
             raise ValueError("first_iteration must be >= 0")
 
@@ -155,6 +187,15 @@ class SimConfig:
                 return factor
         return 1.0
 
+    def group_slowdown(self, group: str) -> float:
+        """Factor the transfers in ``group`` (a simulator group name) are slowed by
+        (1.0 unless its kind was injected)."""
+        kind = GROUP_KIND.get(group, group)
+        for k, factor in self.slow_groups:
+            if k == kind:
+                return factor
+        return 1.0
+
     def analytical_bubble_ratio(self) -> float:
         """Megatron's pipeline bubble: (p-1)/(m+p-1), interleaved (p-1)/(v*m+p-1)."""
         p, m, v = self.pp, self.microbatches, self.vpp
@@ -170,3 +211,14 @@ def parse_straggler(text: str) -> tuple[int, float]:
     if not match:
         raise ValueError(f"invalid straggler {text!r}: expected RANK:FACTOR, e.g. 5:1.5")
     return int(match.group(1)), float(match.group(2))
+
+
+_SLOW_GROUP = re.compile(r"^\s*([a-z_]+)\s*:\s*([0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?)\s*$")
+
+
+def parse_slow_group(text: str) -> tuple[str, float]:
+    """``"dp:3"`` → ``("dp", 3.0)``; raise ValueError naming the expected form."""
+    match = _SLOW_GROUP.match(text)
+    if not match:
+        raise ValueError(f"invalid slow group {text!r}: expected KIND:FACTOR, e.g. dp:3")
+    return match.group(1), float(match.group(2))

@@ -87,6 +87,7 @@ def model_config(cfg: SimConfig) -> dict:
         "swiglu": False,
         "group_query_attention": False,
         "params_dtype": "torch.bfloat16",
+        "overlap_grad_reduce": cfg.overlap_grad_reduce,
     }
     if cfg.ep > 1:
         args["num_experts"] = cfg.num_experts

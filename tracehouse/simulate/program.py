@@ -121,6 +121,20 @@ class Op:
         return RUNTIME_CALLS[self.runtime][1]
 
 
+#: Runtime calls that launch a kernel: what ``SimConfig.launch_overhead_us``
+#: lengthens.
+KERNEL_LAUNCH_CALLS = frozenset({"cudaLaunchKernel", "cudaLaunchKernelExC"})
+
+
+def launch_call_us(op: Op, launch_overhead_us: float) -> float:
+    """How long the CPU runtime call that issues ``op`` runs: its nominal
+    duration, plus the injected host overhead where it launches a kernel (the
+    GPU can start the work only after that overhead, so a large one starves
+    it, as a launch-bound run does)."""
+    extra = launch_overhead_us if op.runtime in KERNEL_LAUNCH_CALLS else 0.0
+    return op.runtime_us + extra
+
+
 class Tape:
     """Builder and container of one stage's program.
 

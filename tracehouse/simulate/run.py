@@ -238,6 +238,7 @@ def _ground_truth(cfg: SimConfig, topology: dict, timeline: Timeline, skews: np.
                   per_iteration: dict, pp_timer_iteration: int | None) -> dict:
     config = asdict(cfg)
     config["stragglers"] = [list(s) for s in cfg.stragglers]
+    config["slow_groups"] = [list(s) for s in cfg.slow_groups]
     schedule = "no_pipelining" if cfg.pp == 1 else cfg.schedule
     ranks = []
     for rank in range(cfg.world):
@@ -272,6 +273,9 @@ def _ground_truth(cfg: SimConfig, topology: dict, timeline: Timeline, skews: np.
                        "comm_wait_us sums, per group kind, the time NCCL kernels waited for "
                        "peers (overlapping async waits add up).",
         "stragglers": [{"rank": r, "factor": f} for r, f in cfg.stragglers],
+        "slow_groups": [{"kind": k, "factor": f} for k, f in cfg.slow_groups],
+        "overlap_grad_reduce": cfg.overlap_grad_reduce,
+        "launch_overhead_us": cfg.launch_overhead_us,
         "efficiency": {"model_flops_per_iteration": cost_model_flops_per_iteration(cfg),
                        "kernel_flops_per_iteration": kernel_flops_per_iteration(cfg),
                        "record_shapes": cfg.record_shapes,

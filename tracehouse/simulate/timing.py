@@ -47,6 +47,7 @@ from .program import (
     SYNC,
     WAIT,
     Op,
+    launch_call_us,
 )
 from .training import StageProgram
 
@@ -138,7 +139,13 @@ class Timeline:
         return free[stream]
 
     def _comm_us(self, s: int, op: Op) -> np.ndarray:
-        """Transfer time of ``op`` at every position of stage ``s``."""
+        """Transfer time of ``op`` at every position of stage ``s``, slowed by
+        the config's factor for its group kind (a slow link)."""
+        slowdown = self.cfg.group_slowdown("pp" if op.kind == P2P else op.group)
+        return self._nominal_comm_us(s, op) * slowdown
+
+    def _nominal_comm_us(self, s: int, op: Op) -> np.ndarray:
+        """Transfer time of ``op`` at every position of stage ``s`` on healthy links."""
         if op.kind == P2P:
             side = _side(op, s, self.cfg.pp)
             intra = costs.p2p_us(op.nbytes, True)
@@ -246,13 +253,14 @@ class Timeline:
                 t.end[i] = idle
                 self.cpu[s] = idle + GAP_US
                 return
-            self.cpu[s] = launch + op.runtime_us + GAP_US
+            call_us = launch_call_us(op, cfg.launch_overhead_us)
+            self.cpu[s] = launch + call_us + GAP_US
             if op.kind == WAIT:
                 done = t.end[op.wait]
                 t.start[i] = t.end[i] = done
                 self.free[s][COMPUTE_STREAM] = np.maximum(compute, done)
                 return
-            ready_at = launch + LAUNCH_LATENCY_US
+            ready_at = launch + (call_us - op.runtime_us) + LAUNCH_LATENCY_US
             if op.kind in (KERNEL, MEMOP):
                 start = np.maximum(ready_at, compute)
                 dur = op.dur_us

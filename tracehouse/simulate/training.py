@@ -82,14 +82,23 @@ class TrainStep:
         self.launched: dict[tuple[int, int], int | None] = {}
 
     # -- data-parallel gradient reduction ------------------------------------
-    def _reduce_scatter(self, chunk: int, index: int, thread: int) -> None:
+    def _reduce_scatter(self, chunk: int, index: int, thread: int,
+                        blocking: bool = False) -> None:
         bucket = self.buckets[chunk][index]
         size = self.b.group_sizes[bucket.group]
         with self.b.py(f"{PGB}(364): start_grad_sync", thread):
             self.launched[(chunk, index)] = self.b.collective(
                 "reduce_scatter_tensor_coalesced", bucket.group, bucket.numel,
                 bucket.numel // max(size, 1), "Float", thread=thread, phase="dp_sync",
-                blocking=False, python=False)
+                blocking=blocking, python=False)
+
+    def grad_sync_func(self) -> Callable[[int], None]:
+        """What the schedules get as Megatron's ``config.grad_sync_func``: set
+        only with ``overlap_grad_reduce`` (megatron/training/training.py);
+        without it the schedules launch nothing and ``finalize`` reduces."""
+        if self.cfg.overlap_grad_reduce:
+            return self.start_grad_sync
+        return lambda chunk: None
 
     def start_grad_sync(self, chunk: int) -> None:
         """``DistributedDataParallel.start_grad_sync`` (Megatron's ``grad_sync_func``)."""
@@ -105,6 +114,8 @@ class TrainStep:
         def on_layer_done(item: str) -> None:
             done.add(item)
             with self.b.py(f"{DDP}(427): hook", AUTOGRAD):
+                if not self.cfg.overlap_grad_reduce:
+                    return  # the hook only accumulates: no bucket is ever ready early
                 with self.b.py(f"{PGB}(539): register_grad_ready", AUTOGRAD):
                     if not sync:
                         return
@@ -182,9 +193,14 @@ class TrainStep:
             for chunk, buckets in enumerate(self.buckets):
                 with b.py(f"{DDP}(525): finish_grad_sync"):
                     for index in range(len(buckets)):
-                        # Megatron asserts the overlapped reduction was issued by now.
-                        assert (chunk, index) in self.launched, (chunk, index)
                         with b.py(f"{PGB}(507): finish_grad_sync"):
+                            if not cfg.overlap_grad_reduce:
+                                # param_and_grad_buffer.finish_grad_sync: no overlap, so
+                                # reduce now, synchronously, after the whole backward.
+                                self._reduce_scatter(chunk, index, MAIN, blocking=True)
+                                continue
+                            # Megatron asserts the overlapped reduction was issued by now.
+                            assert (chunk, index) in self.launched, (chunk, index)
                             b.wait(self.launched[(chunk, index)])
             b.leaf(f"{FMG}(89): _allreduce_conditional_embedding_grads")
             with b.py(f"{FMG}(318): _allreduce_non_tensor_model_parallel_grads"):
@@ -260,10 +276,10 @@ class TrainStep:
                         if cfg.pp == 1:
                             schedules.no_pipelining(b, fwd, bwd, self.finalize)
                         elif cfg.vpp > 1:
-                            schedules.interleaved(b, nelems, fwd, bwd, self.start_grad_sync,
+                            schedules.interleaved(b, nelems, fwd, bwd, self.grad_sync_func(),
                                                   self.finalize)
                         else:
-                            schedules.one_f_one_b(b, nelems, fwd, bwd, self.start_grad_sync,
+                            schedules.one_f_one_b(b, nelems, fwd, bwd, self.grad_sync_func(),
                                                   self.finalize)
                         self.optimizer_step()
                     b.leaf("megatron/training/training.py(1773): training_log")

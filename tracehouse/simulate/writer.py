@@ -53,6 +53,7 @@ from .program import (
     WAIT,
     Op,
     Tape,
+    launch_call_us,
 )
 
 #: ``baseTimeNanoseconds`` of every simulated trace (2026-01-01T00:00:00Z).
@@ -280,7 +281,8 @@ def _emit_events(out: _Out, cfg: SimConfig, tape: Tape, groups: dict[str, GroupI
             ext = innermost_external(thread)
             correlation += 1
             l0 = float(launch[i])
-            cbid, rt_dur = RUNTIME_CALLS[op.runtime]
+            cbid = RUNTIME_CALLS[op.runtime][0]
+            rt_dur = launch_call_us(op, cfg.launch_overhead_us)
             c0 = ns(l0)
             if op.kind == SYNC:
                 c1 = ns(float(end[i]))
