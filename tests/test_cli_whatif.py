@@ -14,6 +14,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from whatif_warehouse import SLOW_DP_FACTOR
 
 from conftest import NASTY_NAME, query_warehouse
 from tracehouse.cli.main import main
@@ -96,3 +97,21 @@ def test_a_selection_of_nothing_is_a_usage_error(
     assert "selects no op" in capsys.readouterr().err
     assert main(["whatif", "--warehouse", str(whatif_wh.root), "--run", "no_such_run"]) == 1
     assert "no_such_run" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_speeding_the_slow_link_back_up_predicts_the_clean_run(
+        whatif_wh, capsys: pytest.CaptureFixture[str]) -> None:
+    """slow_dp is clean with every data-parallel transfer 3x slower: the DP
+    group's collectives scaled by 1/3 predict the clean run within 3%."""
+    scale = f"group=dp:{1 / SLOW_DP_FACTOR:.6f}"
+    assert main(["whatif", "--warehouse", str(whatif_wh.root), "--run", "slow_dp",
+                 "--scale", scale, "--format", "csv"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = lines[0].split(",")
+    [mine] = [dict(zip(header, line.split(","))) for line in lines[1:]
+              if line.startswith(f"slow_dp,{scale},")]
+    clean = query_warehouse(whatif_wh.root, "select max(step_ns) from fct_rank_iterations "
+                                            "where run_id = 'clean'")[0][0]
+    assert int(mine["step_ns"]) > 1.05 * clean
+    assert abs(int(mine["predicted_step_ns"]) - clean) / clean <= TOLERANCE, (mine, clean)

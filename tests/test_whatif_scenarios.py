@@ -116,3 +116,22 @@ def test_faster_weights_never_predict_a_slower_step(whatif_wh) -> None:
         _step, no_gaps = _predicted(whatif_wh.root, run, "no_host_gaps")
         assert overlap <= ideal
         assert overlap < replayed and no_gaps <= replayed
+
+
+@pytest.mark.parametrize(("run", "baseline", "scenario"), [
+    ("slow_dp", "clean", "ideal_communication"),
+    ("launch_bound", "clean", "no_host_gaps"),
+    ("no_overlap", "overlap_clean", "perfect_overlap"),
+])
+def test_a_scenario_removes_its_injected_cause(whatif_wh, run: str, baseline: str,
+                                               scenario: str) -> None:
+    """A run with a cause injected (a slow DP link, launch-bound kernels, the DP
+    reduce-scatters exposed after the backward) and its baseline differ by
+    that cause alone, so the scenario that removes it predicts the same step
+    for both: within 3% of the baseline's prediction. The cause must cost
+    more than that 3%, or the check would say nothing."""
+    measured, predicted = _predicted(whatif_wh.root, run, scenario)
+    base_measured, base_predicted = _predicted(whatif_wh.root, baseline, scenario)
+    assert measured > (1 + TOLERANCE) * base_measured, f"{run} should be slower than {baseline}"
+    assert abs(predicted - base_predicted) / base_predicted <= TOLERANCE, (
+        measured, predicted, base_measured, base_predicted)
