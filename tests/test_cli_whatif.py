@@ -36,7 +36,8 @@ def test_parse_scale_reads_selectors_ranges_and_the_factor() -> None:
 
 @pytest.mark.parametrize("text", ["rank=6", "rank=6:fast", "rank=6:-1", ":0.5",
                                   "colour=red:0.5", "kind=tensor:0.5", "rank=7-3:0.5",
-                                  "rank=:0.5", "rank=6,compute:0.5", "compute:0.5"])
+                                  "rank=:0.5", "rank=6,compute:0.5", "compute:0.5",
+                                  "name=(unclosed:0.5"])
 def test_parse_scale_rejects_mistakes_by_name(text: str) -> None:
     with pytest.raises(ValueError, match=repr(text).strip("'\"")[:4] if text else ""):
         parse_scale(text)

@@ -63,14 +63,14 @@ def run_whatif(args: argparse.Namespace) -> int:
     a clear error naming the build that makes them."""
     from tracehouse.core.warehouse import Warehouse
     from tracehouse.query.result_formats import write_csv, write_json, write_table
-    from tracehouse.query.whatif import COLUMNS, EmptySelection, WhatifUnavailable, whatif_rows
+    from tracehouse.query.whatif import COLUMNS, SelectionError, WhatifUnavailable, whatif_rows
 
     try:
         rows = whatif_rows(Warehouse.at(args.warehouse), args.scale, args.run)
     except WhatifUnavailable as error:
         print(f"tracehouse whatif: error: {error}", file=sys.stderr)
         return EXIT_FAILED
-    except EmptySelection as error:
+    except SelectionError as error:
         print(f"tracehouse whatif: error: {error}", file=sys.stderr)
         return EXIT_USAGE
     if args.format == "csv":

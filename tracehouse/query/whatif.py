@@ -41,8 +41,9 @@ class WhatifUnavailable(RuntimeError):
     """The warehouse has no what-if tables (built without the var), or no such run."""
 
 
-class EmptySelection(ValueError):
-    """A ``--scale`` selects no op of the run: a mistake, not a scenario that saves 0."""
+class SelectionError(ValueError):
+    """A ``--scale`` selects no op of the run (a mistake, not a scenario that saves
+    0), or DuckDB refuses its kernel-name pattern."""
 
 
 @dataclass(frozen=True)
@@ -90,8 +91,11 @@ def load_run_graph(con: duckdb.DuckDBPyConnection, run: str) -> RunGraph:
 def selected_nodes(con: duckdb.DuckDBPyConnection, run: RunGraph, scale: Scale) -> np.ndarray:
     """Indexes (node_id - 1 in ``run_nodes``) of the nodes ``scale`` selects."""
     sql, parameters = selection_sql(scale)
-    con.execute(
-        "create or replace temp table selected as " + sql, [run.run_id, *parameters])
+    try:
+        con.execute(
+            "create or replace temp table selected as " + sql, [run.run_id, *parameters])
+    except duckdb.Error as error:
+        raise SelectionError(f"--scale {scale.text!r}: {error}") from None
     rows = con.execute(
         "select distinct run_nodes.node_id from selected "
         "inner join run_nodes on selected.node_id = run_nodes.warehouse_node_id").fetchnumpy()
@@ -168,7 +172,7 @@ def _run_rows(con: duckdb.DuckDBPyConnection, run_id: str, scales: list[Scale]) 
     for scale in scales:
         index = selected_nodes(con, run, scale)
         if index.size == 0:
-            raise EmptySelection(f"--scale {scale.text!r} selects no op of run {run_id!r}")
+            raise SelectionError(f"--scale {scale.text!r} selects no op of run {run_id!r}")
         steps = predicted_steps(con, run, scale_durations(run.graph, index, scale.factor))
         rows.append(_summary(run_id, scale.text, [(m, p) for _i, m, p in steps], index.size))
         combined = scale_durations(combined, index, scale.factor)

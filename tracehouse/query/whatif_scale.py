@@ -32,6 +32,7 @@ the last arrival: tracehouse.core.replay_scenarios).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 #: node_kind values a ``kind=`` shorthand stands for.
@@ -119,6 +120,13 @@ def parse_scale(text: str) -> Scale:
                                      f"{', '.join([*KIND_SHORTHANDS, *NODE_KINDS])}")
             parsed[key] = tuple(kinds)
         else:
+            if key == "name":
+                for value in values:
+                    try:
+                        re.compile(value)
+                    except re.error as error:
+                        raise ValueError(f"{text!r}: name={value!r} is not a regular "
+                                         f"expression ({error})") from None
             parsed[key] = tuple(values)
     return Scale(text=text, selectors=parsed, factor=factor)
 
