@@ -16,3 +16,14 @@
         else 1.0
     end
 {%- endmacro %}
+
+{#- collective_bus_factors(): one row per collective op of the seed
+    collective_ops with its bus_factor text (the seed's patterns for one op
+    agree): the lookup fct_collectives and int_whatif_work_scaled join. -#}
+{% macro collective_bus_factors() -%}
+    select
+        op,
+        min(bus_factor) as bus_factor
+    from {{ ref('collective_ops') }}
+    group by 1
+{%- endmacro %}

@@ -26,11 +26,7 @@ members as (
 ),
 
 bus_factors as (
-    select
-        op,
-        min(bus_factor) as bus_factor
-    from {{ ref('collective_ops') }}
-    group by 1
+    {{ collective_bus_factors() }}
 ),
 
 instances as (
