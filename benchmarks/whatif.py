@@ -28,9 +28,10 @@ from pathlib import Path
 import duckdb
 
 from tracehouse.build.dbt import build_warehouse, run_dbt
-from tracehouse.core.replay import graph_from_relations, replay
+from tracehouse.core.replay import replay
 from tracehouse.core.warehouse import Warehouse
 from tracehouse.ingest.runner import ingest_paths
+from tracehouse.query.whatif import load_run_graph
 from tracehouse.simulate import SimConfig, simulate_run
 
 #: The what-if models build only with this var on (dbt_project.yml, `whatif`).
@@ -38,16 +39,10 @@ WHATIF_VARS = ["--vars", "{whatif: true}"]
 
 
 def _run_graph(con: duckdb.DuckDBPyConnection, run: str):
-    """(node ids, graph) of one run, its nodes renumbered 1..n (as the loader wants)."""
-    con.execute("create or replace temp table run_nodes as select * exclude (node_id), "
-                "node_id as warehouse_node_id, row_number() over (order by node_id) as node_id "
-                "from intermediate.int_replay_nodes_listed where run_id = ?", [run])
-    edges = con.sql(
-        "select edges.* exclude (src_node_id, dst_node_id), src.node_id as src_node_id, "
-        "dst.node_id as dst_node_id from intermediate.int_replay_edges_typed as edges "
-        "inner join run_nodes as src on edges.src_node_id = src.warehouse_node_id "
-        "inner join run_nodes as dst on edges.dst_node_id = dst.warehouse_node_id")
-    return graph_from_relations(con.table("run_nodes"), edges)
+    """(node ids, graph) of one run, its nodes renumbered 1..n (as the loader wants):
+    the loader ``tracehouse whatif`` uses."""
+    loaded = load_run_graph(con, run)
+    return loaded.node_id, loaded.graph
 
 
 def check(schedule: str, tmp: Path) -> None:

@@ -27,6 +27,7 @@ FAMILY_MODULES: tuple[str, ...] = (
     "tracehouse.reports.roofline",      # kernels' FLOP/s against the GPU's roofs (issue 32)
     "tracehouse.reports.efficiency",    # achieved TFLOP/s per phase and pipeline stage (issue 32)
     "tracehouse.reports.mfu",           # MFU per iteration against the run's (issue 32)
+    "tracehouse.reports.whatif",        # what would help most: what-if savings (issue 33)
     "tracehouse.reports.compare",       # two runs side by side (only with a second run)
 )
 

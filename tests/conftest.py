@@ -566,3 +566,14 @@ def report_viewer(report_wh: ReportWarehouse) -> Iterator[Any]:
 
     with serving(report_wh.root) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def whatif_wh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Simulated runs with known injected causes built with the what-if models
+    (tests/whatif_warehouse.py), once per session; read-only."""
+    from whatif_warehouse import build_whatif_warehouse
+
+    built = build_whatif_warehouse(tmp_path_factory.mktemp("whatif_warehouse"))
+    with shared_read_only(built.root):
+        yield built

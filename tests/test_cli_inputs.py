@@ -57,6 +57,7 @@ VALID = {
     ("commtrace",): ["--tp", "1", "--pp", "1", "--dp", "1", "--model", "small",
                      "--out", "{tmp}/ct"],
     ("serve",): [],
+    ("whatif",): [],
 }
 
 

@@ -24,7 +24,7 @@ def test_ci_runs_the_readme_test_command() -> None:
 
 @pytest.mark.parametrize("command", [["ingest"], ["build"], ["sql"], ["demo"], ["report"],
                                      ["export", "perfetto"], ["export", "table"],
-                                     ["serve"]])
+                                     ["serve"], ["whatif"]])
 def test_every_subcommand_has_help(command: list[str],
                                    capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*command, "--help"]) == 0

@@ -3,7 +3,7 @@
 Each command family has its module here (:mod:`.ingest`, :mod:`.build`,
 :mod:`.query` for ``sql`` and ``compare``, :mod:`.simulate`,
 :mod:`.topology`, :mod:`.report`, :mod:`.export`, :mod:`.demo`,
-:mod:`.nsys`, :mod:`.commtrace`, :mod:`.serve`, :mod:`.findings`): it registers its
+:mod:`.nsys`, :mod:`.commtrace`, :mod:`.serve`, :mod:`.findings`, :mod:`.whatif`): it registers its
 subcommand and parses its arguments, then calls one function that tests
 call directly; the shared argument types are in :mod:`.arguments`. This
 module puts the parser together and runs one command. Exit codes: 0
@@ -30,6 +30,7 @@ from tracehouse.cli import (
     serve,
     simulate,
     topology,
+    whatif,
 )
 from tracehouse.cli.arguments import EXIT_FAILED
 
@@ -70,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     commtrace.add_parser(sub)
     serve.add_parser(sub)
     findings.add_parser(sub)
+    whatif.add_parser(sub)
     return parser
 
 

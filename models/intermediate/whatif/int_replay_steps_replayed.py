@@ -4,9 +4,10 @@ The graph (int_replay_nodes_listed, int_replay_edges_typed) is weighed
 once (tracehouse.core.replay.weigh: delays, work and own times from the
 measured times) and replayed once per scenario: `as_measured` with the
 measured work (fct_step_replay checks it against the measured step), then
-each scenario of int_whatif_work_scaled with its nodes' work replaced
-(fct_what_if). Each rank's GPU span in each iteration (first GPU start to
-last GPU end) is kept, with what the replay does not explain, counted
+each scenario of int_whatif_work_scaled with its nodes' durations and
+delays replaced (fct_what_if; tracehouse.core.replay_scenarios.apply_scenario
+gives each to the right weight). Each rank's GPU span in each iteration
+(first GPU start to last GPU end) is kept, with what the replay does not explain, counted
 (scenario-independent: the graph's weights): the GPU ops' start delays,
 GPU ops without a launch (anchored at the iteration start), nodes whose
 measured times broke an edge.
@@ -26,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from tracehouse.core.replay import graph_from_relations, replay
+from tracehouse.core.replay_scenarios import apply_scenario
 
 #: The plain replay, with every node's measured work.
 AS_MEASURED = "as_measured"
@@ -55,16 +57,19 @@ def model(dbt, session):
     is_unlaunched[graph.dst[graph.is_root[graph.src]]] = True
     facts = nodes.filter("rank is not null").select(
         "node_id, run_id, rank, iteration, node_kind like 'gpu_%' as is_gpu, start_ns, end_ns")
-    scaled = dbt.ref("int_whatif_work_scaled").select("scenario, node_id, work_ns").fetchnumpy()
-    scenarios = {AS_MEASURED: graph.work}
+    # NULL (keep the replay's weight) as -1: apply_scenario's "keep".
+    scaled = dbt.ref("int_whatif_work_scaled").select(
+        "scenario, node_id, coalesce(work_ns, -1) as work_ns, "
+        "coalesce(delay_ns, -1) as delay_ns").fetchnumpy()
+    scenarios = {AS_MEASURED: graph}
     for scenario in np.unique(scaled["scenario"]).tolist():
         rows = scaled["scenario"] == scenario
-        work = graph.work.copy()
-        work[np.asarray(scaled["node_id"][rows], dtype=np.int64) - 1] = scaled["work_ns"][rows]
-        scenarios[scenario] = work
+        scenarios[scenario] = apply_scenario(
+            graph, np.asarray(scaled["node_id"][rows], dtype=np.int64) - 1,
+            duration=scaled["work_ns"][rows], delay=scaled["delay_ns"][rows])
     tables = []
-    for scenario, work in scenarios.items():
-        start, end = replay(graph, work)
+    for scenario, weighed in scenarios.items():
+        start, end = replay(weighed)
         per_node = session.from_arrow(pa.table({
             "node_id": node_id, "replayed_start_ns": start, "replayed_end_ns": end,
             "start_delay_ns": graph.delay, "is_inconsistent": graph.is_inconsistent,

@@ -1,9 +1,13 @@
 {#
-    One row per what-if scenario x replay node whose work it changes
-    (scenario, node_id): the work_ns the scenario replays the node with,
-    in place of its measured one (end - start: a compute kernel has no end
-    dependency, so the replay's work is its duration). Nodes a scenario leaves alone
-    have no row. Scenarios so far:
+    One row per what-if scenario x replay node whose weights it changes
+    (scenario, node_id): the weights the replay gives the node in place of
+    its own (tracehouse.core.replay_scenarios.apply_scenario). `work_ns`
+    is the node's duration: its work where nothing ends it from outside (a
+    kernel, a runtime call: end - start), else its own time after the
+    dependency that ends it (a collective member's transfer after the last
+    arrival, a host sync's return after the GPU op it waited for);
+    `delay_ns` its start delay after its dependencies are met. NULL keeps
+    the replay's weight. Nodes a scenario leaves alone have no row.
 
       * no_straggler: every compute kernel at the median, over the ranks
         of its pipeline stage (int_ranks_placed; a run without stages is
@@ -12,8 +16,33 @@
         The straggler what-if paper's rule (ByteDance, OSDI 2025) with the
         median its artifact uses for communication; delays and transfers
         stay as measured.
-    Still to come (issue 33): ideal_communication, perfect_overlap,
-    balanced_stages, no_host_gaps and a user's own scaling.
+      * ideal_communication: every collective member's transfer (its time
+        after the last arrival) at the bus bandwidth
+        var('whatif_bus_bandwidth_gbps'): bytes x bus factor / busbw, the
+        nccl-tests conventions fct_collectives uses (macro
+        bus_bandwidth_factor; a P2P send/recv's factor is 1). The waits for
+        the last arrival stay as the replay gives them; communication
+        kernels no collective matched keep their time.
+      * perfect_overlap: every communication op's transfer hidden behind
+        compute: a collective member's time after the last arrival, and a
+        communication kernel no collective matched, take no time. What
+        stays is what no overlap hides: the waits for the last arrival
+        (other ranks' work, the pipeline's data dependencies) and the
+        compute itself. The bound of ideal_communication as the bandwidth
+        grows without limit.
+      * balanced_stages: every compute kernel of a pipeline stage scaled by
+        (mean over stages of the stage's compute) / (the stage's compute),
+        a stage's compute being its ranks' mean summed compute-kernel time
+        in the iteration: each stage as busy as the mean stage (the
+        pipeline schedule's load-balancing question). A run with one stage
+        is left alone.
+      * no_host_gaps: the host never holds the GPU back, as if every
+        launch had been queued ahead (a CUDA graph's ideal): every runtime
+        call (cpu_call, cpu_sync) takes no time and starts as soon as the
+        call before it on the rank, or the sync it follows, lets it, and
+        every GPU op starts as soon as its launch, stream and cross-stream
+        dependencies are met (delay 0: no launch latency). GPU durations,
+        transfers and waits for other ranks stay.
     A table rebuilt each time.
 #}
 
@@ -26,10 +55,12 @@ nodes as (
         rank,
         iteration,
         node_kind,
+        trace_id,
+        slice_id,
         start_ns,
         end_ns - start_ns as work_ns
     from {{ ref('int_replay_nodes_listed') }}
-    where node_kind = 'gpu_compute'
+    where node_kind like 'gpu_%' or node_kind like 'cpu_%'
 ),
 
 ranks as (
@@ -40,10 +71,27 @@ ranks as (
     from {{ ref('int_ranks_placed') }}
 ),
 
-positioned as (
+members as (
+    select
+        run_id,
+        collective_id,
+        trace_id,
+        slice_id,
+        op,
+        bytes,
+        ranks_expected
+    from {{ ref('int_collective_members_aligned') }}
+),
+
+bus_factors as (
+    {{ collective_bus_factors() }}
+),
+
+compute_kernels as (
     select
         nodes.node_id,
         nodes.run_id,
+        nodes.rank,
         nodes.iteration,
         nodes.work_ns,
         coalesce(ranks.pp_stage, 0) as pp_stage,
@@ -56,9 +104,10 @@ positioned as (
         on
             nodes.run_id = ranks.run_id
             and nodes.rank = ranks.rank
+    where nodes.node_kind = 'gpu_compute'
 ),
 
-final as (
+no_straggler as (
     select
         'no_straggler' as scenario,
         node_id,
@@ -66,8 +115,129 @@ final as (
         cast(
             median(work_ns) over (partition by run_id, pp_stage, iteration, kernel_position)
             as bigint
-        ) as work_ns
-    from positioned
+        ) as work_ns,
+        cast(null as bigint) as delay_ns
+    from compute_kernels
+),
+
+{# One instance's payload: the members' largest, as fct_collectives. #}
+instances as (
+    select
+        run_id,
+        collective_id,
+        min(op) as op,
+        max(bytes) as bytes,
+        min(ranks_expected) as ranks_expected
+    from members
+    group by 1, 2
+),
+
+ideal_communication as (
+    select
+        'ideal_communication' as scenario,
+        nodes.node_id,
+        nodes.run_id,
+        cast(
+            round(
+                coalesce(instances.bytes, 0)
+                * {{ bus_bandwidth_factor('bus_factors.bus_factor', 'instances.ranks_expected') }}
+                / {{ var('whatif_bus_bandwidth_gbps') }}
+            ) as bigint
+        ) as work_ns,
+        cast(null as bigint) as delay_ns
+    from nodes
+    inner join members
+        on
+            nodes.trace_id = members.trace_id
+            and nodes.slice_id = members.slice_id
+    inner join instances
+        on
+            members.run_id = instances.run_id
+            and members.collective_id = instances.collective_id
+    left join bus_factors
+        on instances.op = bus_factors.op
+    where nodes.node_kind = 'gpu_communication'
+),
+
+perfect_overlap as (
+    select
+        'perfect_overlap' as scenario,
+        node_id,
+        run_id,
+        cast(0 as bigint) as work_ns,
+        cast(null as bigint) as delay_ns
+    from nodes
+    where node_kind = 'gpu_communication'
+),
+
+rank_compute as (
+    select
+        run_id,
+        rank,
+        iteration,
+        pp_stage,
+        sum(work_ns) as compute_ns
+    from compute_kernels
+    group by 1, 2, 3, 4
+),
+
+stage_compute as (
+    select
+        run_id,
+        iteration,
+        pp_stage,
+        avg(compute_ns) as compute_ns
+    from rank_compute
+    group by 1, 2, 3
+),
+
+stage_factors as (
+    select
+        run_id,
+        iteration,
+        pp_stage,
+        avg(compute_ns) over (partition by run_id, iteration)
+        / nullif(compute_ns, 0) as factor,
+        count(*) over (partition by run_id, iteration) as stage_count
+    from stage_compute
+),
+
+balanced_stages as (
+    select
+        'balanced_stages' as scenario,
+        compute_kernels.node_id,
+        compute_kernels.run_id,
+        cast(round(compute_kernels.work_ns * stage_factors.factor) as bigint) as work_ns,
+        cast(null as bigint) as delay_ns
+    from compute_kernels
+    inner join stage_factors
+        on
+            compute_kernels.run_id = stage_factors.run_id
+            and compute_kernels.iteration = stage_factors.iteration
+            and compute_kernels.pp_stage = stage_factors.pp_stage
+    where stage_factors.stage_count > 1 and stage_factors.factor is not null
+),
+
+no_host_gaps as (
+    select
+        'no_host_gaps' as scenario,
+        node_id,
+        run_id,
+        case when node_kind like 'cpu_%' then cast(0 as bigint) end as work_ns,
+        cast(0 as bigint) as delay_ns
+    from nodes
+),
+
+final as (
+    select * from no_straggler
+    union all
+    select * from ideal_communication
+    union all
+    select * from perfect_overlap
+    union all
+    select * from balanced_stages
+    union all
+    select * from no_host_gaps
 )
 
 select * from final

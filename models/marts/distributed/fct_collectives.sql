@@ -26,11 +26,7 @@ members as (
 ),
 
 bus_factors as (
-    select
-        op,
-        min(bus_factor) as bus_factor
-    from {{ ref('collective_ops') }}
-    group by 1
+    {{ collective_bus_factors() }}
 ),
 
 instances as (
@@ -114,13 +110,9 @@ final as (
             when instances.transfer_ns > 0
                 then
                     cast(instances.bytes as double) / instances.transfer_ns
-                    * case bus_factors.bus_factor
-                        when '2(n-1)/n'
-                            then 2.0 * (instances.ranks_expected - 1) / instances.ranks_expected
-                        when '(n-1)/n'
-                            then 1.0 * (instances.ranks_expected - 1) / instances.ranks_expected
-                        else 1.0
-                    end
+                    * {{ bus_bandwidth_factor(
+                        'bus_factors.bus_factor', 'instances.ranks_expected'
+                    ) }}
         end as busbw_gbps,
         instances.last_rank,
         instances.last_rank_wait_caused_ns
