@@ -3,7 +3,8 @@
 Each command family has its module here (:mod:`.ingest`, :mod:`.build`,
 :mod:`.query` for ``sql`` and ``compare``, :mod:`.simulate`,
 :mod:`.topology`, :mod:`.report`, :mod:`.export`, :mod:`.demo`,
-:mod:`.nsys`, :mod:`.commtrace`, :mod:`.serve`, :mod:`.findings`, :mod:`.whatif`): it registers its
+:mod:`.nsys`, :mod:`.commtrace`, :mod:`.serve`, :mod:`.findings`,
+:mod:`.whatif`): it registers its
 subcommand and parses its arguments, then calls one function that tests
 call directly; the shared argument types are in :mod:`.arguments`. This
 module puts the parser together and runs one command. Exit codes: 0
