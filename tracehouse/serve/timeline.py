@@ -20,10 +20,10 @@ start), so a double holds them exactly.
 
 Lanes: one per rank and stream; above :data:`MAX_STREAM_RANKS` ranks the
 streams of a rank share one lane (a 1,024-rank view is one row per rank).
-Collectives: each collective instance of ``fct_collective_ranks`` with at
-least two of the shown ranks inside the window is a chain of its members in
-arrival order (the last to arrive is the one everybody waited for), up to
-:data:`MAX_LINKS` chains; beyond that the answer says to zoom in.
+Collectives (:mod:`.links`): each collective instance with at least two of
+the shown ranks inside the window is a chain of its members in arrival
+order (the last to arrive is the one everybody waited for), up to
+:data:`.links.MAX_LINKS` chains; beyond that the answer says to zoom in.
 """
 
 from __future__ import annotations
@@ -39,8 +39,9 @@ import duckdb
 
 from tracehouse.reports.html import rank_label
 from tracehouse.reports.style import KIND_COLORS, PHASE_COLORS
-from tracehouse.serve.busy import MEMBERS_IN_WINDOW, SHIFTS, bucket_width, busy_cells
+from tracehouse.serve.busy import SHIFTS, bucket_width, busy_cells
 from tracehouse.serve.cells import iteration_label, plain
+from tracehouse.serve.links import links, members_in_window, members_mart, members_of_kernels
 from tracehouse.serve.marts import Selection, bound, first_row, rows, tables
 from tracehouse.serve.overview import requested_run
 from tracehouse.serve.params import WHOLE_TRACE, BadRequest, Params
@@ -49,8 +50,6 @@ from tracehouse.serve.params import WHOLE_TRACE, BadRequest, Params
 MAX_CELLS = 60_000
 #: Above this many ranks, a rank's streams share one lane.
 MAX_STREAM_RANKS = 64
-#: Collective chains drawn per answer; more, and the page asks to zoom in.
-MAX_LINKS = 400
 #: Ranks one view may show.
 MAX_RANKS = 4096
 #: Selections of at most this many ranks are cached (:func:`_cached`), this many at a time.
@@ -181,7 +180,7 @@ def timeline(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str, Any]:
                     "mode": "busy", "exact": False,
                     **busy_cells(cur, window, step, {rank: lane for lane, rank in
                                                      enumerate(ranks)}),
-                    **_links(cur, _Source(SHIFTS, MEMBERS_IN_WINDOW, window),
+                    **_links(cur, _Source(SHIFTS, _members(cur, by_stream), window),
                              {lane: index for index, lane in enumerate(lanes)})}
     source = _source(cur, run_id, ranks, window, by_stream)
     lanes = _lanes(cur, source, ranks, by_stream)
@@ -268,28 +267,6 @@ def _kernels_mart(cur: duckdb.DuckDBPyConnection) -> str:
     return "fct_kernel_timeline" if "fct_kernel_timeline" in tables(cur) else "fct_kernels"
 
 
-#: The members of the collectives among the shown kernels (needs the ``kernels`` CTE).
-_MEMBERS_OF_KERNELS = """
-    members as (
-        select
-            members.collective_id,
-            members.op,
-            members.process_group_key,
-            members.rank,
-            kernels.stream,
-            members.arrival_ns - $origin as arrival,
-            members.end_ns - $origin as ended,
-            members.arrival_order,
-            members.is_last,
-            members.wait_ns
-        from fct_collective_ranks as members
-        inner join kernels
-            on members.trace_id = kernels.trace_id and members.slice_id = kernels.slice_id
-        where members.run_id = $run and members.rank between $low and $high
-    )
-"""
-
-
 @dataclass(frozen=True)
 class _Source:
     """Where a view's kernels and collective members come from: two CTEs (``kernels``,
@@ -309,7 +286,9 @@ def _source(cur: duckdb.DuckDBPyConnection, run_id: str, ranks: list[int],
     if table is None:
         return _Source(_KERNELS_IN_WINDOW.format(columns=_drawn(by_stream),
                                                  table=_kernels_mart(cur)),
-                       _MEMBERS_OF_KERNELS, window)
+                       _members(cur, by_stream), window)
+    # By stream, the members on a kernel's stream; a lane per rank, its CPU calls too.
+    on_streams = "and stream is not null" if by_stream else ""
     return _Source(
         f"""kernels as (
             select rank, {stream}, ts, dur, kind, name, trace_id, slice_id
@@ -318,8 +297,22 @@ def _source(cur: duckdb.DuckDBPyConnection, run_id: str, ranks: list[int],
         f"""members as (
             select collective_id, op, process_group_key, rank, {stream}, arrival, ended,
                 arrival_order, is_last, wait_ns
-            from {table}_members where arrival < $end and ended > $start
+            from {table}_members where arrival < $end and ended > $start {on_streams}
         )""", window)
+
+
+def _members(cur: duckdb.DuckDBPyConnection, by_stream: bool) -> str:
+    """The ``members`` CTE read straight from the mart: on the shown kernels' streams (needs
+    the ``kernels`` CTE), or, a lane per rank, every call of the shown ranks in the window.
+    """
+    mart = members_mart(cur)
+    return members_of_kernels(mart) if by_stream else members_in_window(mart)
+
+
+def _links(cur: duckdb.DuckDBPyConnection, source: _Source,
+           lane_index: dict[tuple[int, Any], int]) -> dict[str, Any]:
+    """The collective chains among the view's members (:func:`.links.links`)."""
+    return links(cur, source.kernels, source.members, source.params, lane_index)
 
 
 def _cached(cur: duckdb.DuckDBPyConnection, run_id: str, ranks: list[int],
@@ -361,7 +354,8 @@ def _cached(cur: duckdb.DuckDBPyConnection, run_id: str, ranks: list[int],
             cur.execute(sql, bound(sql, whole))
             sql = f"""
                 create table {table}_members as
-                with kernels as (select * from {table}), {_MEMBERS_OF_KERNELS}
+                with {SHIFTS}, kernels as (select * from {table}),
+                {members_of_kernels(members_mart(cur), cpu_calls=True)}
                 select * from members
             """  # noqa: S608 - fixed text and a name made of hex digits
             cur.execute(sql, bound(sql, whole))
@@ -486,41 +480,3 @@ def _rectangles(found: list[tuple], lane_index: dict[tuple[int, int | None], int
         columns["slice"].append(int(slice_id))
     return {"exact": exact, "rects": columns, "kind_names": list(kinds),
             "names": list(names), "traces": list(traces)}
-
-
-def _links(cur: duckdb.DuckDBPyConnection, source: _Source,
-           lane_index: dict[tuple[int, int | None], int]) -> dict[str, Any]:
-    """Collective instances with two or more shown members in the window, members in arrival
-    order, at most :data:`MAX_LINKS` (``links_left_out`` says how many more there were)."""
-    if "fct_collective_ranks" not in tables(cur):
-        return {"links": [], "links_left_out": 0}
-    sql = f"""
-        with {source.kernels},
-        {source.members},
-        chains as (
-            select collective_id, min(arrival) as first_arrival
-            from members
-            group by collective_id
-            having count(*) >= 2
-        ),
-        counted as (
-            select collective_id, count(*) over () as chains,
-                row_number() over (order by first_arrival, collective_id) as chain_order
-            from chains
-        )
-        select members.*, counted.chains
-        from members
-        inner join counted on members.collective_id = counted.collective_id
-        where counted.chain_order <= $limit
-        order by counted.chain_order, members.arrival_order, members.rank
-    """  # noqa: S608 - fixed SQL text only
-    found = rows(cur, sql, bound(sql, {**source.params, "limit": MAX_LINKS}))
-    links: dict[str, dict[str, Any]] = {}
-    for member in found:
-        link = links.setdefault(member["collective_id"], {
-            "op": member["op"], "group": member["process_group_key"], "members": []})
-        link["members"].append([lane_index[(member["rank"], member["stream"])],
-                                int(member["arrival"]), int(member["ended"]),
-                                int(member["wait_ns"] or 0), bool(member["is_last"])])
-    total = found[0]["chains"] if found else 0
-    return {"links": list(links.values()), "links_left_out": max(0, total - MAX_LINKS)}
