@@ -201,15 +201,15 @@ def timeline(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str, Any]:
         group by rank, stream, (greatest(ts, $start) - $start) // $step
         order by rank, stream, ts
     """  # noqa: S608 - fixed SQL text only
-    found = cur.execute(sql, bound(sql, {**source.params, "step": step})).fetchall()
+    found = _columns(cur, sql, bound(sql, {**source.params, "step": step}))
     # A rank's CPU steps get a lane beside its streams; where a rank is one lane, none.
-    frames = _cpu_frames(cur, window, step) if by_stream else []
-    lanes = _with_cpu_lanes(lanes, frames, by_stream)
+    frames = _cpu_frames(cur, window, step) if by_stream else {}
+    lanes = _with_cpu_lanes(lanes, frames.get("rank", []), by_stream)
     lane_index = {lane: index for index, lane in enumerate(lanes)}
     return {
         **_head(cur, run_id, ranks, window, lanes, buckets, step, by_stream),
         "mode": "kernels",
-        **_rectangles(found + frames, lane_index),
+        **_rectangles([found, frames], lane_index),
         **_links(cur, source, lane_index),
     }
 
@@ -386,13 +386,13 @@ def _drawn(by_stream: bool) -> str:
 
 
 def _cpu_frames(cur: duckdb.DuckDBPyConnection, window: dict[str, Any],
-                step: int) -> list[tuple]:
+                step: int) -> dict[str, list[Any]]:
     """The outermost Megatron step frames (``fct_cpu_steps``) of the shown ranks in the
     window, one per lane bucket as the kernels are (the longest, its phase as its kind);
     none without the mart. Read straight from the mart: it holds a few frames per
-    microbatch, not one per kernel."""
+    microbatch, not one per kernel. As :func:`_columns`, the kernels' query's names."""
     if "fct_cpu_steps" not in tables(cur):
-        return []
+        return {}
     sql = f"""
         with {SHIFTS},
         frames as (
@@ -412,22 +412,22 @@ def _cpu_frames(cur: duckdb.DuckDBPyConnection, window: dict[str, Any],
                 and steps.end_ns + shifts.shift_ns - $origin > $start
         )
         select
-            rank, '{CPU_LANE}' as stream, count(*),
-            arg_max(ts, {_LONGEST}), max(dur), arg_max(kind, {_LONGEST}),
-            arg_max(name, {_LONGEST}), arg_max(trace_id, {_LONGEST}),
-            arg_max(slice_id, {_LONGEST})
+            rank, '{CPU_LANE}' as stream, count(*) as kernels,
+            arg_max(ts, {_LONGEST}) as ts, max(dur) as dur, arg_max(kind, {_LONGEST}) as kind,
+            arg_max(name, {_LONGEST}) as name, arg_max(trace_id, {_LONGEST}) as trace_id,
+            arg_max(slice_id, {_LONGEST}) as slice_id
         from frames
         group by rank, (greatest(ts, $start) - $start) // $step
         order by rank, 4
     """  # noqa: S608 - fixed SQL text only
-    return cur.execute(sql, bound(sql, {**window, "step": step})).fetchall()
+    return _columns(cur, sql, bound(sql, {**window, "step": step}))
 
 
-def _with_cpu_lanes(lanes: list[tuple[int, Any]], frames: list[tuple],
+def _with_cpu_lanes(lanes: list[tuple[int, Any]], frame_ranks: list[int],
                     by_stream: bool) -> list[tuple[int, Any]]:
-    """A rank's CPU steps lane (before its streams) for every rank with frames in view; by
-    stream, the empty lane of a rank without kernels there goes."""
-    with_frames = {frame[0] for frame in frames}
+    """A rank's CPU steps lane (before its streams) for every rank with frames in view
+    (``frame_ranks``); by stream, the empty lane of a rank without kernels there goes."""
+    with_frames = set(frame_ranks)
     kept = [lane for lane in lanes
             if not (by_stream and lane[1] is None and lane[0] in with_frames)]
     return sorted([*kept, *((rank, CPU_LANE) for rank in with_frames)],
@@ -459,24 +459,36 @@ def _rank_labels(cur: duckdb.DuckDBPyConnection, run_id: str, ranks: list[int]) 
     return labels
 
 
-def _rectangles(found: list[tuple], lane_index: dict[tuple[int, int | None], int],
+def _columns(cur: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any],
+             ) -> dict[str, list[Any]]:
+    """The rows of ``sql`` as a list per column (NULL as None).
+
+    Read column by column (NumPy), as :func:`.busy.busy_cells` reads its cells: an answer of
+    tens of thousands of rectangles (1,024 lanes) read as Python tuples cost more than its
+    query."""
+    return {key: values.tolist() for key, values in cur.execute(sql, params).fetchnumpy().items()}
+
+
+def _rectangles(parts: list[dict[str, list[Any]]], lane_index: dict[tuple[int, Any], int],
                 ) -> dict[str, Any]:
-    """The buckets' rows as columns (kinds, names and traces as indexes into short lists)."""
+    """The buckets' rows (``parts``: :func:`_columns` of the kernel and CPU-frame queries, in
+    that order) as columns; kinds, names and traces as indexes into short lists."""
+    def joined(key: str) -> list[Any]:
+        return [value for part in parts for value in part.get(key, [])]
+
     kinds: dict[str, int] = {}
     names: dict[str, int] = {}
     traces: dict[str, int] = {}
-    columns: dict[str, list[Any]] = {key: [] for key in
-                                     ("lane", "ts", "dur", "n", "kind", "name", "trace", "slice")}
-    exact = True
-    for rank, stream, count, ts, dur, kind, name, trace_id, slice_id in found:
-        exact = exact and count == 1
-        columns["lane"].append(lane_index[(rank, stream)])
-        columns["ts"].append(int(ts))
-        columns["dur"].append(int(dur))
-        columns["n"].append(int(count))
-        columns["kind"].append(kinds.setdefault(kind, len(kinds)))
-        columns["name"].append(names.setdefault(name, len(names)))
-        columns["trace"].append(traces.setdefault(trace_id, len(traces)))
-        columns["slice"].append(int(slice_id))
-    return {"exact": exact, "rects": columns, "kind_names": list(kinds),
-            "names": list(names), "traces": list(traces)}
+    counts = joined("kernels")
+    columns = {
+        "lane": [lane_index[lane] for lane in zip(joined("rank"), joined("stream"))],
+        "ts": joined("ts"),
+        "dur": joined("dur"),
+        "n": counts,
+        "kind": [kinds.setdefault(kind, len(kinds)) for kind in joined("kind")],
+        "name": [names.setdefault(name, len(names)) for name in joined("name")],
+        "trace": [traces.setdefault(trace, len(traces)) for trace in joined("trace_id")],
+        "slice": joined("slice_id"),
+    }
+    return {"exact": all(count == 1 for count in counts), "rects": columns,
+            "kind_names": list(kinds), "names": list(names), "traces": list(traces)}
