@@ -1,4 +1,5 @@
-"""The timeline marts: fct_kernel_timeline is fct_kernels' rows in read order, and
+"""The timeline marts: fct_kernel_timeline is fct_kernels' rows in read order,
+fct_collective_timeline fct_collective_ranks' rows in read order, and
 fct_rank_busy_buckets' busy time is the one busy time of the other marts.
 
 On the report tests' shared warehouse (simulated, hostile-named, CPU-only and
@@ -20,22 +21,56 @@ pytestmark = pytest.mark.slow  # reads the report tests' built warehouse
 KINDS = ("compute", "communication", "memory")
 
 
-def test_kernel_timeline_holds_fct_kernels_rows(report_wh: ReportWarehouse) -> None:
-    columns = "run_id, rank, iteration, stream, trace_id, slice_id, kind, name, ts_ns, " \
-              "dur_ns, end_ns"
-    timeline = report_wh.rows(f"select {columns} from fct_kernel_timeline")
-    kernels = report_wh.rows(f"select {columns} from fct_kernels")
-    assert len(timeline) > 1000
-    assert sorted(timeline, key=repr) == sorted(kernels, key=repr)
+#: Each timeline-layout mart, the mart whose rows it holds, and the columns it keeps of them.
+LAYOUTS = [
+    ("fct_kernel_timeline", "fct_kernels", "run_id, rank, iteration, stream, trace_id, "
+     "slice_id, kind, name, ts_ns, dur_ns, end_ns"),
+    ("fct_collective_timeline", "fct_collective_ranks", "run_id, iteration, rank, "
+     "collective_id, device, trace_id, slice_id, op, process_group_key, arrival_ns, end_ns, "
+     "arrival_order, is_last, wait_ns"),
+]
 
 
-def test_kernel_timeline_is_stored_in_read_order(report_wh: ReportWarehouse) -> None:
+@pytest.mark.parametrize(("mart", "oracle", "columns"), LAYOUTS)
+def test_timeline_layout_holds_its_marts_rows(report_wh: ReportWarehouse, mart: str,
+                                              oracle: str, columns: str) -> None:
+    """The same rows, figure for figure (one definition, two layouts)."""
+    laid_out = report_wh.rows(f"select {columns} from {mart}")
+    assert report_wh.need("sim_a") in {row[0] for row in laid_out}
+    assert len(laid_out) > 100
+    assert sorted(laid_out, key=repr) == sorted(report_wh.rows(f"select {columns} from {oracle}"),
+                                                key=repr)
+
+
+@pytest.mark.parametrize("mart", [mart for mart, _, _ in LAYOUTS])
+def test_timeline_layout_is_stored_in_read_order(report_wh: ReportWarehouse, mart: str) -> None:
     """Run, iteration (NULL last), rank: the order zone maps prune by."""
-    stored = report_wh.rows("select run_id, iteration, rank from fct_kernel_timeline "
-                            "order by rowid")
+    stored = report_wh.rows(f"select run_id, iteration, rank from {mart} order by rowid")
     keys = [(run, iteration is None, iteration or 0, rank) for run, iteration, rank in stored]
     assert keys == sorted(keys)
     assert len(set(keys)) > 10
+
+
+def test_collective_timeline_gpu_calls_are_timeline_kernels(report_wh: ReportWarehouse) -> None:
+    """A GPU member's call is a kernel the timeline draws (the viewer finds its stream there),
+    at its start and end moved by the rank's clock offset."""
+    unmatched = report_wh.rows("""
+        select count(*) filter (where kernels.slice_id is null),
+               count(*) filter (where members.arrival_ns - kernels.ts_ns
+                                      <> coalesce(offsets.offset_ns, 0)
+                                  or members.end_ns - kernels.end_ns
+                                      <> coalesce(offsets.offset_ns, 0)),
+               count(*)
+        from fct_collective_timeline as members
+        left join fct_kernel_timeline as kernels
+            on members.trace_id = kernels.trace_id and members.slice_id = kernels.slice_id
+        left join dim_rank_clock_offsets as offsets
+            on members.run_id = offsets.run_id and members.rank = offsets.rank
+        where members.device = 'gpu'
+    """)
+    (missing, moved, total), = unmatched
+    assert (missing, moved) == (0, 0)
+    assert total > 100
 
 
 def test_busy_buckets_sum_to_the_ranks_iterations(report_wh: ReportWarehouse) -> None:

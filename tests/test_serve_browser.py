@@ -27,6 +27,7 @@ import pytest
 from browser import Chromium, chromium_page
 from report_warehouse import HOSTILE_KERNEL, QUOTED_KERNEL, ReportWarehouse
 from tracehouse.reports.html import STEP_PARTS, ms, pct, pct_parts
+from tracehouse.serve.params import WHOLE_TRACE
 from tracehouse.serve.server import ViewerServer
 
 pytestmark = pytest.mark.slow  # reads the report tests' built warehouse
@@ -242,3 +243,47 @@ def test_every_run_overview_loads_cleanly(viewer: str, page: Chromium,
               "document.querySelector('table.offenders') || document.querySelector('.note')",
               f"overview-{re.sub(r'[^a-z0-9_]', '_', run)}")
         assert page.evaluate("document.querySelector('h1').textContent") == run
+
+
+def _view_urls(report_wh: ReportWarehouse, run: str) -> dict[str, str]:
+    """A URL of each view that applies to ``run``, keyed by the view's name: its rank 0 (or
+    first rank), its first iteration with a step, its longest kernel there."""
+    (rank, iteration), = report_wh.rows(
+        "select rank, iteration from fct_rank_iterations where run_id = ? "
+        "and step_ns is not null order by rank, iteration nulls first limit 1", [run])
+    kernel = report_wh.rows("select trace_id, slice_id from fct_kernels where run_id = ? "
+                            "and rank = ? and iteration is not distinct from ? "
+                            "order by dur_ns desc, slice_id limit 1", [run, rank, iteration])
+    iteration = WHOLE_TRACE if iteration is None else iteration
+    where = {"run": run}
+    urls = {"run": where, "iteration": {**where, "iteration": iteration},
+            "rank": {**where, "rank": rank, "iteration": iteration},
+            "timeline": {**where, "ranks": f"{rank}"},
+            "annotations": {**where, "rank": rank},
+            "stragglers": {**where, "iteration": iteration}}
+    if kernel:
+        urls["kernel"] = {**where, "trace": kernel[0][0], "slice": kernel[0][1]}
+    if report_wh.rows("select 1 from dim_ranks where run_id = ? and pp_group_index = 0 "
+                      "and pp_stage > 0", [run]):
+        urls["pipeline"] = {**where, "group": 0, "iteration": iteration}
+    return {view: f"#/{view}?{urlencode(query)}" for view, query in urls.items()}
+
+
+@pytest.mark.parametrize("run_name", ["sim_a", "dlrm_8rank", "tp1_pp4_dp2"])
+def test_every_view_loads_on_simulated_and_shared_runs(viewer: str, page: Chromium,
+                                                       report_wh: ReportWarehouse,
+                                                       run_name: str) -> None:
+    """Each view a run has (a simulated TP2 x PP2 run, the shared DLRM GPU trace, the shared
+    CPU-only Megatron run) draws without an error or a console message; the simulated run is
+    compared with its twin. A screenshot of each with TRACEHOUSE_SCREENSHOTS=DIR."""
+    run = report_wh.need(run_name)
+    urls = _view_urls(report_wh, run)
+    if run_name == "sim_a":
+        assert {"kernel", "pipeline"} <= urls.keys()
+        urls["compare"] = f"#/compare?{urlencode({'run': run, 'other': report_wh.need('sim_b')})}"
+    drawn = ("!document.querySelector('#view .error') && "
+             "document.getElementById('view').childElementCount > 1")
+    for view, url in urls.items():
+        _show(page, f"{viewer}{url}", view, drawn, f"view-{run_name}-{view}")
+        heading = page.evaluate("document.querySelector('#view h1, #view h2')?.textContent")
+        assert heading, f"the {view} view of {run} has no heading"

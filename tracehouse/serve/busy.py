@@ -108,27 +108,3 @@ def busy_cells(cur: duckdb.DuckDBPyConnection, window: dict[str, Any], step: int
     columns = {key: found[key].tolist() for key in ("ts", "dur", "busy", *KINDS, "kind")}
     return {"rects": {"lane": [lane_index[rank] for rank in found["rank"].tolist()], **columns},
             "kind_names": list(KINDS)}
-
-
-#: The members of collectives in the window, straight from ``fct_collective_ranks`` (its
-#: arrivals are on the reference clock already): at this zoom the kernels are not read.
-#: Needs :data:`SHIFTS`; a rank's streams share its lane here.
-MEMBERS_IN_WINDOW = """
-    members as (
-        select
-            members.collective_id,
-            members.op,
-            members.process_group_key,
-            members.rank,
-            null::bigint as stream,
-            members.arrival_ns - $origin as arrival,
-            members.end_ns - $origin as ended,
-            members.arrival_order,
-            members.is_last,
-            members.wait_ns
-        from fct_collective_ranks as members
-        inner join shifts on members.rank = shifts.rank
-        where members.run_id = $run and members.rank between $low and $high
-            and members.arrival_ns - $origin < $end and members.end_ns - $origin > $start
-    )
-"""

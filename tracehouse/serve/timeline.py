@@ -20,10 +20,10 @@ start), so a double holds them exactly.
 
 Lanes: one per rank and stream; above :data:`MAX_STREAM_RANKS` ranks the
 streams of a rank share one lane (a 1,024-rank view is one row per rank).
-Collectives: each collective instance of ``fct_collective_ranks`` with at
-least two of the shown ranks inside the window is a chain of its members in
-arrival order (the last to arrive is the one everybody waited for), up to
-:data:`MAX_LINKS` chains; beyond that the answer says to zoom in.
+Collectives (:mod:`.links`): each collective instance with at least two of
+the shown ranks inside the window is a chain of its members in arrival
+order (the last to arrive is the one everybody waited for), up to
+:data:`.links.MAX_LINKS` chains; beyond that the answer says to zoom in.
 """
 
 from __future__ import annotations
@@ -39,8 +39,9 @@ import duckdb
 
 from tracehouse.reports.html import rank_label
 from tracehouse.reports.style import KIND_COLORS, PHASE_COLORS
-from tracehouse.serve.busy import MEMBERS_IN_WINDOW, SHIFTS, bucket_width, busy_cells
+from tracehouse.serve.busy import SHIFTS, bucket_width, busy_cells
 from tracehouse.serve.cells import iteration_label, plain
+from tracehouse.serve.links import links, members_in_window, members_mart, members_of_kernels
 from tracehouse.serve.marts import Selection, bound, first_row, rows, tables
 from tracehouse.serve.overview import requested_run
 from tracehouse.serve.params import WHOLE_TRACE, BadRequest, Params
@@ -49,8 +50,6 @@ from tracehouse.serve.params import WHOLE_TRACE, BadRequest, Params
 MAX_CELLS = 60_000
 #: Above this many ranks, a rank's streams share one lane.
 MAX_STREAM_RANKS = 64
-#: Collective chains drawn per answer; more, and the page asks to zoom in.
-MAX_LINKS = 400
 #: Ranks one view may show.
 MAX_RANKS = 4096
 #: Selections of at most this many ranks are cached (:func:`_cached`), this many at a time.
@@ -181,7 +180,7 @@ def timeline(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str, Any]:
                     "mode": "busy", "exact": False,
                     **busy_cells(cur, window, step, {rank: lane for lane, rank in
                                                      enumerate(ranks)}),
-                    **_links(cur, _Source(SHIFTS, MEMBERS_IN_WINDOW, window),
+                    **_links(cur, _Source(SHIFTS, _members(cur, by_stream), window),
                              {lane: index for index, lane in enumerate(lanes)})}
     source = _source(cur, run_id, ranks, window, by_stream)
     lanes = _lanes(cur, source, ranks, by_stream)
@@ -202,15 +201,15 @@ def timeline(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str, Any]:
         group by rank, stream, (greatest(ts, $start) - $start) // $step
         order by rank, stream, ts
     """  # noqa: S608 - fixed SQL text only
-    found = cur.execute(sql, bound(sql, {**source.params, "step": step})).fetchall()
+    found = _columns(cur, sql, bound(sql, {**source.params, "step": step}))
     # A rank's CPU steps get a lane beside its streams; where a rank is one lane, none.
-    frames = _cpu_frames(cur, window, step) if by_stream else []
-    lanes = _with_cpu_lanes(lanes, frames, by_stream)
+    frames = _cpu_frames(cur, window, step) if by_stream else {}
+    lanes = _with_cpu_lanes(lanes, frames.get("rank", []), by_stream)
     lane_index = {lane: index for index, lane in enumerate(lanes)}
     return {
         **_head(cur, run_id, ranks, window, lanes, buckets, step, by_stream),
         "mode": "kernels",
-        **_rectangles(found + frames, lane_index),
+        **_rectangles([found, frames], lane_index),
         **_links(cur, source, lane_index),
     }
 
@@ -268,28 +267,6 @@ def _kernels_mart(cur: duckdb.DuckDBPyConnection) -> str:
     return "fct_kernel_timeline" if "fct_kernel_timeline" in tables(cur) else "fct_kernels"
 
 
-#: The members of the collectives among the shown kernels (needs the ``kernels`` CTE).
-_MEMBERS_OF_KERNELS = """
-    members as (
-        select
-            members.collective_id,
-            members.op,
-            members.process_group_key,
-            members.rank,
-            kernels.stream,
-            members.arrival_ns - $origin as arrival,
-            members.end_ns - $origin as ended,
-            members.arrival_order,
-            members.is_last,
-            members.wait_ns
-        from fct_collective_ranks as members
-        inner join kernels
-            on members.trace_id = kernels.trace_id and members.slice_id = kernels.slice_id
-        where members.run_id = $run and members.rank between $low and $high
-    )
-"""
-
-
 @dataclass(frozen=True)
 class _Source:
     """Where a view's kernels and collective members come from: two CTEs (``kernels``,
@@ -309,7 +286,9 @@ def _source(cur: duckdb.DuckDBPyConnection, run_id: str, ranks: list[int],
     if table is None:
         return _Source(_KERNELS_IN_WINDOW.format(columns=_drawn(by_stream),
                                                  table=_kernels_mart(cur)),
-                       _MEMBERS_OF_KERNELS, window)
+                       _members(cur, by_stream), window)
+    # By stream, the members on a kernel's stream; a lane per rank, its CPU calls too.
+    on_streams = "and stream is not null" if by_stream else ""
     return _Source(
         f"""kernels as (
             select rank, {stream}, ts, dur, kind, name, trace_id, slice_id
@@ -318,8 +297,22 @@ def _source(cur: duckdb.DuckDBPyConnection, run_id: str, ranks: list[int],
         f"""members as (
             select collective_id, op, process_group_key, rank, {stream}, arrival, ended,
                 arrival_order, is_last, wait_ns
-            from {table}_members where arrival < $end and ended > $start
+            from {table}_members where arrival < $end and ended > $start {on_streams}
         )""", window)
+
+
+def _members(cur: duckdb.DuckDBPyConnection, by_stream: bool) -> str:
+    """The ``members`` CTE read straight from the mart: on the shown kernels' streams (needs
+    the ``kernels`` CTE), or, a lane per rank, every call of the shown ranks in the window.
+    """
+    mart = members_mart(cur)
+    return members_of_kernels(mart) if by_stream else members_in_window(mart)
+
+
+def _links(cur: duckdb.DuckDBPyConnection, source: _Source,
+           lane_index: dict[tuple[int, Any], int]) -> dict[str, Any]:
+    """The collective chains among the view's members (:func:`.links.links`)."""
+    return links(cur, source.kernels, source.members, source.params, lane_index)
 
 
 def _cached(cur: duckdb.DuckDBPyConnection, run_id: str, ranks: list[int],
@@ -334,10 +327,14 @@ def _cached(cur: duckdb.DuckDBPyConnection, run_id: str, ranks: list[int],
     their clock offsets joined in; before that mart, every window read all of
     ``fct_kernels`` (8 M kernels at 1,024 ranks × 4 iterations: 250-590 ms
     per window on two cores). The first view of a selection reads its kernels
-    once, sorted by time and on the view's axis, into the viewer's own
-    in-memory database (never the warehouse, which is attached read-only);
-    later windows read the cache. It lives as long as the connection to this
-    published database (a new build gets a new one, without the caches);
+    once, on the view's axis, into the viewer's own in-memory database (never
+    the warehouse, which is attached read-only); later windows read the
+    cache. In no order: sorting them by time was most of a first view's cost
+    (a 32-rank replica at 1,024 ranks x 4 iterations, 250,464 kernels: 151-164
+    CPU ms to fill sorted, 50-62 unsorted), and a window's filter over an
+    in-memory table of that size costs a few ms either way. It lives as long
+    as the connection to this published database (a new build gets a new
+    one, without the caches);
     :data:`CACHE_ENTRIES` selections are kept, the least recently used one
     is dropped first.
     """
@@ -354,14 +351,15 @@ def _cached(cur: duckdb.DuckDBPyConnection, run_id: str, ranks: list[int],
                 create table {table} as
                 with {_KERNELS_IN_WINDOW.format(columns=_CACHED_COLUMNS,
                                                 table=_kernels_mart(cur))}
-                select * from kernels order by ts
+                select * from kernels
             """  # noqa: S608 - fixed text and a name made of hex digits
             whole = {**window, "start": -(2**62), "end": 2**62, "raw_start": -(2**62),
                      "raw_end": 2**62}
             cur.execute(sql, bound(sql, whole))
             sql = f"""
                 create table {table}_members as
-                with kernels as (select * from {table}), {_MEMBERS_OF_KERNELS}
+                with {SHIFTS}, kernels as (select * from {table}),
+                {members_of_kernels(members_mart(cur), cpu_calls=True)}
                 select * from members
             """  # noqa: S608 - fixed text and a name made of hex digits
             cur.execute(sql, bound(sql, whole))
@@ -392,13 +390,13 @@ def _drawn(by_stream: bool) -> str:
 
 
 def _cpu_frames(cur: duckdb.DuckDBPyConnection, window: dict[str, Any],
-                step: int) -> list[tuple]:
+                step: int) -> dict[str, list[Any]]:
     """The outermost Megatron step frames (``fct_cpu_steps``) of the shown ranks in the
     window, one per lane bucket as the kernels are (the longest, its phase as its kind);
     none without the mart. Read straight from the mart: it holds a few frames per
-    microbatch, not one per kernel."""
+    microbatch, not one per kernel. As :func:`_columns`, the kernels' query's names."""
     if "fct_cpu_steps" not in tables(cur):
-        return []
+        return {}
     sql = f"""
         with {SHIFTS},
         frames as (
@@ -418,22 +416,22 @@ def _cpu_frames(cur: duckdb.DuckDBPyConnection, window: dict[str, Any],
                 and steps.end_ns + shifts.shift_ns - $origin > $start
         )
         select
-            rank, '{CPU_LANE}' as stream, count(*),
-            arg_max(ts, {_LONGEST}), max(dur), arg_max(kind, {_LONGEST}),
-            arg_max(name, {_LONGEST}), arg_max(trace_id, {_LONGEST}),
-            arg_max(slice_id, {_LONGEST})
+            rank, '{CPU_LANE}' as stream, count(*) as kernels,
+            arg_max(ts, {_LONGEST}) as ts, max(dur) as dur, arg_max(kind, {_LONGEST}) as kind,
+            arg_max(name, {_LONGEST}) as name, arg_max(trace_id, {_LONGEST}) as trace_id,
+            arg_max(slice_id, {_LONGEST}) as slice_id
         from frames
         group by rank, (greatest(ts, $start) - $start) // $step
         order by rank, 4
     """  # noqa: S608 - fixed SQL text only
-    return cur.execute(sql, bound(sql, {**window, "step": step})).fetchall()
+    return _columns(cur, sql, bound(sql, {**window, "step": step}))
 
 
-def _with_cpu_lanes(lanes: list[tuple[int, Any]], frames: list[tuple],
+def _with_cpu_lanes(lanes: list[tuple[int, Any]], frame_ranks: list[int],
                     by_stream: bool) -> list[tuple[int, Any]]:
-    """A rank's CPU steps lane (before its streams) for every rank with frames in view; by
-    stream, the empty lane of a rank without kernels there goes."""
-    with_frames = {frame[0] for frame in frames}
+    """A rank's CPU steps lane (before its streams) for every rank with frames in view
+    (``frame_ranks``); by stream, the empty lane of a rank without kernels there goes."""
+    with_frames = set(frame_ranks)
     kept = [lane for lane in lanes
             if not (by_stream and lane[1] is None and lane[0] in with_frames)]
     return sorted([*kept, *((rank, CPU_LANE) for rank in with_frames)],
@@ -465,62 +463,36 @@ def _rank_labels(cur: duckdb.DuckDBPyConnection, run_id: str, ranks: list[int]) 
     return labels
 
 
-def _rectangles(found: list[tuple], lane_index: dict[tuple[int, int | None], int],
+def _columns(cur: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any],
+             ) -> dict[str, list[Any]]:
+    """The rows of ``sql`` as a list per column (NULL as None).
+
+    Read column by column (NumPy), as :func:`.busy.busy_cells` reads its cells: an answer of
+    tens of thousands of rectangles (1,024 lanes) read as Python tuples cost more than its
+    query."""
+    return {key: values.tolist() for key, values in cur.execute(sql, params).fetchnumpy().items()}
+
+
+def _rectangles(parts: list[dict[str, list[Any]]], lane_index: dict[tuple[int, Any], int],
                 ) -> dict[str, Any]:
-    """The buckets' rows as columns (kinds, names and traces as indexes into short lists)."""
+    """The buckets' rows (``parts``: :func:`_columns` of the kernel and CPU-frame queries, in
+    that order) as columns; kinds, names and traces as indexes into short lists."""
+    def joined(key: str) -> list[Any]:
+        return [value for part in parts for value in part.get(key, [])]
+
     kinds: dict[str, int] = {}
     names: dict[str, int] = {}
     traces: dict[str, int] = {}
-    columns: dict[str, list[Any]] = {key: [] for key in
-                                     ("lane", "ts", "dur", "n", "kind", "name", "trace", "slice")}
-    exact = True
-    for rank, stream, count, ts, dur, kind, name, trace_id, slice_id in found:
-        exact = exact and count == 1
-        columns["lane"].append(lane_index[(rank, stream)])
-        columns["ts"].append(int(ts))
-        columns["dur"].append(int(dur))
-        columns["n"].append(int(count))
-        columns["kind"].append(kinds.setdefault(kind, len(kinds)))
-        columns["name"].append(names.setdefault(name, len(names)))
-        columns["trace"].append(traces.setdefault(trace_id, len(traces)))
-        columns["slice"].append(int(slice_id))
-    return {"exact": exact, "rects": columns, "kind_names": list(kinds),
-            "names": list(names), "traces": list(traces)}
-
-
-def _links(cur: duckdb.DuckDBPyConnection, source: _Source,
-           lane_index: dict[tuple[int, int | None], int]) -> dict[str, Any]:
-    """Collective instances with two or more shown members in the window, members in arrival
-    order, at most :data:`MAX_LINKS` (``links_left_out`` says how many more there were)."""
-    if "fct_collective_ranks" not in tables(cur):
-        return {"links": [], "links_left_out": 0}
-    sql = f"""
-        with {source.kernels},
-        {source.members},
-        chains as (
-            select collective_id, min(arrival) as first_arrival
-            from members
-            group by collective_id
-            having count(*) >= 2
-        ),
-        counted as (
-            select collective_id, count(*) over () as chains,
-                row_number() over (order by first_arrival, collective_id) as chain_order
-            from chains
-        )
-        select members.*, counted.chains
-        from members
-        inner join counted on members.collective_id = counted.collective_id
-        where counted.chain_order <= $limit
-        order by counted.chain_order, members.arrival_order, members.rank
-    """  # noqa: S608 - fixed SQL text only
-    found = rows(cur, sql, bound(sql, {**source.params, "limit": MAX_LINKS}))
-    links: dict[str, dict[str, Any]] = {}
-    for member in found:
-        link = links.setdefault(member["collective_id"], {
-            "op": member["op"], "group": member["process_group_key"], "members": []})
-        link["members"].append([lane_index[(member["rank"], member["stream"])],
-                                int(member["arrival"]), int(member["ended"]),
-                                int(member["wait_ns"] or 0), bool(member["is_last"])])
-    total = found[0]["chains"] if found else 0
-    return {"links": list(links.values()), "links_left_out": max(0, total - MAX_LINKS)}
+    counts = joined("kernels")
+    columns = {
+        "lane": [lane_index[lane] for lane in zip(joined("rank"), joined("stream"))],
+        "ts": joined("ts"),
+        "dur": joined("dur"),
+        "n": counts,
+        "kind": [kinds.setdefault(kind, len(kinds)) for kind in joined("kind")],
+        "name": [names.setdefault(name, len(names)) for name in joined("name")],
+        "trace": [traces.setdefault(trace, len(traces)) for trace in joined("trace_id")],
+        "slice": joined("slice_id"),
+    }
+    return {"exact": all(count == 1 for count in counts), "rects": columns,
+            "kind_names": list(kinds), "names": list(names), "traces": list(traces)}
