@@ -39,7 +39,10 @@
         send/recv pair is a two-member instance.
     Per run x iteration; each edge carries its target's run, iteration,
     rank and trace (a collective instance's: its member's), so edges count
-    per trace without joining the nodes again. A table rebuilt each time.
+    per trace without joining the nodes again. Each kind's rows are one
+    call of replay_edges (macros/replay_edges.sql), the one shape of an
+    edge row; the CTEs before it say where the kind's source and target
+    come from. A table rebuilt each time.
 #}
 
 with
@@ -102,13 +105,10 @@ cpu_sequence as (
     )
 ),
 
-step_start_edges as (
+first_calls as (
     select
-        'step_start' as edge_type,
-        iteration_starts.node_id as src_node_id,
-        'end' as src_point,
-        cpu_sequence.node_id as dst_node_id,
-        'start' as dst_point,
+        iteration_starts.node_id as start_node_id,
+        cpu_sequence.node_id,
         cpu_sequence.run_id,
         cpu_sequence.iteration,
         cpu_sequence.rank,
@@ -122,19 +122,16 @@ step_start_edges as (
     where cpu_sequence.previous_node_id is null
 ),
 
+step_start_edges as (
+    {{ replay_edges('step_start', 'first_calls', 'start_node_id', 'node_id') }}
+),
+
 cpu_order_edges as (
-    select
-        'cpu_order' as edge_type,
-        previous_node_id as src_node_id,
-        case when previous_end_ns <= start_ns then 'end' else 'start' end as src_point,
-        node_id as dst_node_id,
-        'start' as dst_point,
-        run_id,
-        iteration,
-        rank,
-        trace_id
-    from cpu_sequence
-    where previous_node_id is not null
+    {{ replay_edges(
+        'cpu_order', 'cpu_sequence', 'previous_node_id', 'node_id',
+        src_point="case when previous_end_ns <= start_ns then 'end' else 'start' end",
+        where='previous_node_id is not null',
+    ) }}
 ),
 
 gpu_launched as (
@@ -151,27 +148,16 @@ gpu_launched as (
 ),
 
 launch_edges as (
-    select
-        'launch' as edge_type,
-        launch_node_id as src_node_id,
-        'start' as src_point,
-        node_id as dst_node_id,
-        'start' as dst_point,
-        run_id,
-        iteration,
-        rank,
-        trace_id
-    from gpu_launched
-    where launch_node_id is not null
+    {{ replay_edges(
+        'launch', 'gpu_launched', 'launch_node_id', 'node_id',
+        src_point='start', where='launch_node_id is not null',
+    ) }}
 ),
 
-unlaunched_edges as (
+unlaunched_ops as (
     select
-        'step_start' as edge_type,
-        iteration_starts.node_id as src_node_id,
-        'end' as src_point,
-        gpu_launched.node_id as dst_node_id,
-        'start' as dst_point,
+        iteration_starts.node_id as start_node_id,
+        gpu_launched.node_id,
         gpu_launched.run_id,
         gpu_launched.iteration,
         gpu_launched.rank,
@@ -183,6 +169,10 @@ unlaunched_edges as (
             and gpu_launched.rank = iteration_starts.rank
             and gpu_launched.iteration = iteration_starts.iteration
     where gpu_launched.launch_node_id is null
+),
+
+unlaunched_edges as (
+    {{ replay_edges('step_start', 'unlaunched_ops', 'start_node_id', 'node_id') }}
 ),
 
 stream_sequence as (
@@ -197,18 +187,10 @@ stream_sequence as (
 ),
 
 stream_order_edges as (
-    select
-        'stream_order' as edge_type,
-        previous_node_id as src_node_id,
-        'end' as src_point,
-        node_id as dst_node_id,
-        'start' as dst_point,
-        run_id,
-        iteration,
-        rank,
-        trace_id
-    from stream_sequence
-    where previous_node_id is not null
+    {{ replay_edges(
+        'stream_order', 'stream_sequence', 'previous_node_id', 'node_id',
+        where='previous_node_id is not null',
+    ) }}
 ),
 
 {# What the launch and the stream explain: the op may start from then on.
@@ -256,18 +238,10 @@ launch_sequence as (
 ),
 
 comm_stream_wait_edges as (
-    select
-        'comm_stream_wait' as edge_type,
-        calling_stream_node_id as src_node_id,
-        'end' as src_point,
-        node_id as dst_node_id,
-        'start' as dst_point,
-        run_id,
-        iteration,
-        rank,
-        trace_id
-    from launch_sequence
-    where node_kind = 'gpu_communication' and calling_stream_node_id is not null
+    {{ replay_edges(
+        'comm_stream_wait', 'launch_sequence', 'calling_stream_node_id', 'node_id',
+        where="node_kind = 'gpu_communication' and calling_stream_node_id is not null",
+    ) }}
 ),
 
 gpu_wait_candidates as (
@@ -292,19 +266,21 @@ gpu_wait_candidates as (
         and other.launch_start_ns < waiting.launch_start_ns
 ),
 
-gpu_wait_edges as (
+{# The latest-ending candidate binds: one edge per waiting op. #}
+gpu_wait_sources as (
     select
-        'gpu_wait' as edge_type,
-        arg_max(src_node_id, src_end_ns) as src_node_id,
-        'end' as src_point,
         dst_node_id,
-        'start' as dst_point,
+        arg_max(src_node_id, src_end_ns) as src_node_id,
         run_id,
         iteration,
         rank,
         trace_id
     from gpu_wait_candidates
-    group by 4, 6, 7, 8, 9
+    group by 1, 3, 4, 5, 6
+),
+
+gpu_wait_edges as (
+    {{ replay_edges('gpu_wait', 'gpu_wait_sources', 'src_node_id', 'dst_node_id') }}
 ),
 
 host_sync_candidates as (
@@ -328,19 +304,22 @@ host_sync_candidates as (
     where syncs.node_kind = 'cpu_sync'
 ),
 
-host_sync_edges as (
+host_sync_sources as (
     select
-        'host_sync' as edge_type,
-        arg_max(src_node_id, src_end_ns) as src_node_id,
-        'end' as src_point,
         dst_node_id,
-        'end' as dst_point,
+        arg_max(src_node_id, src_end_ns) as src_node_id,
         run_id,
         iteration,
         rank,
         trace_id
     from host_sync_candidates
-    group by 4, 6, 7, 8, 9
+    group by 1, 3, 4, 5, 6
+),
+
+host_sync_edges as (
+    {{ replay_edges(
+        'host_sync', 'host_sync_sources', 'src_node_id', 'dst_node_id', dst_point='end',
+    ) }}
 ),
 
 member_nodes as (
@@ -364,30 +343,17 @@ member_nodes as (
 ),
 
 {# An edge into a collective instance counts on its member's trace. #}
-collective_edges as (
-    select
-        'collective' as edge_type,
-        member_node_id as src_node_id,
-        'start' as src_point,
-        instance_node_id as dst_node_id,
-        'start' as dst_point,
-        run_id,
-        iteration,
-        rank,
-        trace_id
-    from member_nodes
-    union all
-    select
-        'collective' as edge_type,
-        instance_node_id as src_node_id,
-        'end' as src_point,
-        member_node_id as dst_node_id,
-        'end' as dst_point,
-        run_id,
-        iteration,
-        rank,
-        trace_id
-    from member_nodes
+collective_arrival_edges as (
+    {{ replay_edges(
+        'collective', 'member_nodes', 'member_node_id', 'instance_node_id',
+        src_point='start',
+    ) }}
+),
+
+collective_departure_edges as (
+    {{ replay_edges(
+        'collective', 'member_nodes', 'instance_node_id', 'member_node_id', dst_point='end',
+    ) }}
 ),
 
 final as (
@@ -407,7 +373,9 @@ final as (
     union all
     select * from host_sync_edges
     union all
-    select * from collective_edges
+    select * from collective_arrival_edges
+    union all
+    select * from collective_departure_edges
 )
 
 select * from final
