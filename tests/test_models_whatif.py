@@ -286,3 +286,63 @@ def test_critical_path_runs_through_the_straggler(straggler_pair: Path) -> None:
     )
     by_run = dict(rows)
     assert by_run["straggler"] == 5
+
+
+#: The vendored H200 captures (tests/data/captured): the two plain-PyTorch steps were
+#: recorded with CUDA sync events on, the Megatron one without.
+CAPTURES_WITH_SYNCS = ("h200_gpt_step", "h200_gpt_step_fused_adamw")
+CAPTURE_WITHOUT_SYNCS = "h200_megatron_tp1"
+
+
+def test_recorded_syncs_become_edges_on_the_h200_captures(warehouse: Path) -> None:
+    """Kineto's cuda_sync events become typed edges, as HTA resolves them: each
+    step's batch copy on a side stream -> the compute stream's next kernel
+    (cudaStreamWaitEvent; CUDA 13 left the record's correlation -1, so the
+    thread's last record before the wait is taken), and `.item()`'s copy ->
+    the cudaStreamSynchronize that waited for it, in place of the inferred
+    host_sync edge. The Megatron capture, recorded without sync events,
+    still replays on inferred waits, and fct_step_replay says which is which.
+    The replay reproduces every capture's measured step within 3%."""
+    rows = query_warehouse(
+        warehouse,
+        "select run_id, iteration, error_ratio, has_recorded_syncs, edge_types, "
+        "inconsistent_node_count from fct_step_replay "
+        "where run_id like 'h200_%' order by run_id, iteration")
+    assert {row[0] for row in rows} == {*CAPTURES_WITH_SYNCS, CAPTURE_WITHOUT_SYNCS}
+    for run_id, iteration, error, has_syncs, edge_types, inconsistent in rows:
+        kinds = set(edge_types.split(","))
+        assert error <= 0.03, (run_id, iteration, error)
+        assert inconsistent == 0, (run_id, iteration)
+        if run_id in CAPTURES_WITH_SYNCS:
+            assert has_syncs and {"cuda_event_wait", "cuda_host_sync"} <= kinds, edge_types
+            assert "host_sync" not in kinds, edge_types
+        else:
+            assert not has_syncs and "host_sync" in kinds and not any(
+                kind.startswith("cuda_") for kind in kinds), edge_types
+    waits = query_warehouse(
+        warehouse,
+        "select edges.run_id, edges.iteration, src.node_kind, src.gpu_stream, dst.gpu_stream, "
+        "src.end_ns <= dst.start_ns "
+        "from intermediate.int_replay_edges_typed as edges "
+        "inner join intermediate.int_replay_nodes_listed as src on src.node_id = edges.src_node_id "
+        "inner join intermediate.int_replay_nodes_listed as dst on dst.node_id = edges.dst_node_id "
+        "where edges.edge_type = 'cuda_event_wait' order by 1, 2")
+    # One per profiled step: the side stream's batch copy, then the compute stream.
+    assert [(run, it) for run, it, *_ in waits] == [
+        (run, it) for run in CAPTURES_WITH_SYNCS for it in (2, 3)], waits
+    for _run, _it, src_kind, src_stream, dst_stream, holds in waits:
+        assert src_kind == "gpu_memory" and src_stream != dst_stream and holds
+    syncs = query_warehouse(
+        warehouse,
+        "select syncs.is_record_inferred, calls.name, "
+        "synced.launch_ts_ns < calls.ts_ns "
+        "from intermediate.int_cuda_syncs_resolved as syncs "
+        "inner join stg_lake__slices as calls on calls.trace_id = syncs.trace_id "
+        "and calls.slice_id = syncs.call_slice_id "
+        "inner join intermediate.int_kernels_classified as synced "
+        "on synced.trace_id = syncs.trace_id and synced.slice_id = syncs.src_slice_id "
+        "where syncs.run_id = 'h200_gpt_step' and syncs.sync_kind = 'Stream Sync'")
+    assert len(syncs) == 2
+    for inferred, call, launched_before in syncs:
+        assert (call, inferred, launched_before) == ("cudaStreamSynchronize", False, True)
+

@@ -24,15 +24,21 @@
       * gpu_wait: end of a GPU op on another stream -> start of a GPU op
         that began after every dependency above was met: the latest such
         end among ops launched before it (a cudaStreamWaitEvent, NCCL's
-        stream waiting for the compute stream, a blocking collective). No
-        trace here carries Kineto's cuda_sync events (`Stream Wait Event`
-        with wait_on_cuda_event_record_corr_id: none of ../shared/data's
+        stream waiting for the compute stream, a blocking collective). Most
+        traces carry no Kineto cuda_sync events (none of ../shared/data's
         Kineto traces, nor the simulator's), so these are inferred from
-        the measured order, never from which op they name;
+        the measured order, never from which op they name; an op with a
+        cuda_event_wait edge gets none;
       * host_sync: end of the last GPU op of the rank that ended inside a
         blocking runtime call (var('replay_host_sync_calls')) and was
         launched before it -> the call's end (the call returns once the
-        GPU is done);
+        GPU is done); a call with a cuda_host_sync edge gets none;
+      * cuda_event_wait, cuda_host_sync: the waits the profiler recorded
+        (Kineto's cuda_sync events, where the trace has them), resolved
+        as HTA resolves them (int_cuda_syncs_resolved): the op recorded
+        before a cudaStreamWaitEvent's event -> the waiting stream's next
+        op; the last op on a synchronised stream (every stream, for a
+        device sync) -> the blocking call's end;
       * collective: each member's start -> the instance (it happens at the
         last arrival), and the instance -> each member's end (every member
         ends after the last arrival plus its own transfer); a P2P
@@ -72,6 +78,16 @@ members as (
         trace_id,
         slice_id
     from {{ ref('int_collective_members_aligned') }}
+),
+
+recorded_syncs as (
+    select
+        trace_id,
+        call_slice_id,
+        src_slice_id,
+        dst_slice_id
+    from {{ ref('int_cuda_syncs_resolved') }}
+    where src_slice_id is not null
 ),
 
 cpu_nodes as (
@@ -244,6 +260,49 @@ comm_stream_wait_edges as (
     ) }}
 ),
 
+{# Waits the profiler recorded (cuda_sync events, int_cuda_syncs_resolved),
+   between nodes of one iteration: a cross-stream event wait ties the
+   recorded op's end to the waiting op's start; a host sync, the op's end
+   to the blocking call's end. #}
+recorded_waits as (
+    select distinct
+        src.node_id as src_node_id,
+        waiting.node_id as dst_node_id,
+        waiting.node_kind like 'gpu_%' as is_event_wait,
+        waiting.run_id,
+        waiting.iteration,
+        waiting.rank,
+        waiting.trace_id
+    from recorded_syncs
+    inner join gpu_nodes as src
+        on
+            recorded_syncs.trace_id = src.trace_id
+            and recorded_syncs.src_slice_id = src.slice_id
+    {#- The GPU op that waits (an event wait), else the blocking call. #}
+    inner join nodes as waiting
+        on
+            recorded_syncs.trace_id = waiting.trace_id
+            and coalesce(recorded_syncs.dst_slice_id, recorded_syncs.call_slice_id)
+            = waiting.slice_id
+            and src.iteration = waiting.iteration
+    where
+        waiting.node_kind like 'gpu_%' and recorded_syncs.dst_slice_id is not null
+        or waiting.node_kind = 'cpu_sync' and recorded_syncs.dst_slice_id is null
+),
+
+cuda_event_wait_edges as (
+    {{ replay_edges(
+        'cuda_event_wait', 'recorded_waits', 'src_node_id', 'dst_node_id', where='is_event_wait',
+    ) }}
+),
+
+cuda_host_sync_edges as (
+    {{ replay_edges(
+        'cuda_host_sync', 'recorded_waits', 'src_node_id', 'dst_node_id', dst_point='end',
+        where='not is_event_wait',
+    ) }}
+),
+
 gpu_wait_candidates as (
     select
         waiting.node_id as dst_node_id,
@@ -276,6 +335,12 @@ gpu_wait_sources as (
         rank,
         trace_id
     from gpu_wait_candidates
+    {#- An op whose wait the profiler recorded needs no inferred one. #}
+    where
+        dst_node_id not in (
+            select recorded_waits.dst_node_id from recorded_waits
+            where recorded_waits.is_event_wait
+        )
     group by 1, 3, 4, 5, 6
 ),
 
@@ -313,6 +378,11 @@ host_sync_sources as (
         rank,
         trace_id
     from host_sync_candidates
+    where
+        dst_node_id not in (
+            select recorded_waits.dst_node_id from recorded_waits
+            where not recorded_waits.is_event_wait
+        )
     group by 1, 3, 4, 5, 6
 ),
 
@@ -372,6 +442,10 @@ final as (
     select * from gpu_wait_edges
     union all
     select * from host_sync_edges
+    union all
+    select * from cuda_event_wait_edges
+    union all
+    select * from cuda_host_sync_edges
     union all
     select * from collective_arrival_edges
     union all
