@@ -12,6 +12,7 @@ original replay and with what the edges say depends on that kernel.
 
 from __future__ import annotations
 
+import json
 from collections import deque
 from pathlib import Path
 
@@ -346,3 +347,43 @@ def test_recorded_syncs_become_edges_on_the_h200_captures(warehouse: Path) -> No
     for inferred, call, launched_before in syncs:
         assert (call, inferred, launched_before) == ("cudaStreamSynchronize", False, True)
 
+
+def _one_f_one_b_critical_chain(stages: int, microbatches: int) -> list[tuple[int, str, int]]:
+    """(pipeline stage, phase, microbatch) of the compute a 1F1B step's critical
+    path runs through, derived from the schedule: microbatch 0's forward down
+    the stages, then the last stage's forward/backward pairs in the schedule's
+    order (its own previous backward holds each forward back; the stages
+    before it are ahead), then the last microbatch's backward back up."""
+    chain = [(stage, "forward", 0) for stage in range(stages - 1)]
+    for microbatch in range(microbatches):
+        chain += [(stages - 1, "forward", microbatch), (stages - 1, "backward", microbatch)]
+    chain += [(stage, "backward", microbatches - 1) for stage in reversed(range(stages - 1))]
+    return chain
+
+
+def test_critical_path_follows_the_1f1b_schedule(straggler_pair: Path) -> None:
+    """On the clean 1F1B run (TP2 x PP2 x DP2, 4 microbatches, compute-bound), the
+    compute on the critical path is the schedule's own chain, stage by stage and
+    microbatch by microbatch (the simulator's ground truth gives the schedule and
+    each rank's stage), then only the gradient sync and the optimizer follow."""
+    truth = json.loads((straggler_pair.parent / "clean" / "ground_truth.json").read_text())
+    assert truth["schedule"] == "1f1b"
+    stage_of = {entry["rank"]: entry["pp"] for entry in truth["ranks"]}
+    rows = query_warehouse(
+        straggler_pair,
+        "select path.rank, path.phase, kernels.microbatch, path.node_kind "
+        "from fct_critical_path as path "
+        "inner join intermediate.int_replay_nodes_listed as nodes using (node_id) "
+        "left join intermediate.int_kernels_classified as kernels "
+        "on kernels.trace_id = nodes.trace_id and kernels.slice_id = nodes.slice_id "
+        "where path.run_id = 'clean' order by path.path_order",
+    )
+    compute = [(stage_of[rank], phase, microbatch) for rank, phase, microbatch, kind in rows
+               if kind == "gpu_compute" and phase in ("forward", "backward")]
+    walked = [step for index, step in enumerate(compute)
+              if index == 0 or step != compute[index - 1]]
+    assert walked == _one_f_one_b_critical_chain(truth["pp"], truth["microbatches"]), walked
+    last_step = max(index for index, row in enumerate(rows)
+                    if row[3] == "gpu_compute" and row[1] in ("forward", "backward"))
+    assert {phase for _rank, phase, _mb, _kind in rows[last_step + 1:]} <= {
+        "dp_sync", "optimizer", "host", "other"}
