@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from tracehouse.core.replay import graph_from_relations, replay
+from tracehouse.core.replay import graph_from_relations, node_indices, replay
 
 #: The plain replay, with every node's measured work.
 AS_MEASURED = "as_measured"
@@ -60,7 +60,7 @@ def model(dbt, session):
     for scenario in np.unique(scaled["scenario"]).tolist():
         rows = scaled["scenario"] == scenario
         work = graph.work.copy()
-        work[np.asarray(scaled["node_id"][rows], dtype=np.int64) - 1] = scaled["work_ns"][rows]
+        work[node_indices(node_id, scaled["node_id"][rows])] = scaled["work_ns"][rows]
         scenarios[scenario] = work
     tables = []
     for scenario, work in scenarios.items():
