@@ -240,9 +240,12 @@ def binding_predecessors(graph: ReplayGraph, start: np.ndarray, end: np.ndarray,
     """For every vertex (2i start, 2i+1 end of node i) the vertex whose edge set
     its replayed time, or -1 for a root: the edge HTA's critical path follows.
 
-    Ties go to the edge listed first (graph edges before a node's own
-    start -> end edge), so a collective member's end is bound by its
-    instance (the last arrival) rather than by its own start.
+    Ties go to a graph edge before a node's own start -> end edge, so a
+    collective member's end is bound by its instance (the last arrival)
+    rather than by its own start; among graph edges, to the lowest source
+    vertex. Not to the edge listed first: the edges' order is the order the
+    tables stored them in, which an incremental build and a full refresh do
+    not share, and symmetric ranks (TP peers) tie everywhere.
     """
     n = graph.size
     src_v, dst_v, weight = vertex_edges(graph, work)
@@ -252,10 +255,11 @@ def binding_predecessors(graph: ReplayGraph, start: np.ndarray, end: np.ndarray,
     best = np.full(2 * n, np.iinfo(np.int64).min, dtype=np.int64)
     np.maximum.at(best, dst_v, reach)
     binding = np.flatnonzero(reach == best[dst_v])
-    targets, first = np.unique(dst_v[binding], return_index=True)
-    predecessor = np.full(2 * n, -1, dtype=np.int64)
-    predecessor[targets] = src_v[binding[first]]
-    return predecessor
+    # Rank each binding edge: graph edges by source vertex, own edges after all.
+    rank = src_v[binding] + np.where(binding >= graph.src.shape[0], 2 * n, 0)
+    chosen = np.full(2 * n, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(chosen, dst_v[binding], rank)
+    return np.where(chosen == np.iinfo(np.int64).max, -1, chosen % (2 * n))
 
 
 def walk_back(predecessor: np.ndarray, sink: int) -> np.ndarray:
