@@ -48,9 +48,11 @@
 
 with
 
-{# Only traces with sync events read their runtime calls, and of those
-    only the calls a sync names or a record. #}
-lake_slices as (
+{# Two scans, so that the runtime calls (most of a trace's rows) are read
+   without their args, and only in traces with sync events: one scan of both
+   categories with args cost 20.7 s of a 1,024-rank what-if build that has
+   no sync event at all (benchmarks/README.md, whatif.py). #}
+sync_events as (
     select
         run_id,
         rank,
@@ -66,20 +68,27 @@ lake_slices as (
         ts_ns,
         end_ns
     from {{ lake_scan('slices', pending) }}
-    where
-        category in ('cuda_sync', 'cuda_runtime')
-        and {{ new_traces }}
-),
-
-sync_events as (
-    select * from lake_slices
-    where category = 'cuda_sync'
+    where category = 'cuda_sync' and {{ new_traces }}
 ),
 
 runtime_calls as (
     select * from sync_events
     union all
-    select * from lake_slices
+    select
+        run_id,
+        rank,
+        trace_id,
+        slice_id,
+        track_id,
+        category,
+        name,
+        correlation,
+        device,
+        stream,
+        cast(null as varchar) as args,
+        ts_ns,
+        end_ns
+    from {{ lake_scan('slices', pending) }}
     where
         category = 'cuda_runtime'
         and (name like 'cudaEventRecord%' or name in (
@@ -87,6 +96,7 @@ runtime_calls as (
                 '{{ call }}'{{ "," if not loop.last }}
             {%- endfor %}
         ))
+        and {{ new_traces }}
         and trace_id in (select sync_events.trace_id from sync_events)
 ),
 
