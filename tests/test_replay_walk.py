@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tracehouse.core import replay as replay_module
-from tracehouse.core.replay import END, START, ReplayGraph, replay, weigh
+from tracehouse.core.replay import END, START, ReplayGraph, node_indices, replay, weigh
 
 COMPILED = pytest.param(True, id="compiled", marks=pytest.mark.skipif(
     replay_module._walk is None, reason="tracehouse/core/_replay_walk.c is not built"))
@@ -98,3 +98,15 @@ def test_compiled_and_numpy_agree_on_random_graphs() -> None:
         consistent = ~graph.is_inconsistent
         if consistent.all():
             assert np.array_equal(fast[0], start) and np.array_equal(fast[1], end)
+
+
+def test_node_ids_map_to_positions_and_collisions_are_refused() -> None:
+    """Replay node ids are hashes (int_replay_ops_listed), not 1..n: the loader maps
+    them to array positions by a sorted search, and refuses an id listed twice
+    (a hash collision would otherwise merge two nodes) or one no node has."""
+    ids = np.array([-9_000_000_000_000_000_000, -5, 7, 4_000_000_000_000_000_000])
+    assert node_indices(ids, [7, -5, 4_000_000_000_000_000_000, 7]).tolist() == [2, 1, 3, 2]
+    with pytest.raises(ValueError, match="name no replay node"):
+        node_indices(ids, [8])
+    with pytest.raises(ValueError, match="collide"):
+        node_indices(np.array([1, 3, 3, 9]), [1])

@@ -187,39 +187,52 @@ def weigh(start: np.ndarray, end: np.ndarray, is_root: np.ndarray, src: np.ndarr
 def graph_from_relations(nodes, edges) -> tuple[np.ndarray, ReplayGraph]:
     """(node ids, weighed graph) from DuckDB relations of the replay models.
 
-    ``nodes``: int_replay_nodes_listed (node_id 1..n, no gaps; measured
-    start_ns, end_ns); ``edges``: int_replay_edges_typed. Both are relations
-    (``dbt.ref`` in a Python model, ``connection.table`` in a test), so the
-    one loader serves the models and the tests, and this module needs no
-    DuckDB import. Rows are placed by node_id, not sorted. Index ``i`` of
-    every array is node ``i + 1``.
+    ``nodes``: int_replay_nodes_listed (node_id unique, any bigint: a hash
+    per trace, so that a trace's nodes keep their ids across incremental
+    builds; measured start_ns, end_ns); ``edges``: int_replay_edges_typed.
+    Both are relations (``dbt.ref`` in a Python model, ``connection.table``
+    in a test), so the one loader serves the models and the tests, and this
+    module needs no DuckDB import. Index ``i`` of every array is the node
+    whose id is ``node_ids[i]``, the ids in ascending order (so a relation
+    numbered 1..n puts node k at index k - 1); edges are mapped to indices
+    by a sorted search, not a join. Raises ValueError when two nodes share
+    an id (a hash collision) or an edge names a node that is not listed.
     """
     columns = nodes.select(
         "node_id, start_ns, end_ns, node_kind = 'iteration_start' as is_root").fetchnumpy()
     links = edges.select(
         "src_node_id, (src_point = 'end')::int as src_end, dst_node_id, "
         "(dst_point = 'end')::int as dst_end").fetchnumpy()
-    index = np.asarray(columns["node_id"], dtype=np.int64) - 1
-    size = index.shape[0]
-    if size and (index.min() != 0 or index.max() != size - 1
-                 or np.bincount(index, minlength=size).max() != 1):
-        raise ValueError("int_replay_nodes_listed.node_id must run 1..n without gaps")
-
-    def placed(name: str, dtype) -> np.ndarray:
-        values = np.empty(size, dtype=dtype)
-        values[index] = np.asarray(columns[name], dtype=dtype)
-        return values
-
+    order = np.argsort(np.asarray(columns["node_id"], dtype=np.int64), kind="stable")
+    node_ids = np.asarray(columns["node_id"], dtype=np.int64)[order]
     graph = weigh(
-        start=placed("start_ns", np.int64),
-        end=placed("end_ns", np.int64),
-        is_root=placed("is_root", bool),
-        src=np.asarray(links["src_node_id"], dtype=np.int64) - 1,
+        start=np.asarray(columns["start_ns"], dtype=np.int64)[order],
+        end=np.asarray(columns["end_ns"], dtype=np.int64)[order],
+        is_root=np.asarray(columns["is_root"], dtype=bool)[order],
+        src=node_indices(node_ids, links["src_node_id"]),
         src_point=np.asarray(links["src_end"], dtype=np.int64),
-        dst=np.asarray(links["dst_node_id"], dtype=np.int64) - 1,
+        dst=node_indices(node_ids, links["dst_node_id"]),
         dst_point=np.asarray(links["dst_end"], dtype=np.int64),
     )
-    return np.arange(1, size + 1, dtype=np.int64), graph
+    return node_ids, graph
+
+
+def node_indices(node_ids: np.ndarray, wanted) -> np.ndarray:
+    """Index into ``node_ids`` (ascending, as graph_from_relations returns
+    them) of every id in ``wanted``: the replay's arrays are indexed by
+    position, the tables by node_id. Raises ValueError on a duplicate id in
+    ``node_ids`` or an id of ``wanted`` not in it."""
+    wanted = np.asarray(wanted, dtype=np.int64)
+    if node_ids.size > 1 and (repeated := node_ids[1:] == node_ids[:-1]).any():
+        raise ValueError(f"replay node ids collide: {node_ids[1:][repeated][:5].tolist()} "
+                         "are each listed twice (int_replay_nodes_listed.node_id)")
+    position = np.searchsorted(node_ids, wanted)
+    found = position < node_ids.size
+    found[found] = node_ids[position[found]] == wanted[found]
+    if not found.all():
+        raise ValueError(f"{int((~found).sum())} ids name no replay node "
+                         f"(first: {wanted[~found][:5].tolist()})")
+    return position
 
 
 def binding_predecessors(graph: ReplayGraph, start: np.ndarray, end: np.ndarray,
@@ -227,9 +240,12 @@ def binding_predecessors(graph: ReplayGraph, start: np.ndarray, end: np.ndarray,
     """For every vertex (2i start, 2i+1 end of node i) the vertex whose edge set
     its replayed time, or -1 for a root: the edge HTA's critical path follows.
 
-    Ties go to the edge listed first (graph edges before a node's own
-    start -> end edge), so a collective member's end is bound by its
-    instance (the last arrival) rather than by its own start.
+    Ties go to a graph edge before a node's own start -> end edge, so a
+    collective member's end is bound by its instance (the last arrival)
+    rather than by its own start; among graph edges, to the lowest source
+    vertex. Not to the edge listed first: the edges' order is the order the
+    tables stored them in, which an incremental build and a full refresh do
+    not share, and symmetric ranks (TP peers) tie everywhere.
     """
     n = graph.size
     src_v, dst_v, weight = vertex_edges(graph, work)
@@ -239,10 +255,11 @@ def binding_predecessors(graph: ReplayGraph, start: np.ndarray, end: np.ndarray,
     best = np.full(2 * n, np.iinfo(np.int64).min, dtype=np.int64)
     np.maximum.at(best, dst_v, reach)
     binding = np.flatnonzero(reach == best[dst_v])
-    targets, first = np.unique(dst_v[binding], return_index=True)
-    predecessor = np.full(2 * n, -1, dtype=np.int64)
-    predecessor[targets] = src_v[binding[first]]
-    return predecessor
+    # Rank each binding edge: graph edges by source vertex, own edges after all.
+    rank = src_v[binding] + np.where(binding >= graph.src.shape[0], 2 * n, 0)
+    chosen = np.full(2 * n, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(chosen, dst_v[binding], rank)
+    return np.where(chosen == np.iinfo(np.int64).max, -1, chosen % (2 * n))
 
 
 def walk_back(predecessor: np.ndarray, sink: int) -> np.ndarray:

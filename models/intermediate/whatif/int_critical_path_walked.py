@@ -26,6 +26,7 @@ import pyarrow as pa
 from tracehouse.core.replay import (
     binding_predecessors,
     graph_from_relations,
+    node_indices,
     replay,
     walk_back,
 )
@@ -51,7 +52,8 @@ def model(dbt, session):
     columns: dict[str, list] = {name: [] for name in (
         "run_id", "iteration", "path_step", "node_id", "point", "segment", "segment_ns")}
     for run_id, iteration, sink_node_id in sinks:
-        path = walk_back(predecessor, 2 * (int(sink_node_id) - 1) + 1)
+        sink = int(node_indices(node_id, [sink_node_id])[0])
+        path = walk_back(predecessor, 2 * sink + 1)
         previous = np.concatenate([[path[0]], path[:-1]])
         is_end = path % 2 == 1
         own_start = previous == path - 1

@@ -1,411 +1,51 @@
 {#
     One row per dependency edge of the replay graph (edge_type, src_node_id,
-    dst_node_id), between the nodes of int_replay_nodes_listed. An edge ties
-    a point of its source (src_point: `start` or `end`) to a point of its
-    target (dst_point): the target's point cannot come before the source's.
-
-      * step_start: a rank's iteration start -> its first runtime call; also
-        -> any GPU op whose launch the trace lacks (counted: they are gaps
-        the replay cannot explain, anchored where they were);
-      * cpu_order: a rank's runtime calls in the order they began, over all
-        its threads (PyTorch's main thread blocks in backward while the
-        autograd thread launches, as HTA remaps them onto one); end -> start,
-        or start -> start where the two overlap (threads running at once);
-      * launch: runtime call start -> the kernel, copy or fill it launched
-        (correlation / ac2g flow, int_kernels_classified.launch_slice_id,
-        carried by int_replay_nodes_listed);
-      * stream_order: end -> start of consecutive GPU ops on one stream;
-      * comm_stream_wait: end of the last non-communication GPU op the rank
-        launched before a communication kernel -> that kernel's start:
-        c10d's ProcessGroupNCCL makes the NCCL stream wait for the calling
-        stream before every collective and P2P (its cudaEventRecord +
-        cudaStreamWaitEvent pair), whether or not that wait held it back
-        in the measured run;
-      * gpu_wait: end of a GPU op on another stream -> start of a GPU op
-        that began after every dependency above was met: the latest such
-        end among ops launched before it (a cudaStreamWaitEvent, NCCL's
-        stream waiting for the compute stream, a blocking collective). No
-        trace here carries Kineto's cuda_sync events (`Stream Wait Event`
-        with wait_on_cuda_event_record_corr_id: none of ../shared/data's
-        Kineto traces, nor the simulator's), so these are inferred from
-        the measured order, never from which op they name;
-      * host_sync: end of the last GPU op of the rank that ended inside a
-        blocking runtime call (var('replay_host_sync_calls')) and was
-        launched before it -> the call's end (the call returns once the
-        GPU is done);
-      * collective: each member's start -> the instance (it happens at the
-        last arrival), and the instance -> each member's end (every member
-        ends after the last arrival plus its own transfer); a P2P
-        send/recv pair is a two-member instance.
-    Per run x iteration; each edge carries its target's run, iteration,
-    rank and trace (a collective instance's: its member's), so edges count
-    per trace without joining the nodes again. A table rebuilt each time.
+    src_point, dst_node_id, dst_point), between the nodes of
+    int_replay_nodes_listed: the edges within a trace
+    (int_replay_trace_edges_typed, incremental per trace: step_start,
+    cpu_order, launch, stream_order, comm_stream_wait, gpu_wait, host_sync,
+    cuda_event_wait, cuda_host_sync) and the collective edges across ranks
+    (int_replay_collective_edges_typed, rebuilt each time); each model's
+    docstring says what its kinds mean. Every edge carries its target's
+    run, iteration, rank and trace (a collective instance's: its
+    member's), so edges count per trace. A view: the replay models read it
+    once each.
 #}
+
+{{ config(materialized='view') }}
 
 with
 
-nodes as (
+trace_edges as (
     select
-        node_id,
-        run_id,
-        rank,
-        iteration,
-        node_kind,
-        trace_id,
-        slice_id,
-        collective_id,
-        device,
-        gpu_stream,
-        launch_slice_id,
-        start_ns,
-        end_ns
-    from {{ ref('int_replay_nodes_listed') }}
-),
-
-members as (
-    select
-        run_id,
-        collective_id,
-        trace_id,
-        slice_id
-    from {{ ref('int_collective_members_aligned') }}
-),
-
-cpu_nodes as (
-    select * from nodes
-    where node_kind in ('cpu_call', 'cpu_sync')
-),
-
-gpu_nodes as (
-    select * from nodes
-    where node_kind like 'gpu_%'
-),
-
-iteration_starts as (
-    select
-        node_id,
-        run_id,
-        rank,
-        iteration
-    from nodes
-    where node_kind = 'iteration_start'
-),
-
-cpu_sequence as (
-    select
-        *,
-        lag(node_id) over rank_calls as previous_node_id,
-        lag(end_ns) over rank_calls as previous_end_ns
-    from cpu_nodes
-    window rank_calls as (
-        partition by run_id, rank, iteration order by start_ns, slice_id
-    )
-),
-
-step_start_edges as (
-    select
-        'step_start' as edge_type,
-        iteration_starts.node_id as src_node_id,
-        'end' as src_point,
-        cpu_sequence.node_id as dst_node_id,
-        'start' as dst_point,
-        cpu_sequence.run_id,
-        cpu_sequence.iteration,
-        cpu_sequence.rank,
-        cpu_sequence.trace_id
-    from cpu_sequence
-    inner join iteration_starts
-        on
-            cpu_sequence.run_id = iteration_starts.run_id
-            and cpu_sequence.rank = iteration_starts.rank
-            and cpu_sequence.iteration = iteration_starts.iteration
-    where cpu_sequence.previous_node_id is null
-),
-
-cpu_order_edges as (
-    select
-        'cpu_order' as edge_type,
-        previous_node_id as src_node_id,
-        case when previous_end_ns <= start_ns then 'end' else 'start' end as src_point,
-        node_id as dst_node_id,
-        'start' as dst_point,
-        run_id,
-        iteration,
-        rank,
-        trace_id
-    from cpu_sequence
-    where previous_node_id is not null
-),
-
-gpu_launched as (
-    select
-        gpu_nodes.*,
-        calls.node_id as launch_node_id,
-        calls.start_ns as launch_start_ns
-    from gpu_nodes
-    left join cpu_nodes as calls
-        on
-            gpu_nodes.trace_id = calls.trace_id
-            and gpu_nodes.launch_slice_id = calls.slice_id
-            and gpu_nodes.iteration = calls.iteration
-),
-
-launch_edges as (
-    select
-        'launch' as edge_type,
-        launch_node_id as src_node_id,
-        'start' as src_point,
-        node_id as dst_node_id,
-        'start' as dst_point,
-        run_id,
-        iteration,
-        rank,
-        trace_id
-    from gpu_launched
-    where launch_node_id is not null
-),
-
-unlaunched_edges as (
-    select
-        'step_start' as edge_type,
-        iteration_starts.node_id as src_node_id,
-        'end' as src_point,
-        gpu_launched.node_id as dst_node_id,
-        'start' as dst_point,
-        gpu_launched.run_id,
-        gpu_launched.iteration,
-        gpu_launched.rank,
-        gpu_launched.trace_id
-    from gpu_launched
-    inner join iteration_starts
-        on
-            gpu_launched.run_id = iteration_starts.run_id
-            and gpu_launched.rank = iteration_starts.rank
-            and gpu_launched.iteration = iteration_starts.iteration
-    where gpu_launched.launch_node_id is null
-),
-
-stream_sequence as (
-    select
-        *,
-        lag(node_id) over stream_ops as previous_node_id,
-        lag(end_ns) over stream_ops as previous_end_ns
-    from gpu_launched
-    window stream_ops as (
-        partition by trace_id, iteration, device, gpu_stream order by start_ns, slice_id
-    )
-),
-
-stream_order_edges as (
-    select
-        'stream_order' as edge_type,
-        previous_node_id as src_node_id,
-        'end' as src_point,
-        node_id as dst_node_id,
-        'start' as dst_point,
-        run_id,
-        iteration,
-        rank,
-        trace_id
-    from stream_sequence
-    where previous_node_id is not null
-),
-
-{# What the launch and the stream explain: the op may start from then on.
-   Only an op that started later than that waited for something else. #}
-explained as (
-    select
-        node_id,
-        run_id,
-        rank,
-        iteration,
-        trace_id,
-        device,
-        gpu_stream,
-        start_ns,
-        launch_start_ns,
-        greatest(
-            coalesce(launch_start_ns, start_ns),
-            coalesce(previous_end_ns, launch_start_ns, start_ns)
-        ) as explained_ns
-    from stream_sequence
-),
-
-waiting as (
-    select * from explained
-    where start_ns > explained_ns
-),
-
-launch_sequence as (
-    select
-        node_id,
-        node_kind,
-        run_id,
-        iteration,
-        rank,
-        trace_id,
-        last_value(
-            case when node_kind != 'gpu_communication' then node_id end ignore nulls
-        ) over (
-            partition by run_id, rank, iteration
-            order by launch_start_ns, node_id
-            rows between unbounded preceding and 1 preceding
-        ) as calling_stream_node_id
-    from gpu_launched
-    where launch_start_ns is not null
-),
-
-comm_stream_wait_edges as (
-    select
-        'comm_stream_wait' as edge_type,
-        calling_stream_node_id as src_node_id,
-        'end' as src_point,
-        node_id as dst_node_id,
-        'start' as dst_point,
-        run_id,
-        iteration,
-        rank,
-        trace_id
-    from launch_sequence
-    where node_kind = 'gpu_communication' and calling_stream_node_id is not null
-),
-
-gpu_wait_candidates as (
-    select
-        waiting.node_id as dst_node_id,
-        waiting.run_id,
-        waiting.iteration,
-        waiting.rank,
-        waiting.trace_id,
-        other.node_id as src_node_id,
-        other.end_ns as src_end_ns
-    from waiting
-    inner join gpu_launched as other
-        on
-            waiting.run_id = other.run_id
-            and waiting.rank = other.rank
-            and waiting.iteration = other.iteration
-            and waiting.start_ns >= other.end_ns
-            and waiting.explained_ns < other.end_ns
-    where
-        (waiting.device != other.device or waiting.gpu_stream != other.gpu_stream)
-        and other.launch_start_ns < waiting.launch_start_ns
-),
-
-gpu_wait_edges as (
-    select
-        'gpu_wait' as edge_type,
-        arg_max(src_node_id, src_end_ns) as src_node_id,
-        'end' as src_point,
+        edge_type,
+        src_node_id,
+        src_point,
         dst_node_id,
-        'start' as dst_point,
+        dst_point,
         run_id,
         iteration,
         rank,
         trace_id
-    from gpu_wait_candidates
-    group by 4, 6, 7, 8, 9
+    from {{ ref('int_replay_trace_edges_typed') }}
 ),
 
-host_sync_candidates as (
-    select
-        syncs.node_id as dst_node_id,
-        syncs.run_id,
-        syncs.iteration,
-        syncs.rank,
-        syncs.trace_id,
-        gpu_launched.node_id as src_node_id,
-        gpu_launched.end_ns as src_end_ns
-    from cpu_nodes as syncs
-    inner join gpu_launched
-        on
-            syncs.run_id = gpu_launched.run_id
-            and syncs.rank = gpu_launched.rank
-            and syncs.iteration = gpu_launched.iteration
-            and syncs.start_ns > gpu_launched.launch_start_ns
-            and syncs.start_ns <= gpu_launched.end_ns
-            and syncs.end_ns >= gpu_launched.end_ns
-    where syncs.node_kind = 'cpu_sync'
-),
-
-host_sync_edges as (
-    select
-        'host_sync' as edge_type,
-        arg_max(src_node_id, src_end_ns) as src_node_id,
-        'end' as src_point,
-        dst_node_id,
-        'end' as dst_point,
-        run_id,
-        iteration,
-        rank,
-        trace_id
-    from host_sync_candidates
-    group by 4, 6, 7, 8, 9
-),
-
-member_nodes as (
-    select
-        members_gpu.node_id as member_node_id,
-        instances.node_id as instance_node_id,
-        members_gpu.run_id,
-        members_gpu.iteration,
-        members_gpu.rank,
-        members_gpu.trace_id
-    from members
-    inner join gpu_nodes as members_gpu
-        on
-            members.trace_id = members_gpu.trace_id
-            and members.slice_id = members_gpu.slice_id
-    inner join nodes as instances
-        on
-            members.run_id = instances.run_id
-            and members.collective_id = instances.collective_id
-            and instances.node_kind = 'collective'
-),
-
-{# An edge into a collective instance counts on its member's trace. #}
 collective_edges as (
     select
-        'collective' as edge_type,
-        member_node_id as src_node_id,
-        'start' as src_point,
-        instance_node_id as dst_node_id,
-        'start' as dst_point,
+        edge_type,
+        src_node_id,
+        src_point,
+        dst_node_id,
+        dst_point,
         run_id,
         iteration,
         rank,
         trace_id
-    from member_nodes
-    union all
-    select
-        'collective' as edge_type,
-        instance_node_id as src_node_id,
-        'end' as src_point,
-        member_node_id as dst_node_id,
-        'end' as dst_point,
-        run_id,
-        iteration,
-        rank,
-        trace_id
-    from member_nodes
+    from {{ ref('int_replay_collective_edges_typed') }}
 ),
 
 final as (
-    select * from step_start_edges
-    union all
-    select * from cpu_order_edges
-    union all
-    select * from launch_edges
-    union all
-    select * from unlaunched_edges
-    union all
-    select * from stream_order_edges
-    union all
-    select * from comm_stream_wait_edges
-    union all
-    select * from gpu_wait_edges
-    union all
-    select * from host_sync_edges
+    select * from trace_edges
     union all
     select * from collective_edges
 )

@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from tracehouse.core.replay import graph_from_relations, replay
+from tracehouse.core.replay import graph_from_relations, node_indices, replay
 from tracehouse.core.replay_scenarios import apply_scenario
 
 #: The plain replay, with every node's measured work.
@@ -65,7 +65,7 @@ def model(dbt, session):
     for scenario in np.unique(scaled["scenario"]).tolist():
         rows = scaled["scenario"] == scenario
         scenarios[scenario] = apply_scenario(
-            graph, np.asarray(scaled["node_id"][rows], dtype=np.int64) - 1,
+            graph, node_indices(node_id, scaled["node_id"][rows]),
             duration=scaled["work_ns"][rows], delay=scaled["delay_ns"][rows])
     tables = []
     for scenario, weighed in scenarios.items():

@@ -16,6 +16,11 @@
     no edge for); unlaunched_op_count ops without a launch in the trace
     (anchored at the iteration start); inconsistent_node_count nodes whose
     measured times break an edge (a clock offset the alignment missed).
+    edge_types lists the kinds of dependency edge the replay had into the
+    rank's nodes in the iteration, has_recorded_syncs whether any came from
+    the waits Kineto recorded (cuda_sync events: cuda_event_wait,
+    cuda_host_sync): without them the replay has stream order, launches
+    and inferred waits only.
 #}
 
 with
@@ -45,6 +50,26 @@ replays as (
     where scenario = 'as_measured'
 ),
 
+edges as (
+    select
+        run_id,
+        rank,
+        iteration,
+        edge_type
+    from {{ ref('int_replay_edges_typed') }}
+),
+
+edge_kinds as (
+    select
+        run_id,
+        rank,
+        iteration,
+        {{ string_agg_ordered('edge_type', "','", 'edge_type', distinct=true) }} as edge_types,
+        bool_or(edge_type like 'cuda_%') as has_recorded_syncs
+    from edges
+    group by 1, 2, 3
+),
+
 compared as (
     select
         steps.run_id,
@@ -58,13 +83,20 @@ compared as (
         replays.gpu_op_count,
         replays.start_delay_ns,
         replays.unlaunched_op_count,
-        replays.inconsistent_node_count
+        replays.inconsistent_node_count,
+        edge_kinds.edge_types,
+        coalesce(edge_kinds.has_recorded_syncs, false) as has_recorded_syncs
     from steps
     inner join replays
         on
             steps.run_id = replays.run_id
             and steps.rank = replays.rank
             and steps.iteration = replays.iteration
+    left join edge_kinds
+        on
+            steps.run_id = edge_kinds.run_id
+            and steps.rank = edge_kinds.rank
+            and steps.iteration = edge_kinds.iteration
 ),
 
 final as (
@@ -84,7 +116,9 @@ final as (
         gpu_op_count,
         start_delay_ns,
         unlaunched_op_count,
-        inconsistent_node_count
+        inconsistent_node_count,
+        edge_types,
+        has_recorded_syncs
     from compared
 )
 
