@@ -38,7 +38,7 @@ from pathlib import Path
 
 import duckdb
 
-from tracehouse.build.dbt import build_warehouse, run_dbt
+from tracehouse.build.dbt import build_warehouse
 from tracehouse.core.replay import replay
 from tracehouse.core.warehouse import Warehouse
 from tracehouse.ingest.runner import ingest_paths
