@@ -919,7 +919,8 @@ function threadTrees(run, rank, data) {
     });
     list.append(el("li", {dataset: {thread}},
       el("div", {class: "node thread"}, toggle, el("span", {class: "name", text: thread}),
-         el("span", {class: "figure", text: `${nodes.length} ranges at the top`})),
+         el("span", {class: "figure",
+                     text: `${nodes.length} range${nodes.length === 1 ? "" : "s"} at the top`})),
       children));
   });
   if (data.left_out) list.append(el("li", {class: "note", text: "More ranges than shown: " +
