@@ -136,3 +136,25 @@ def test_the_tree_in_a_browser(report_viewer: ViewerServer, report_wh: ReportWar
         page.wait_for("document.getElementById('view')?.dataset.view === 'timeline' && "
                       "document.getElementById('timeline')?.dataset.lanes", "the timeline")
         assert page.console == [] and page.dialogs == []
+
+
+def test_each_thread_counts_its_top_ranges_in_words(report_viewer: ViewerServer,
+                                                    report_wh: ReportWarehouse) -> None:
+    """Each thread's node says how many ranges sit at its top, singular for one (the real
+    DLRM trace's rank 0 has a thread with a single top-level range)."""
+    run = report_wh.need("dlrm_8rank")
+    nodes = get(report_viewer, "annotations", run=run, rank=0)["nodes"]
+    counts = {}
+    for node in nodes:
+        counts[node["thread"]] = counts.get(node["thread"], 0) + 1
+    assert 1 in counts.values() and len(counts) >= 2
+    with chromium_page() as page:
+        page.open(f"{report_viewer.url}#/annotations?{urlencode({'run': run, 'rank': 0})}")
+        page.wait_for("document.body?.dataset.state === 'ready' && "
+                      "document.querySelectorAll('#tree .node.thread').length", "the threads")
+        shown = page.evaluate("[...document.querySelectorAll('#tree > ul > li')]"
+                              ".map(li => [li.dataset.thread, "
+                              "li.querySelector('.node.thread .figure').textContent])")
+        assert page.console == [] and page.dialogs == []
+    assert dict(shown) == {thread: f"{count} range{'' if count == 1 else 's'} at the top"
+                           for thread, count in counts.items()}

@@ -16,6 +16,8 @@ person to look at (they are never written into the repository).
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import re
 from collections.abc import Iterator
@@ -26,7 +28,10 @@ import pytest
 
 from browser import Chromium, chromium_page
 from report_warehouse import HOSTILE_KERNEL, QUOTED_KERNEL, ReportWarehouse
+from tracehouse.query.findings import print_findings
+from tracehouse.reports.findings import figure_text
 from tracehouse.reports.html import STEP_PARTS, ms, pct, pct_parts
+from tracehouse.serve.finding_links import serve_view
 from tracehouse.serve.params import WHOLE_TRACE
 from tracehouse.serve.server import ViewerServer
 
@@ -68,7 +73,10 @@ def _show(page: Chromium, url: str, view: str, ready: str, name: str) -> None:
     """Open ``url`` and wait for the view to be drawn (``ready``: a JavaScript condition)."""
     # A new hash on the same page: mark the old view stale, so it is not taken for the new one.
     page.evaluate("document.body && (document.body.dataset.state = 'stale')")
-    page.open(url)
+    if page.evaluate("location.href") == url:
+        page.call("Page.reload")  # the same hash again fires no hashchange: load it anew
+    else:
+        page.open(url)
     page.wait_for(f"{READY} && document.getElementById('view')?.dataset.view === '{view}' "
                   f"&& !!({ready})", f"the {view} view")
     _shoot(page, name)
@@ -287,3 +295,112 @@ def test_every_view_loads_on_simulated_and_shared_runs(viewer: str, page: Chromi
         _show(page, f"{viewer}{url}", view, drawn, f"view-{run_name}-{view}")
         heading = page.evaluate("document.querySelector('#view h1, #view h2')?.textContent")
         assert heading, f"the {view} view of {run} has no heading"
+
+
+def _findings_on_screen(page: Chromium) -> list[dict[str, object]]:
+    """Each row of the "What to change" panel: its rule, title, severity, figures as
+    ``column → [text, data-value]``, change, flags and link."""
+    return page.evaluate("""[...document.querySelectorAll('table.findings tbody tr')].map(tr => ({
+        rule: tr.dataset.rule, iteration: tr.dataset.iteration,
+        title: tr.querySelector('.finding-title').textContent,
+        severity: tr.querySelector('.severity').textContent,
+        figures: Object.fromEntries([...tr.querySelectorAll('[data-column]')]
+            .map(n => [n.dataset.column, [n.textContent, n.dataset.value]])),
+        change: tr.querySelector('td.change div').textContent,
+        flags: [...tr.querySelectorAll('.flags code')].map(c => c.textContent).join(' ') || null,
+        view: tr.querySelector('a.finding-link')?.dataset.view ?? null}))""")
+
+
+def test_the_run_opens_on_its_findings_ranked_as_fct_findings(viewer: str, page: Chromium,
+                                                              report_wh: ReportWarehouse) -> None:
+    """The overview's first section is "What to change": the rows `tracehouse findings --run`
+    prints, in its order, with fct_findings' titles, sums and the worst iteration's figures
+    against their thresholds; the rules not evaluated are listed with their reason."""
+    run = report_wh.need("sim_a")
+    _show(page, f"{viewer}#/run?{urlencode({'run': run})}", "run",
+          "document.querySelector('#findings') && document.querySelector('#heatmap')",
+          "findings-overview")
+    assert page.evaluate("document.querySelector('#view section h2').textContent") \
+        == "What to change"
+    shown = _findings_on_screen(page)
+
+    out = io.StringIO()
+    assert print_findings(report_wh.root, run, fmt="json", out=out) == 0
+    printed = json.loads(out.getvalue())
+    assert len(printed) >= 3, "the simulated run should fire several rules"
+    assert [row["rule"] for row in shown] == [row["rule_id"] for row in printed]
+    fired = report_wh.rows("select rule_id, iteration, title, severity, time_at_stake_ns, "
+                           "figure, threshold, fires_when, recommendation, megatron_flags "
+                           "from fct_findings where run_id = ? and status = 'fired'", [run])
+    for row, cli in zip(shown, printed, strict=True):
+        mart = [r for r in fired if r[0] == row["rule"]]
+        worst = min(mart, key=lambda r: (-r[4], r[1]))  # the most at stake, first iteration
+        at_stake = sum(r[4] for r in mart)
+        figures = row["figures"]
+        assert int(figures["rank"][1]) == cli["rank"]
+        assert row["title"] == worst[2]
+        assert row["severity"] == cli["severity"] == max(
+            (r[3] for r in mart), key=["low", "medium", "high"].index)
+        assert figures["time_at_stake_ns"] == [ms(at_stake), str(at_stake)]
+        assert cli["time_at_stake_ns"] == at_stake
+        assert figures["share"][0] == pct(cli["share_of_run"])
+        assert float(figures["share"][1]) == pytest.approx(cli["share_of_run"], rel=1e-12)
+        assert int(row["iteration"]) == cli["worst_iteration"] == worst[1]
+        for column, value in (("figure", worst[5]), ("threshold", worst[6])):
+            assert figures[column][0] == figure_text(value)
+            assert float(figures[column][1]) == pytest.approx(value, rel=1e-12)
+            assert cli[column] == pytest.approx(value, rel=1e-12)
+        assert (row["change"], row["flags"]) == (worst[8], worst[9])
+    assert [row["view"] for row in shown] == [serve_view(cli["shown_in"]) for cli in printed]
+
+    skipped = report_wh.rows("select rule_id, min(reason) from fct_findings where run_id = ? "
+                             "and status = 'not_evaluated' group by 1 order by 1", [run])
+    listed = page.evaluate("[...document.querySelectorAll('.not-evaluated li')]"
+                           ".map(li => [li.dataset.rule, li.textContent])")
+    assert [rule for rule, _ in listed] == [rule for rule, _ in skipped]
+    assert all(text.endswith(reason) for (_, text), (_, reason) in zip(listed, skipped))
+
+
+def test_a_findings_link_opens_the_view_it_names(viewer: str, page: Chromium,
+                                                  report_wh: ReportWarehouse) -> None:
+    """A click on each finding's link opens its view on the evidence: the pipeline on the
+    finding's pp group and iteration, the timeline on its rank over its iteration's window."""
+    run = report_wh.need("sim_a")
+    overview = f"{viewer}#/run?{urlencode({'run': run})}"
+    _show(page, overview, "run", "document.querySelector('#findings')", "findings-links")
+    shown = _findings_on_screen(page)
+    evidence = {(rule, iteration): (rank, group) for rule, iteration, rank, group in
+                report_wh.rows("select rule_id, iteration, evidence_rank, "
+                               "evidence_pp_group_index from fct_findings "
+                               "where run_id = ? and status = 'fired'", [run])}
+    (origin,), = report_wh.rows("select min(aligned_step_start_ns) from fct_rank_iterations "
+                                "where run_id = ?", [run])
+    assert {"pipeline", "timeline"} <= {row["view"] for row in shown}
+    for index, row in enumerate(shown):
+        if index:
+            _show(page, overview, "run", "document.querySelector('#findings')", "findings-links")
+        page.click(f"document.querySelectorAll('table.findings tbody tr')[{index}]"
+                   ".querySelector('a.finding-link')")
+        iteration = int(row["iteration"])
+        if row["view"] == "pipeline":
+            _wait_view(page, "pipeline", "document.querySelector('#pipeline')",
+                       f"finding-{row['rule']}")
+            group = evidence[row["rule"], iteration][1]
+            assert page.evaluate("document.getElementById('pipeline-choice').value") \
+                == f"{group}|{iteration}"
+        elif row["view"] == "timeline":
+            _wait_view(page, "timeline", "document.querySelector('#timeline')?.dataset.start",
+                       f"finding-{row['rule']}")
+            (start, end), = report_wh.rows(
+                "select min(aligned_step_start_ns) - ?, max(aligned_step_start_ns + step_ns) - ? "
+                "from fct_rank_iterations where run_id = ? and iteration = ? "
+                "and step_ns is not null", [origin, origin, run, iteration])
+            window = page.evaluate("[+document.getElementById('timeline').dataset.start,"
+                                   " +document.getElementById('timeline').dataset.end]")
+            assert window == [start, end]
+            rank = evidence[row["rule"], iteration][0]
+            if rank is not None:
+                assert page.evaluate("document.getElementById('timeline-ranks').value") \
+                    == str(rank)
+        else:
+            pytest.fail(f"no check for a link to the {row['view']} view")

@@ -19,6 +19,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from tracehouse.reports.findings import figure_text
 from tracehouse.reports.html import ms, pct
 
 #: Largest integer a JavaScript number holds exactly.
@@ -81,9 +82,9 @@ def iteration_label(iteration: int | None) -> str:
     return "whole trace" if iteration is None else str(iteration)
 
 
-#: Formatter of each cell kind.
+#: Formatter of each cell kind (``figure``: a finding's evidence figure, as the report writes it).
 FORMATS = {"ms": ms, "ms3": ms3, "us": us, "x1": one_decimal, "times": times, "pct": pct,
-           "int": count, "text": text}
+           "int": count, "text": text, "figure": figure_text}
 
 
 def cell(value: Any, kind: str) -> Cell:

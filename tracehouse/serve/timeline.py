@@ -77,14 +77,6 @@ def timeline_choices(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str
             if found:
                 groups[kind] = [row[0] for row in found]
     origin = run_origin(cur, run_id)
-    iterations = rows(cur, """
-        select iteration,
-               min(aligned_step_start_ns) - $origin as start_ns,
-               max(aligned_step_start_ns + step_ns) - $origin as end_ns
-        from fct_rank_iterations
-        where run_id = $run and step_ns is not null
-        group by iteration order by iteration nulls first
-    """, {"run": run_id, "origin": origin})
     ranks = [row[0] for row in cur.execute(
         "select distinct rank from fct_rank_iterations where run_id = ? order by rank",
         [run_id]).fetchall()]
@@ -93,11 +85,28 @@ def timeline_choices(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str
         "origin_ns": str(origin),
         "ranks": ranks,
         "groups": groups,
-        "iterations": [{"label": iteration_label(row["iteration"]),
-                        "key": WHOLE_TRACE if row["iteration"] is None else row["iteration"],
-                        "start": plain(row["start_ns"]), "end": plain(row["end_ns"])}
-                       for row in iterations],
+        "iterations": iteration_windows(cur, run_id, origin),
     }
+
+
+def iteration_windows(cur: duckdb.DuckDBPyConnection, run_id: str,
+                      origin: int | None = None) -> list[dict[str, Any]]:
+    """Each iteration's window on the timeline's axis (ns after the run's origin): its first
+    rank's aligned step start to its last rank's step end; what a link to an iteration on
+    the timeline opens."""
+    origin = run_origin(cur, run_id) if origin is None else origin
+    iterations = rows(cur, """
+        select iteration,
+               min(aligned_step_start_ns) - $origin as start_ns,
+               max(aligned_step_start_ns + step_ns) - $origin as end_ns
+        from fct_rank_iterations
+        where run_id = $run and step_ns is not null
+        group by iteration order by iteration nulls first
+    """, {"run": run_id, "origin": origin})
+    return [{"label": iteration_label(row["iteration"]),
+             "key": WHOLE_TRACE if row["iteration"] is None else row["iteration"],
+             "start": plain(row["start_ns"]), "end": plain(row["end_ns"])}
+            for row in iterations]
 
 
 def run_origin(cur: duckdb.DuckDBPyConnection, run_id: str) -> int:

@@ -155,7 +155,9 @@ async function runsView() {
 async function overviewView(params) {
   const run = params.get("run");
   setCrumbs(runCrumbs(run).slice(0, 1).concat([{label: run}]));
-  const data = await api("overview", {run});
+  // The findings come first on the page; a warehouse built before fct_findings says so there.
+  const [data, found] = await Promise.all([
+    api("overview", {run}), api("findings", {run}).catch((error) => ({error: error.message}))]);
   const cards = el("div", {class: "cards"}, ...data.headline.map((figure) => el(
     "div", {class: "card", dataset: {label: figure.label}},
     el("div", {class: "label", text: figure.label}),
@@ -184,12 +186,72 @@ async function overviewView(params) {
        el("a", {href: href("annotations", {run}), id: "open-annotations",
                 text: "the annotation tree"}), " · ", compareWith),
     ...data.notes.map((text) => el("p", {class: "note", text})),
+    section("What to change", findingsPanel(found)),
     section("Headline (the report's figures)", cards),
     section("Worst offenders", offenders),
     section("Iterations side by side", exportLinks("iterations", {run}),
             iterationsTable(run, data.iterations)),
     section("Rank × iteration", exportLinks("heatmap", {run}), heatmapPanel(run, data.step_parts)),
     section("Top kernels over the run", table(data.top_kernels, {class: "top-kernels"})));
+}
+
+// The run's fired findings as /api/findings ranks them (fct_findings, summed over iterations),
+// each with its figure against the threshold, the change to make and a link to the view that
+// shows its evidence; then the rules that could not be evaluated, and why. Every figure is the
+// server's [mart value, text]: the page formats nothing.
+function findingsPanel(found) {
+  if (found.error) return el("p", {class: "note", id: "findings-error", text: found.error});
+  const spec = found.findings;
+  const at = Object.fromEntries(spec.columns.map((column, index) => [column.key, index]));
+  const figure = (row, column, extra) => el(
+    "span", {class: "figure " + (extra || ""), text: row.cells[at[column]][1],
+             dataset: {column, value: row.cells[at[column]][0] ?? ""}});
+  const rows = spec.rows.map((finding) => {
+    const shown = (column) => finding.cells[at[column]][1];
+    const has = (column) => finding.cells[at[column]][0] !== null;
+    const link = finding.link
+      ? el("a", {class: "finding-link", href: href(finding.link.view, finding.link.params),
+                 text: finding.link.text, dataset: {view: finding.link.view}})
+      : el("span", {class: "meta", text: `not in the viewer: ${shown("shown_in")}`});
+    return el("tr", {dataset: {rule: finding.key.rule_id,
+                             iteration: String(finding.key.evidence_iteration)}},
+      el("td", {class: "num"}, figure(finding, "rank")),
+      el("td", {},
+         el("div", {class: "finding-title", text: shown("title")}),
+         el("div", {class: "meta"}, el("code", {text: shown("rule_id")}),
+            has("subject") ? ` · ${shown("subject")}` : "",
+            has("iterations_fired") ? ` · fired in ${shown("iterations_fired")} iterations` : "",
+            has("history") ? ` · ${shown("history")}` : "")),
+      el("td", {}, el("span", {class: `severity ${shown("severity")}`, text: shown("severity")})),
+      el("td", {class: "num"}, figure(finding, "time_at_stake_ns", "stake"),
+         el("div", {class: "meta"}, figure(finding, "share"), ` ${found.share_of}`)),
+      el("td", {},
+         el("div", {}, el("code", {text: shown("figure_name")}), " = ", figure(finding, "figure")),
+         el("div", {class: "meta"}, `fires ${shown("fires_when")} `, figure(finding, "threshold"),
+            ` · ${shown("evidence_mart")} · priced ${shown("priced_by")}`)),
+      // One chip per flag, with its value (--recompute-granularity selective), never split.
+      el("td", {class: "change"}, el("div", {text: shown("recommendation")}),
+         has("megatron_flags") ? el("div", {class: "flags"}, ...shown("megatron_flags")
+           .split(/ (?=--)/).map((flag) => el("code", {text: flag}))) : null),
+      el("td", {}, link));
+  });
+  const head = el("tr", {}, ...[["#", true], ["finding"], ["severity"], ["time at stake", true],
+                                ["evidence against the threshold"], ["change (Megatron-LM)"],
+                                ["shown in"]].map(([text, numeric]) => el(
+    "th", {class: numeric ? "num" : null, text})));
+  const fired = spec.rows.length
+    ? el("table", {class: "findings"}, el("thead", {}, head), el("tbody", {}, ...rows))
+    : el("p", {class: "meta", id: "no-findings", text: "No rule fired for this run."});
+  const skipped = found.not_evaluated.length ? el("div", {class: "not-evaluated"},
+    el("span", {class: "meta", text: "Not evaluated:"}),
+    el("ul", {}, ...found.not_evaluated.map((rule) => el(
+      "li", {dataset: {rule: rule.rule_id}}, el("code", {text: rule.rule_id}),
+      ` ${rule.title ?? ""} (${rule.iterations} iteration${rule.iterations === 1 ? "" : "s"}): ` +
+      rule.reason)))) : null;
+  return el("div", {id: "findings"},
+    el("p", {class: "meta", text: "fct_findings' fired rules, ranked by the time at stake " +
+      "over the run's iterations (the evidence is the iteration with the most at stake), as " +
+      "tracehouse findings prints them."}), fired, skipped);
 }
 
 function iterationsTable(run, spec) {
@@ -857,7 +919,8 @@ function threadTrees(run, rank, data) {
     });
     list.append(el("li", {dataset: {thread}},
       el("div", {class: "node thread"}, toggle, el("span", {class: "name", text: thread}),
-         el("span", {class: "figure", text: `${nodes.length} ranges at the top`})),
+         el("span", {class: "figure",
+                     text: `${nodes.length} range${nodes.length === 1 ? "" : "s"} at the top`})),
       children));
   });
   if (data.left_out) list.append(el("li", {class: "note", text: "More ranges than shown: " +
