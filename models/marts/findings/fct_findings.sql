@@ -9,7 +9,9 @@
     columns. Time at stake comes from fct_what_if when the what-if models
     are built (var whatif) and the rule's scenario is there, else from the
     direct figure (priced_by says which). Shares are ratios of sums over the
-    iteration's ranks (share_of_sums), priced at the iteration's step. A
+    iteration's ranks (share_of_sums), priced at the iteration's step, but
+    for exposed communication, which is priced on the rank that sets the
+    step (its CTE block says why). A
     rule whose inputs are missing gives status not_evaluated and the
     reason, never no row.
 #}
@@ -171,7 +173,13 @@ idle_categories as (
 
 -- ---- exposed communication of the rule's group kinds (exposed_dp_comm, exposed_tp_comm):
 -- a kernel's transfer, after the wait for the collective's last member (a straggler's
--- cost, not the overlap's), not under a compute island
+-- cost, not the overlap's), not under a compute island of its rank; priced on the rank
+-- that sets the step (the longest step, ties to the most exposed): what hiding it would
+-- take off the step. A mean over ranks would dilute a cost that only some ranks pay
+-- (Megatron's 1F1B overlaps only the first stage's gradient reduce), and a max over ranks
+-- would count a last stage's reduce that the pipeline's drain already hides.
+-- Priced directly: fct_what_if's perfect_overlap hides every transfer (TP, P2P and DP
+-- alike), so it cannot price one group kind, and the seed gives these rules no scenario.
 comm_transfers as (
     select
         kernels.run_id,
@@ -193,6 +201,7 @@ comm_transfers as (
 comm_kernels_exposed as (
     select
         comm_transfers.run_id,
+        comm_transfers.rank,
         comm_transfers.iteration,
         comm_transfers.trace_id,
         comm_transfers.slice_id,
@@ -213,13 +222,14 @@ comm_kernels_exposed as (
             and comm_transfers.iteration = compute_islands.iteration
             and comm_transfers.end_ns > compute_islands.start_ns
             and comm_transfers.ts_ns < compute_islands.end_ns
-    group by 1, 2, 3, 4, 5, 6
+    group by 1, 2, 3, 4, 5, 6, 7
 ),
 
 exposed_comm_figures as (
     select
         rules.rule_id,
         comm_kernels_exposed.run_id,
+        comm_kernels_exposed.rank,
         comm_kernels_exposed.iteration,
         sum(comm_kernels_exposed.dur_ns - comm_kernels_exposed.covered_ns) as exposed_ns
     from comm_kernels_exposed
@@ -227,7 +237,7 @@ exposed_comm_figures as (
         on
             (',' || rules.comm_group_kinds || ',')
             like ('%,' || comm_kernels_exposed.comm_group_kind || ',%')
-    group by 1, 2, 3
+    group by 1, 2, 3, 4
 ),
 
 exposed_comm_runs as (
@@ -239,28 +249,50 @@ exposed_comm_runs as (
     where kernels.comm_group_kind is not null and rules.comm_group_kinds is not null
 ),
 
-exposed_comm as (
+exposed_comm_ranks as (
     select
         exposed_comm_runs.rule_id,
-        iteration_rank_steps.run_id,
-        iteration_rank_steps.iteration,
-        cast(null as string) as subject,
-        cast(null as bigint) as evidence_rank,
-        cast(null as bigint) as evidence_pp_group_index,
-        cast(coalesce(exposed_comm_figures.exposed_ns, 0) as double)
-        / iteration_rank_steps.rank_step_total_ns as figure,
-        cast(coalesce(exposed_comm_figures.exposed_ns, 0) as double) as baseline,
-        cast(coalesce(exposed_comm_figures.exposed_ns, 0) as double)
-        / iteration_rank_steps.rank_step_total_ns as direct_share,
-        cast(null as string) as history
-    from iteration_rank_steps
+        rank_steps.run_id,
+        rank_steps.rank,
+        rank_steps.iteration,
+        rank_steps.step_ns,
+        coalesce(exposed_comm_figures.exposed_ns, 0) as exposed_ns,
+        row_number() over (
+            partition by exposed_comm_runs.rule_id, rank_steps.run_id, rank_steps.iteration
+            order by
+                rank_steps.step_ns desc,
+                coalesce(exposed_comm_figures.exposed_ns, 0) desc,
+                rank_steps.rank asc
+        ) as step_order
+    from rank_steps
     inner join exposed_comm_runs
-        on iteration_rank_steps.run_id = exposed_comm_runs.run_id
+        on rank_steps.run_id = exposed_comm_runs.run_id
     left join exposed_comm_figures
         on
             exposed_comm_runs.rule_id = exposed_comm_figures.rule_id
-            and iteration_rank_steps.run_id = exposed_comm_figures.run_id
-            and iteration_rank_steps.iteration = exposed_comm_figures.iteration
+            and rank_steps.run_id = exposed_comm_figures.run_id
+            and rank_steps.rank = exposed_comm_figures.rank
+            and rank_steps.iteration = exposed_comm_figures.iteration
+),
+
+exposed_comm as (
+    select
+        exposed_comm_ranks.rule_id,
+        exposed_comm_ranks.run_id,
+        exposed_comm_ranks.iteration,
+        'rank ' || cast(exposed_comm_ranks.rank as string) as subject,
+        exposed_comm_ranks.rank as evidence_rank,
+        cast(null as bigint) as evidence_pp_group_index,
+        cast(exposed_comm_ranks.exposed_ns as double) / exposed_comm_ranks.step_ns as figure,
+        cast(exposed_comm_ranks.exposed_ns as double) as baseline,
+        cast(exposed_comm_ranks.exposed_ns as double) / iterations.step_ns as direct_share,
+        cast(null as string) as history
+    from exposed_comm_ranks
+    inner join iterations
+        on
+            exposed_comm_ranks.run_id = iterations.run_id
+            and exposed_comm_ranks.iteration = iterations.iteration
+    where exposed_comm_ranks.step_order = 1
 ),
 
 -- ---- straggler: fct_stragglers' rank 1, its compute against its stage's median
