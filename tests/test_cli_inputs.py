@@ -58,6 +58,7 @@ VALID = {
                      "--out", "{tmp}/ct"],
     ("serve",): [],
     ("whatif",): [],
+    ("findings",): [],
 }
 
 
