@@ -52,7 +52,9 @@ def test_a_rank_finding_opens_that_rank_over_its_iterations_window() -> None:
     assert link is not None
     assert (link["view"], link["params"]) == ("timeline", {"run": "r", "ranks": "7",
                                                            "start": 1000, "end": 1900})
-    # No rank (exposed communication): the timeline's own choice of ranks, same window;
+    # No rank (a finding about a whole group or run, e.g. clock skew; the exposed
+    # communication rules name the rank that sets the step): the timeline's own
+    # choice of ranks, same window;
     # a whole-trace finding (iteration NULL) without a window: no window either.
     record = {"shown_in": _shown_in()["exposed_tp_comm"], "evidence_rank": None}
     assert finding_link(record, "r", 2, WINDOWS)["params"] == {"run": "r", "start": 1000,
