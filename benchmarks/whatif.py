@@ -22,12 +22,13 @@ One command, prints figures (benchmarks/README.md, "whatif.py"):
    33 target: 1,024 ranks (``--tp 4 --pp 8 --dp 32``) in <= 60 s.
 
     python benchmarks/whatif.py --check [--schedule 1f1b|interleaved]
-    python benchmarks/whatif.py --scale [--tp 4 --pp 8 --dp 8] [--microbatches 8]
+    python benchmarks/whatif.py --scale [--tp 4 --pp 8 --dp 8] [--microbatches 8] [--keep DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -161,8 +162,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dp", type=int, default=8)
     parser.add_argument("--microbatches", type=int, default=8)
     parser.add_argument("--tmp", type=Path, default=None)
+    parser.add_argument("--keep", type=Path, default=None,
+                        help="work in this folder and keep it (the lake and warehouse, to "
+                             "rebuild the what-if models on it before and after a change)")
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(dir=args.tmp) as folder:
+    if args.keep is not None:
+        args.keep.mkdir(parents=True, exist_ok=True)
+    with (contextlib.nullcontext(str(args.keep)) if args.keep is not None
+          else tempfile.TemporaryDirectory(dir=args.tmp)) as folder:
         if args.check:
             check(args.schedule, Path(folder) / "check")
         if args.scale:

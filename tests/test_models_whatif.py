@@ -116,6 +116,78 @@ def test_replay_reproduces_the_simulated_run(warehouse: Path) -> None:
     assert (unlaunched, inconsistent) == (0, 0)
 
 
+#: int_replay_steps_replayed's spans as the plain SQL aggregation of every
+#: node's replayed times states them (the model computes them per group in
+#: NumPy, for its cost): the check that the two agree.
+SPANS_BY_SQL = """
+    select
+        scenario,
+        run_id,
+        rank,
+        iteration,
+        count(*) filter (where is_gpu) as gpu_op_count,
+        max(end_ns) filter (where is_gpu) - min(start_ns) filter (where is_gpu)
+            as measured_span_ns,
+        max(replayed_end_ns) filter (where is_gpu) - min(replayed_start_ns) filter (where is_gpu)
+            as replayed_span_ns,
+        coalesce(sum(start_delay_ns) filter (where is_gpu), 0)::bigint as start_delay_ns,
+        count(*) filter (where is_gpu and is_unlaunched) as unlaunched_op_count,
+        count(*) filter (where is_inconsistent) as inconsistent_node_count
+    from (
+        select node_id, run_id, rank, iteration, node_kind like 'gpu_%' as is_gpu, start_ns, end_ns
+        from intermediate.int_replay_nodes_listed
+        where rank is not null
+    ) as nodes
+    inner join per_node using (node_id)
+    group by all
+    having count(*) filter (where is_gpu) > 0
+"""
+
+
+def test_spans_equal_the_sql_aggregation_of_every_replayed_node(warehouse: Path) -> None:
+    """int_replay_steps_replayed, row for row (``except all`` both ways), equals
+    the join of every node's replayed times (each scenario replayed here from
+    the same graph and int_whatif_work_scaled) with the nodes, aggregated per
+    run x rank x iteration in SQL: the NumPy grouping changes the cost only."""
+    import pyarrow as pa
+
+    from tracehouse.core.replay import node_indices
+    from tracehouse.core.replay_scenarios import apply_scenario
+
+    con = duckdb.connect(str(Warehouse(warehouse).database), read_only=True)
+    try:
+        node_id, base = graph_from_relations(con.table("intermediate.int_replay_nodes_listed"),
+                                             con.table("intermediate.int_replay_edges_typed"))
+        is_unlaunched = np.zeros(base.size, dtype=bool)
+        is_unlaunched[base.dst[base.is_root[base.src]]] = True
+        scaled = con.sql("select scenario, node_id, coalesce(work_ns, -1) as work_ns, "
+                         "coalesce(delay_ns, -1) as delay_ns "
+                         "from intermediate.int_whatif_work_scaled").df()
+        weighed = {"as_measured": base}
+        for scenario, rows in scaled.groupby("scenario"):
+            weighed[scenario] = apply_scenario(
+                base, node_indices(node_id, rows["node_id"].to_numpy()),
+                duration=rows["work_ns"].to_numpy(), delay=rows["delay_ns"].to_numpy())
+        tables = []
+        for scenario, graph in weighed.items():
+            start, end = replay(graph)
+            tables.append(pa.table({
+                "scenario": [scenario] * base.size, "node_id": node_id,
+                "replayed_start_ns": start, "replayed_end_ns": end,
+                "start_delay_ns": base.delay, "is_inconsistent": base.is_inconsistent,
+                "is_unlaunched": is_unlaunched}))
+        per_node = pa.concat_tables(tables)  # noqa: F841 (read by name in SPANS_BY_SQL)
+        model = "select * from intermediate.int_replay_steps_replayed"
+        counted = con.sql(f"select (select count(*) from ({model})), "
+                          f"(select count(*) from ({SPANS_BY_SQL}))").fetchall()[0]
+        assert counted[0] == counted[1] > 0, counted
+        assert con.sql(f"({model}) except all ({SPANS_BY_SQL})").fetchall() == []
+        assert con.sql(f"({SPANS_BY_SQL}) except all ({model})").fetchall() == []
+        assert len(weighed) > 1, "int_whatif_work_scaled lists no scenario"
+    finally:
+        con.close()
+
+
 def test_lengthened_kernel_moves_exactly_its_dependents(graph) -> None:
     node_id, replay_graph, facts = graph
     start0, end0 = replay(replay_graph)

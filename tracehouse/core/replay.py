@@ -226,7 +226,12 @@ def node_indices(node_ids: np.ndarray, wanted) -> np.ndarray:
     if node_ids.size > 1 and (repeated := node_ids[1:] == node_ids[:-1]).any():
         raise ValueError(f"replay node ids collide: {node_ids[1:][repeated][:5].tolist()} "
                          "are each listed twice (int_replay_nodes_listed.node_id)")
-    position = np.searchsorted(node_ids, wanted)
+    # Searched in ascending order and put back: a binary search over random
+    # hashes misses the cache on every step, sorted keys walk it in order
+    # (a third of the time at 256 ranks, argsort included).
+    order = np.argsort(wanted)
+    position = np.empty(wanted.shape[0], dtype=np.intp)
+    position[order] = np.searchsorted(node_ids, wanted[order])
     found = position < node_ids.size
     found[found] = node_ids[position[found]] == wanted[found]
     if not found.all():
