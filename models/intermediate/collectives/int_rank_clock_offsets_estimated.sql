@@ -3,8 +3,10 @@
     rank's timestamps on the reference clock, offset_ns = reference clock -
     rank clock (aligned time = trace time + offset_ns). Clocks belong to
     hosts, so offsets are estimated per host (dim_ranks.host_name; a rank
-    without a host is its own), the reference being the host of the run's
-    lowest rank (offset 0).
+    without a host name shares the clock of the ranks whose traces come from
+    the same Nsight export, which one nsys process on one host wrote, else
+    is its own), the reference being the host of the run's lowest rank
+    (offset 0).
 
     Modes (var clock_offset_mode; `auto` by default):
       * collectives: the members of a matched GPU collective finish together
@@ -60,16 +62,37 @@ traces as (
     select
         trace_id,
         run_id,
-        rank
+        rank,
+        file_format,
+        path
     from {{ ref('int_traces_loaded') }}
+),
+
+{# The GPUs of one Nsight export: one file, one host's clock. #}
+nsys_exports as (
+    select
+        run_id,
+        rank,
+        min(path) as export_path
+    from traces
+    where file_format = 'nsys_sqlite'
+    group by 1, 2
 ),
 
 hosts as (
     select
-        run_id,
-        rank,
-        coalesce(host_name, 'rank ' || cast(rank as string)) as host_key
+        ranks.run_id,
+        ranks.rank,
+        coalesce(
+            ranks.host_name,
+            'nsys export ' || nsys_exports.export_path,
+            'rank ' || cast(ranks.rank as string)
+        ) as host_key
     from ranks
+    left join nsys_exports
+        on
+            ranks.run_id = nsys_exports.run_id
+            and ranks.rank = nsys_exports.rank
 ),
 
 reference_hosts as (
