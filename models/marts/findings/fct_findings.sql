@@ -704,7 +704,8 @@ final as (
             when priced_by = 'direct' and whatif_scenario is not null
                 then
                     'priced directly: fct_what_if has no ' || whatif_scenario
-                    || ' row (tracehouse build --vars ''{whatif: true}'')'
+                    -- double quotes: Spark SQL reads '' inside a string as two quotes
+                    || ' row (tracehouse build --vars "{whatif: true}")'
         end as reason,
         case
             when not is_fired then null
