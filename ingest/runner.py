@@ -271,22 +271,22 @@ def _load_nsys(task: _Task, started: float) -> _Outcome:
 
     source = task.source
     try:
-        content_hash, parsed = load_nsys_file(source, task.known_hash, trace_id_for)
-        if parsed is None:
-            return _Outcome(source, "unchanged", content_hash=content_hash)
         wh = Warehouse(Path(task.warehouse_root))
+        content_hash, written = load_nsys_file(
+            source, task.known_hash, trace_id_for,
+            write=lambda part: write_gpu_tmp(wh, source.run_id, part, task.token))
+        if written is None:
+            return _Outcome(source, "unchanged", content_hash=content_hash)
         outcomes: list[_Outcome] = []
         try:
-            for index, part in enumerate(parsed):
-                pending = write_gpu_tmp(wh, source.run_id, part, task.token)
+            for index, gpu in enumerate(written):
                 outcomes.append(_Outcome(
-                    source, "parsed", trace_id=part.trace_id, rank=part.rank,
-                    iteration=part.iteration, steps=part.profiler_steps,
-                    content_hash=content_hash, pending=pending,
-                    slices=part.tables["slices"].num_rows, flows=part.tables["flows"].num_rows,
+                    source, "parsed", trace_id=gpu.trace_id, rank=gpu.rank,
+                    iteration=gpu.iteration, steps=gpu.profiler_steps,
+                    content_hash=content_hash, pending=gpu.pending,
+                    slices=gpu.slices, flows=gpu.flows,
                     uncompressed_bytes=source.size_bytes if index == 0 else 0,
                     seconds=time.perf_counter() - started))
-                del part  # written: free this GPU's rows before the next one is built
         except BaseException:
             for outcome in outcomes:
                 lake.discard(outcome.pending)

@@ -42,9 +42,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import duckdb
 import numpy as np
@@ -393,19 +392,25 @@ def _device_properties(tables: dict[str, pa.Table], device: int) -> str | None:
     return json.dumps([props], default=str)
 
 
-def parse_nsys_export(db: NsysDatabase, source: TraceFile, *, content_hash: str,
-                      id_for: Callable[[int], str],
-                      ingested_at: object) -> Iterator[ParsedTrace]:
-    """Turn one open export into one :class:`ParsedTrace` per GPU, in rank order.
+@dataclass(frozen=True)
+class ExportPlan:
+    """What every GPU of one export shares, decided once before any GPU is read:
+    the small tables (:func:`read_shared`), process and thread names, the GPUs in
+    order, the GPU each process belongs to, the UTC offset and the ranks."""
 
-    A generator, so that the caller writes each GPU's rows before the next
-    is built; and each GPU's activity is read from SQLite when its turn
-    comes, filtered there (:func:`read_gpu`), so memory holds one GPU's input
-    and output at a time, never the whole export's: an 8-GPU node's export
-    costs about an eighth of its tables. ``id_for(device_index)`` gives each
-    GPU's ``trace_id``. Raises :class:`TraceError` for an export without GPU
-    activity.
-    """
+    shared: dict[str, pa.Table]
+    names: _Names
+    devices: list[int]
+    #: ``(pid, device)``: the GPU each process launches most work on.
+    process_device: list[tuple[int, int]]
+    base_ns: int
+    first_rank: int
+    world: int | None
+
+
+def plan_export(db: NsysDatabase, source: TraceFile) -> ExportPlan:
+    """Read what the GPUs share and decide the GPUs; raises :class:`TraceError` for an
+    export without GPU activity."""
     shared = read_shared(db)
     con = duckdb.connect()
     try:
@@ -426,38 +431,42 @@ def parse_nsys_export(db: NsysDatabase, source: TraceFile, *, content_hash: str,
             ) group by 1 order by 1""").fetchall()
     finally:
         con.close()
-    base_ns = _base_time_ns(shared)
-    first_rank = source.rank_hint if source.rank_hint is not None else 0
-    world = len(devices) if source.rank_hint is None else None
-    mapped = [pid for pid, _device in process_device]
-    for index, device in enumerate(devices):
-        pids = [pid for pid, owner in process_device if owner == device]
-        tables = {**shared, **read_gpu(db, device, pids, mapped if index == 0 else None)}
-        con = duckdb.connect()
-        try:
-            sources = _register(con, tables)
-            # Views over the Arrow tables: the joined names of a row are built only
-            # when the rows are taken, never held for the whole file.
-            con.execute(f"create temp view gpu as {_gpu_slices_sql(tables)}")
-            con.execute(f"create temp view cpu_device as select *, {int(device)} as device "
-                        f"from ({_cpu_slices_sql(tables)})")
-            part = _one_gpu(con, source, device, first_rank + index, world, base_ns, names,
-                            trace_id=id_for(index), content_hash=content_hash,
-                            ingested_at=ingested_at,
-                            device_properties=_device_properties(shared, device))
-        finally:
-            con.close()
-        # The activity tables stay, read by the args of each write batch.
-        part.args = DeferredArgs(sources, args_lookups(tables), *part.args_source)
-        part.args_source = None
-        del tables, sources
-        release_free_memory()  # DuckDB's working memory, before the lake writer's arrays
-        try:
-            yield part
-        finally:
-            part.args.close()
-        del part
-        release_free_memory()  # this GPU's rows, written by now
+    return ExportPlan(
+        shared=shared, names=names, devices=devices, process_device=process_device,
+        base_ns=_base_time_ns(shared),
+        first_rank=source.rank_hint if source.rank_hint is not None else 0,
+        world=len(devices) if source.rank_hint is None else None)
+
+
+def parse_gpu(db: NsysDatabase, plan: ExportPlan, index: int, source: TraceFile, *,
+              trace_id: str, content_hash: str, ingested_at: object) -> NsysTrace:
+    """The lake rows of the export's ``index``-th GPU (its activity read from SQLite
+    now, filtered there: :func:`read_gpu`), with :attr:`NsysTrace.args` open on its
+    activity tables: the caller writes the rows, then closes it."""
+    device = plan.devices[index]
+    mapped = [pid for pid, _device in plan.process_device]
+    pids = [pid for pid, owner in plan.process_device if owner == device]
+    tables = {**plan.shared, **read_gpu(db, device, pids, mapped if index == 0 else None)}
+    con = duckdb.connect()
+    try:
+        sources = _register(con, tables)
+        # Views over the Arrow tables: the joined names of a row are built only
+        # when the rows are taken, never held for the whole file.
+        con.execute(f"create temp view gpu as {_gpu_slices_sql(tables)}")
+        con.execute(f"create temp view cpu_device as select *, {int(device)} as device "
+                    f"from ({_cpu_slices_sql(tables)})")
+        part = _one_gpu(con, source, device, plan.first_rank + index, plan.world,
+                        plan.base_ns, plan.names, trace_id=trace_id,
+                        content_hash=content_hash, ingested_at=ingested_at,
+                        device_properties=_device_properties(plan.shared, device))
+    finally:
+        con.close()
+    # The activity tables stay, read by the args of each write batch.
+    part.args = DeferredArgs(sources, args_lookups(tables), *part.args_source)
+    part.args_source = None
+    del tables, sources
+    release_free_memory()  # DuckDB's working memory, before the lake writer's arrays
+    return part
 
 
 @dataclass
@@ -691,11 +700,3 @@ def _tracks(track_rows: list[tuple], device: int, names: _Names, run_id: str, ra
                  for pid, name in pids.items()]
     return (pa.Table.from_pylist(threads, schema=schema.THREADS),
             pa.Table.from_pylist(processes, schema=schema.PROCESSES))
-
-
-def parse_nsys(path: Path, source: TraceFile, *, content_hash: str,
-               id_for: Callable[[int], str], ingested_at: object) -> Iterator[ParsedTrace]:
-    """Open the SQLite export at ``path`` and map it, one GPU at a time."""
-    with NsysDatabase(path) as db:
-        yield from parse_nsys_export(db, source, content_hash=content_hash, id_for=id_for,
-                                     ingested_at=ingested_at)
