@@ -72,14 +72,14 @@ def phase(name: str, fn):
 
 def instrument() -> None:
     """Wrap the Nsight loader's steps where their callers look them up."""
-    from tracehouse.ingest import annotation_context, slice_context
-    from tracehouse.ingest.nsys import parse, write
+    from tracehouse.ingest import slice_context
+    from tracehouse.ingest.nsys import parse, ranges, write
 
     parse.read_shared = phase("read shared", parse.read_shared)
     parse.read_gpu = phase("read gpu", parse.read_gpu)
     parse._one_gpu = phase("map gpu (duckdb)", parse._one_gpu)  # noqa: SLF001
     write.with_context = phase("slice context", slice_context.with_context)
-    write.annotation_ranges = phase("annotation ranges", annotation_context.annotation_ranges)
+    write.write_ranges_tmp = phase("annotation ranges", ranges.write_ranges_tmp)
     write._write_slices = phase("write slices", write._write_slices)  # noqa: SLF001
     write.write_gpu_tmp = phase("gpu total (write)", write.write_gpu_tmp)
 

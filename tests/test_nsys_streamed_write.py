@@ -22,8 +22,10 @@ import pytest
 
 from conftest import SHARED_DATA
 from tracehouse.ingest.nsys import write
-from tracehouse.ingest.nsys.args import SOURCE_CODE, DeferredArgs
+from tracehouse.ingest.nsys.args import ARGS_SQL, SOURCE_CODE, DeferredArgs, args_columns
 from tracehouse.ingest.nsys.parse import (
+    _CPU_SOURCES,
+    _GPU_SOURCES,
     _register,
     args_lookups,
     read_gpu,
@@ -56,6 +58,18 @@ def test_take_rows_equals_take_in_any_order() -> None:
 def test_stand_in_args_keep_only_the_nvtx_event_type() -> None:
     args = stand_in_args(pa.chunked_array([[59, None, 34]], pa.int64()))
     assert args.to_pylist() == ['{"event type": 59}', None, '{"event type": 34}']
+
+
+def test_args_keep_only_columns_their_sources_read() -> None:
+    """DeferredArgs keeps the columns each args expression names, all of them read from
+    the export, and never the times or names the mapping alone needs."""
+    read = dict(_GPU_SOURCES + _CPU_SOURCES)
+    assert set(ARGS_SQL) == set(read)
+    for key, columns in ((key, args_columns(key)) for key in ARGS_SQL):
+        assert columns and set(columns) <= set(read[key].columns), key
+        assert "start" not in columns and "demangledName" not in columns, key
+    assert args_columns("kernel")[-1] == "shortName"  # the id its name is looked up by
+    assert "end" in args_columns("nvtx")  # 'is unterminated'
 
 
 @needs_export

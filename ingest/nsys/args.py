@@ -13,6 +13,8 @@ the lake holds the same bytes.
 
 from __future__ import annotations
 
+import re
+
 import duckdb
 import numpy as np
 import pyarrow as pa
@@ -56,6 +58,16 @@ ARGS_SQL = {
 }
 #: A small integer per activity table, so each slice row names its source row.
 SOURCE_CODE = {key: code for code, key in enumerate(ARGS_SQL)}
+_COLUMN_REF = re.compile(r'\bs\.(?:"(\w+)"|(\w+))')
+
+
+def args_columns(key: str) -> list[str]:
+    """The columns of activity table ``key`` that its ``args`` read (:data:`ARGS_SQL`'s
+    expression and the id it looks up), in order of first use."""
+    expression, lookup = ARGS_SQL[key]
+    names = [quoted or plain for quoted, plain in _COLUMN_REF.findall(expression)]
+    names += [lookup[0]] if lookup is not None else []
+    return [name for name in dict.fromkeys(names) if name != "_looked_up"]
 #: The column each registered activity table gains: its row number.
 ROW_COLUMN = "_row"
 
@@ -63,8 +75,8 @@ ROW_COLUMN = "_row"
 class DeferredArgs:
     """Builds ``args`` for any rows of one GPU from its activity tables.
 
-    ``sources`` are the GPU's activity tables by key, each with its
-    :data:`ROW_COLUMN`; ``lookups`` the name tables the args show
+    ``sources`` are the GPU's activity tables by key (only :func:`args_columns` of
+    each are kept); ``lookups`` the name tables the args show
     (``strings``: ``id, value``; ``domains``: ``id, value``); ``src``/``src_row``
     say, per slice, which table and row it came from. Holds them until
     :meth:`close`.
@@ -73,7 +85,10 @@ class DeferredArgs:
     def __init__(self, sources: dict[str, pa.Table], lookups: dict[str, pa.Table],
                  src: np.ndarray, src_row: np.ndarray) -> None:
         self._con = duckdb.connect()
-        self._sources = sources
+        # Only the columns the args read: the rest (times, ids, names the mapping used)
+        # is freed once the caller drops its tables (-300 MiB of a 713 MB export's GPU).
+        self._sources = {key: table.select(args_columns(key))
+                         for key, table in sources.items()}
         self._lookups = lookups
         self.src = src
         self.src_row = src_row

@@ -7,9 +7,10 @@ computed on the slices without it (a stand-in for NVTX's event type, see
 :func:`ingest.nsys.parse.stand_in_args`), and ``slices`` is written in the
 lake writer's row groups (``has_role`` rows first, 256 Ki rows a group),
 each group's ``args`` built just before it is written
-(:class:`ingest.nsys.args.DeferredArgs`). The files hold the same rows,
-columns and row groups as the lake writer's; the other tables go through
-it unchanged.
+(:class:`ingest.nsys.args.DeferredArgs`); ``annotation_ranges`` is derived
+and written a block of range trees at a time (:mod:`.ranges`). The files
+hold the same rows, columns and row groups as the lake writer's; the other
+tables go through it unchanged.
 """
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ import pyarrow.parquet as pq
 from tracehouse.core.warehouse import Warehouse
 
 from .. import lake
-from ..annotation_context import annotation_ranges
 from ..schema import LAKE_TABLES, TRACE_TABLES
 from ..slice_context import with_context
 from .parse import NsysTrace
+from .ranges import write_ranges_tmp
 from .take import take_rows
 
 #: Rows per ``slices`` row group, as the lake writer writes them.
@@ -39,13 +40,14 @@ def write_gpu_tmp(warehouse: Warehouse, run_id: str, part: NsysTrace,
     """Write every table of one GPU to temporaries; return (tmp, final) in commit order."""
     tables = part.tables
     slices = with_context(tables["slices"], tables["flows"], tables["threads"])
-    tables = {**tables, "slices": None, "annotation_ranges": annotation_ranges(slices)}
     pending = []
     try:
         for table in TRACE_TABLES:
             final = lake.trace_file(warehouse, table, run_id, part.trace_id)
             if table == "slices":
                 pending.append((_write_slices(slices, part, final, token), final))
+            elif table == "annotation_ranges":
+                pending.append((write_ranges_tmp(slices, final, token), final))
             else:
                 pending.append((lake.write_parquet_tmp(
                     tables[table], final, token, lake.ROW_GROUP_FLAGS.get(table)), final))
