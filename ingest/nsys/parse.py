@@ -469,11 +469,33 @@ def parse_gpu(db: NsysDatabase, plan: ExportPlan, index: int, source: TraceFile,
     return part
 
 
+#: Slice columns that hold one value per GPU (:func:`held_back_columns`).
+CONSTANT_SLICE_COLUMNS = ("run_id", "rank", "trace_id")
+#: Slice columns Nsight has no values for (Kineto's ids, collectives and messages).
+NULL_SLICE_COLUMNS = ("external_id", "collective_name", "process_group_name",
+                      "process_group_desc", "process_group_ranks", "group_size",
+                      "in_msg_nelems", "out_msg_nelems", "dtype")
+#: The columns an Nsight GPU's ``slices`` are held with: the parsed slices' but the
+#: constant and all-NULL ones, which cost 4.4 M rows x 12 columns (~450 MiB per GPU of
+#: a 713 MB export) for no value; each write group gets them (:func:`held_back_columns`).
+HELD_SLICES = pa.schema([field for field in schema.PARSED_SLICES
+                         if field.name not in CONSTANT_SLICE_COLUMNS + NULL_SLICE_COLUMNS])
+
+
+def held_back_columns(run_id: str, rank: int, trace_id: str, rows: int) -> dict[str, pa.Array]:
+    """The columns :data:`HELD_SLICES` leaves out, for ``rows`` slices of one GPU."""
+    columns = {"run_id": pa.repeat(pa.scalar(run_id, pa.string()), rows),
+               "rank": pa.repeat(pa.scalar(rank, pa.int64()), rows),
+               "trace_id": pa.repeat(pa.scalar(trace_id, pa.string()), rows)}
+    types = schema.PARSED_SLICES
+    return columns | {name: pa.nulls(rows, types.field(name).type) for name in NULL_SLICE_COLUMNS}
+
+
 @dataclass
 class NsysTrace(ParsedTrace):
-    """One GPU's :class:`ParsedTrace` whose ``slices`` hold a stand-in ``args``
-    (:func:`stand_in_args`); the real text comes from :attr:`args` as the lake
-    file is written (:func:`ingest.nsys.write.write_gpu_tmp`)."""
+    """One GPU's :class:`ParsedTrace` whose ``slices`` hold :data:`HELD_SLICES` with a
+    stand-in ``args`` (:func:`stand_in_args`); the real text and the held-back columns
+    come as the lake file is written (:func:`ingest.nsys.write.write_gpu_tmp`)."""
 
     args: DeferredArgs | None = None
     #: ``(src, src_row)`` per slice until :attr:`args` is made from them.
@@ -545,10 +567,6 @@ def _one_gpu(con: duckdb.DuckDBPyConnection, source: TraceFile, device: int, ran
     nested = nest_slices(track, ts, dur)
     slice_id = np.arange(n, dtype=np.int64)
     slices = pa.table({
-        # Constant columns built in C++, not from a Python list of n strings.
-        "run_id": pa.repeat(pa.scalar(run_id, pa.string()), n),
-        "rank": pa.array(np.full(n, rank, dtype=np.int64)),
-        "trace_id": pa.repeat(pa.scalar(trace_id, pa.string()), n),
         "slice_id": pa.array(slice_id),
         "ts": pa.array(ts),
         "dur": pa.array(dur),
@@ -560,19 +578,10 @@ def _one_gpu(con: duckdb.DuckDBPyConnection, source: TraceFile, device: int, ran
         "parent_id": pa.array(nested.parent, mask=nested.parent < 0),
         "is_partial_overlap": pa.array(nested.partial),
         "correlation": rows.column("correlation"),
-        "external_id": pa.nulls(n, pa.int64()),
         "device": rows.column("device"),
         "stream": rows.column("stream"),
-        "collective_name": pa.nulls(n, pa.string()),
-        "process_group_name": pa.nulls(n, pa.string()),
-        "process_group_desc": pa.nulls(n, pa.string()),
-        "process_group_ranks": pa.nulls(n, pa.list_(pa.int64())),
-        "group_size": pa.nulls(n, pa.int64()),
-        "in_msg_nelems": pa.nulls(n, pa.int64()),
-        "out_msg_nelems": pa.nulls(n, pa.int64()),
-        "dtype": pa.nulls(n, pa.string()),
         "args": stand_in_args(rows.column("event_type")),
-    }).cast(schema.PARSED_SLICES)
+    }).cast(HELD_SLICES)
     args_source = (rows.column("src").to_numpy().astype(np.int8),
                    rows.column("src_row").to_numpy().astype(np.int64))
 

@@ -14,6 +14,7 @@ in the same order, in the lake writer's row groups (full groups of
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -28,9 +29,11 @@ from ..annotation_context import ANNOTATION_RANGES, annotation_ranges
 ROW_GROUP_ROWS = 256 * 1024
 
 
-def write_ranges_tmp(slices: pa.Table, final: Path, token: str) -> Path:
-    """The ``annotation_ranges`` of ``slices`` (one trace, with its context) written to a
-    temporary beside ``final``; returns its path."""
+def write_ranges_tmp(slices: pa.Table, final: Path, token: str,
+                     held_back: Callable[[int], dict[str, pa.Array]]) -> Path:
+    """The ``annotation_ranges`` of ``slices`` (one GPU, with their context) written to a
+    temporary beside ``final``; returns its path. ``held_back(n)`` gives the columns the
+    slices are held without (:func:`~.parse.held_back_columns`) for a block of n."""
     range_rows = np.flatnonzero(pc.is_valid(slices["annotation_kind"])
                                 .to_numpy(zero_copy_only=False))
     roots = _roots(slices, range_rows)
@@ -44,7 +47,11 @@ def write_ranges_tmp(slices: pa.Table, final: Path, token: str) -> Path:
         written = 0
         for lo, hi in tree_blocks(roots, ROW_GROUP_ROWS):
             first, last = int(range_rows[lo]), int(range_rows[hi - 1])
-            held.append(annotation_ranges(slices.slice(first, last - first + 1)))
+            block = slices.slice(first, last - first + 1)
+            for name, column in held_back(block.num_rows).items():
+                if name in ANNOTATION_RANGES.names and name not in block.column_names:
+                    block = block.append_column(name, column)
+            held.append(annotation_ranges(block))
             pending = pa.concat_tables(held)
             full = pending.num_rows - pending.num_rows % ROW_GROUP_ROWS
             if full:

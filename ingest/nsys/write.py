@@ -15,6 +15,8 @@ tables go through it unchanged.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +29,8 @@ from tracehouse.core.warehouse import Warehouse
 from .. import lake
 from ..schema import LAKE_TABLES, TRACE_TABLES
 from ..slice_context import with_context
-from .parse import NsysTrace
+from .args import DeferredArgs
+from .parse import NsysTrace, held_back_columns
 from .ranges import write_ranges_tmp
 from .take import take_rows
 
@@ -40,14 +43,16 @@ def write_gpu_tmp(warehouse: Warehouse, run_id: str, part: NsysTrace,
     """Write every table of one GPU to temporaries; return (tmp, final) in commit order."""
     tables = part.tables
     slices = with_context(tables["slices"], tables["flows"], tables["threads"])
+    held_back = functools.partial(held_back_columns, run_id, part.rank, part.trace_id)
     pending = []
     try:
         for table in TRACE_TABLES:
             final = lake.trace_file(warehouse, table, run_id, part.trace_id)
             if table == "slices":
-                pending.append((_write_slices(slices, part, final, token), final))
+                pending.append((_write_slices(slices, part.args, held_back, final, token),
+                                final))
             elif table == "annotation_ranges":
-                pending.append((write_ranges_tmp(slices, final, token), final))
+                pending.append((write_ranges_tmp(slices, final, token, held_back), final))
             else:
                 pending.append((lake.write_parquet_tmp(
                     tables[table], final, token, lake.ROW_GROUP_FLAGS.get(table)), final))
@@ -57,10 +62,12 @@ def write_gpu_tmp(warehouse: Warehouse, run_id: str, part: NsysTrace,
     return pending
 
 
-def _write_slices(slices: pa.Table, part: NsysTrace, final: Path, token: str) -> Path:
-    """``slices`` (with the stand-in ``args``) written with the real ``args``, group by group."""
+def _write_slices(slices: pa.Table, args: DeferredArgs,
+                  held_back: Callable[[int], dict[str, pa.Array]], final: Path,
+                  token: str) -> Path:
+    """``slices`` (:data:`~.parse.HELD_SLICES` with the stand-in ``args``, and their
+    context) written with the real ``args`` and the held-back columns, group by group."""
     lake_schema = LAKE_TABLES["slices"]
-    args_at = lake_schema.get_field_index("args")
     narrow = slices.drop_columns(["args"])
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.with_name(f".{final.name}.{token}{lake.TMP_SUFFIX}")
@@ -68,8 +75,11 @@ def _write_slices(slices: pa.Table, part: NsysTrace, final: Path, token: str) ->
     with pq.ParquetWriter(tmp, lake_schema, compression="zstd",
                           **lake._encoding_options(lake_schema)) as writer:  # noqa: SLF001
         for rows in _row_groups(slices[lake.ROW_GROUP_FLAGS["slices"]]):
-            group = take_rows(narrow, rows).add_column(
-                args_at, lake_schema.field("args"), part.args.for_rows(rows))
+            taken = take_rows(narrow, rows)
+            columns = {**held_back(rows.size), **dict(zip(taken.column_names, taken.columns)),
+                       "args": args.for_rows(rows)}
+            group = pa.table([columns[name] for name in lake_schema.names],
+                             names=lake_schema.names)
             writer.write_table(group.cast(lake_schema), row_group_size=ROW_GROUP_ROWS)
     return tmp
 
