@@ -77,7 +77,8 @@ def instrument() -> None:
 
     parse.read_shared = phase("read shared", parse.read_shared)
     parse.read_gpu = phase("read gpu", parse.read_gpu)
-    parse._one_gpu = phase("map gpu (duckdb)", parse._one_gpu)  # noqa: SLF001
+    parse._sorted_rows = phase("sort gpu (duckdb)", parse._sorted_rows)  # noqa: SLF001
+    parse._one_gpu = phase("map gpu (arrays)", parse._one_gpu)  # noqa: SLF001
     write.with_context = phase("slice context", slice_context.with_context)
     write.write_ranges_tmp = phase("annotation ranges", ranges.write_ranges_tmp)
     write._write_slices = phase("write slices", write._write_slices)  # noqa: SLF001
