@@ -41,6 +41,7 @@ from . import lake
 from .comm_log import load_comm_log_file, read_comm_log_manifest
 from .discover import Discovery, discover
 from .kineto import parse_kineto, scanner_available
+from .memory import system_arrow_pool
 from .model_config import load_model_config_file, read_model_config_manifest
 from .no_pandas import keep_pandas_out
 from .pp_timer import load_pp_timer_file, read_pp_timer_manifest
@@ -227,6 +228,12 @@ def _load_one(task: _Task) -> _Outcome:
     source = task.source
     if source.layout == "nsys":
         return _load_nsys(task, started)
+    with system_arrow_pool():
+        return _load_kineto(task, started)
+
+
+def _load_kineto(task: _Task, started: float) -> _Outcome:
+    source = task.source
     try:
         raw, text, file_format = read_trace_bytes(source.path)
         content_hash = hashlib.blake2b(raw, digest_size=16).hexdigest()
@@ -535,6 +542,8 @@ def ingest_paths(
     token = uuid.uuid4().hex[:12]
     parser = "native" if engine == "spark" else engine
 
+    # The pool is set before workers fork, so they inherit it (and _load_one sets it
+    # again for workers started otherwise).
     with warehouse_lock(wh, stream, shard), ExitStack() as build_held:
         lake.init_lake(wh)
         turn = _BuildTurn(wh, build_held, stream)
