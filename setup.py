@@ -1,4 +1,4 @@
-"""Build the optional compiled Kineto scanner, slice nesting and replay walk; the rest is in
+"""Build the optional compiled Kineto scanner, gunzip, slice nesting and replay walk; the rest is in
 pyproject.toml.
 
 ``optional=True``: without a C compiler the install still succeeds and
@@ -14,6 +14,13 @@ setup(
             "tracehouse.ingest._kineto_scan",
             ["ingest/_kineto_scan.c"],
             extra_compile_args=["-O2", "-std=c99", "-Wall", "-Wno-unused-function"],
+            optional=True,
+        ),
+        Extension(
+            "tracehouse.ingest._gunzip",
+            ["ingest/_gunzip.c"],
+            extra_compile_args=["-O2", "-std=c99", "-Wall"],
+            libraries=["z"],
             optional=True,
         ),
         Extension(

@@ -954,8 +954,59 @@ static int document_(Sc *sc, Out *o, int64_t chunk, int *array_form) {
 
 /* ------------------------------------------------------------------ Python */
 
+/* A column's buffer handed to Python without a copy: it owns the scan's malloc'd
+ * memory, exposes it read-only through the buffer protocol (numpy's frombuffer,
+ * Arrow's py_buffer keep it alive while they view it) and frees it when the last
+ * view goes. Copying each buffer into a bytes object held two copies of the largest
+ * one at a time (+18 MiB of peak on the 52.7 MB merged trace). */
+typedef struct {
+    PyObject_HEAD
+    char *p;
+    Py_ssize_t len;
+} Block;
+
+static void block_dealloc(Block *self) {
+    free(self->p);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int block_getbuffer(Block *self, Py_buffer *view, int flags) {
+    static char empty[1];
+    return PyBuffer_FillInfo(view, (PyObject *)self, self->p ? self->p : empty, self->len, 1,
+                             flags);
+}
+
+static Py_ssize_t block_length(Block *self) { return self->len; }
+
+static PyBufferProcs block_buffer = {(getbufferproc)block_getbuffer, NULL};
+static PySequenceMethods block_sequence = {(lenfunc)block_length};
+
+static PyTypeObject BlockType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "_kineto_scan.Block",
+    .tp_basicsize = sizeof(Block),
+    .tp_dealloc = (destructor)block_dealloc,
+    .tp_as_sequence = &block_sequence,
+    .tp_as_buffer = &block_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A scanned column's bytes (read-only buffer protocol; len() in bytes).",
+};
+
+/* Move a buffer's memory into a Block (the Buf is left empty), trimmed to its length. */
 static PyObject *bytes_of(Buf *b) {
-    return PyBytes_FromStringAndSize(b->p ? b->p : "", (Py_ssize_t)b->len);
+    Block *block = PyObject_New(Block, &BlockType);
+    if (!block) return NULL;
+    block->p = NULL;
+    block->len = (Py_ssize_t)b->len;
+    if (b->len) {
+        char *p = (char *)realloc(b->p, b->len);  /* shrinking: in place or by mremap */
+        block->p = p ? p : b->p;
+    } else {
+        free(b->p);
+    }
+    b->p = NULL;
+    b->len = b->cap = 0;
+    return (PyObject *)block;
 }
 
 static PyObject *interned_list(Interner *t) {
@@ -986,8 +1037,7 @@ static PyObject *track_keys(Out *o) {
     return list;
 }
 
-/* Move a buffer into the result dict as bytes, freeing it at once: the copies
- * and the scan's buffers never all coexist (that would double the peak). */
+/* Move a buffer into the result dict as a Block (no copy). */
 static int put_bytes(PyObject *d, const char *key, Buf *b) {
     PyObject *v = bytes_of(b);
     buf_free(b);
@@ -1125,4 +1175,7 @@ static struct PyModuleDef module = {
     NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__kineto_scan(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__kineto_scan(void) {
+    if (PyType_Ready(&BlockType) < 0) return NULL;
+    return PyModule_Create(&module);
+}

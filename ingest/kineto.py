@@ -713,6 +713,23 @@ def parse_kineto(data: bytes, source: TraceFile, *, trace_id: str, content_hash:
 
 _HEADER_FLAGS = {b"1": True, b"true": True, b"0": False, b"false": False}
 _INPUT_DIMS_KEY = '"Input Dims"'
+_INPUT_DIMS_BYTES = re.compile(re.escape(_INPUT_DIMS_KEY.encode()))
+
+
+def _mentions(strings: pa.ChunkedArray, pattern: re.Pattern[bytes]) -> bool:
+    """Whether ``pattern`` occurs anywhere in the string column's data buffers.
+
+    Why: a trace without shapes (no header flag) is searched in full, and one
+    search of each chunk's bytes in place (``re`` reads the Arrow buffer
+    without a copy) is 3-4x faster than ``match_substring`` row by row (flowgen
+    rank: 17 -> 5 ms). A buffer may hold bytes of no row (a sliced array), so
+    a hit only means "search the rows"; a miss means no row holds it.
+    """
+    for chunk in strings.chunks:
+        data = chunk.buffers()[2]
+        if data is not None and pattern.search(memoryview(data)) is not None:
+            return True
+    return False
 
 
 def has_op_shapes(record_shapes: msgspec.Raw, slices: pa.Table) -> bool:
@@ -728,6 +745,8 @@ def has_op_shapes(record_shapes: msgspec.Raw, slices: pa.Table) -> bool:
     flag = _HEADER_FLAGS.get(bytes(record_shapes).strip())
     if flag is not None:
         return flag
+    if not _mentions(slices["args"], _INPUT_DIMS_BYTES):
+        return False  # the key is in no value: no row-wise search needed
     # Every row's args searched in place: filtering the cpu_ops out first copied the
     # whole table (0.19 s of a 4 x 27 MB flowgen set's 5 s).
     is_op = pc.equal(slices["category"], "cpu_op")

@@ -15,6 +15,8 @@ import gzip
 import json
 from pathlib import Path
 
+import msgspec
+import pyarrow as pa
 import pytest
 
 from conftest import SHARED_DATA
@@ -67,3 +69,20 @@ def test_without_the_header_the_ops_input_dims_decide(decoder: str) -> None:
     assert _has_op_shapes(_dlrm(record_shapes="yes"), decoder) is True
     # The A100 trace has no header key and no op with Input Dims.
     assert _has_op_shapes(gzip.decompress(A100.read_bytes()), decoder) is False
+
+
+def test_a_key_outside_cpu_ops_or_outside_the_rows_is_no_shape() -> None:
+    """The whole-buffer search (kineto._mentions) only lets the row search be skipped:
+    a hit in a kernel's args, or in bytes of a sliced array outside its rows, must
+    still give False, and a hit on a cpu_op True."""
+    args = pa.array(['{"Input Dims": [[1]]}', '{"x": 1}', '{"Input Dims": [[2]]}'])
+    category = pa.array(["kernel", "cpu_op", "cpu_op"])
+    table = pa.table({"category": category, "args": args})
+    no_flag = msgspec.Raw(b"")
+    assert kineto.has_op_shapes(no_flag, table) is True
+    assert kineto.has_op_shapes(no_flag, table.slice(0, 2)) is False
+    assert kineto._mentions(table.slice(1, 1)["args"], kineto._INPUT_DIMS_BYTES) is True
+    assert kineto.has_op_shapes(no_flag, table.slice(1, 1)) is False
+    without = pa.table({"category": category, "args": pa.array(['{"a": 1}', None, "{}"])})
+    assert kineto._mentions(without["args"], kineto._INPUT_DIMS_BYTES) is False
+    assert kineto.has_op_shapes(no_flag, without) is False
