@@ -35,7 +35,7 @@ from typing import Any
 #: The timeline module's steps timed, by the name of the function that does each.
 STEPS = ("view_window", "_cached", "_lanes", "_columns", "busy_cells", "_cpu_frames",
          "_links", "_rectangles", "_head", "_rank_labels", "bucket_width",
-         "window_cells", "pixel_cells", "cached_cells", "encode")
+         "longest_per_cell", "_winners", "_texts", "_remember", "encode")
 
 
 @dataclass

@@ -58,19 +58,24 @@ def members_in_window(mart: str) -> str:
         from {mart} as members
         inner join shifts on members.rank = shifts.rank
         where members.run_id = $run and members.rank between $low and $high
-            and members.arrival_ns - $origin < $end and members.end_ns - $origin > $start
+            -- on the reference clock already: constant bounds, so zone maps skip row groups
+            and members.arrival_ns < $aligned_end and members.end_ns > $aligned_start
     )
 """  # noqa: S608 - fixed SQL text only
 
 
-def members_of_kernels(mart: str, cpu_calls: bool = False) -> str:
+def members_of_kernels(mart: str, cpu_calls: bool = False, within: bool = False) -> str:
     """The ``members`` CTE of the collectives among the ``kernels`` CTE's rows, each on its
     kernel's stream: for views with a lane per stream. With ``cpu_calls``, the shown ranks'
     CPU calls (c10d, no kernel) too, their stream NULL: what a selection's cache keeps, so
     that a lane-per-rank view of it links what :func:`members_in_window` would. ``mart`` is
     one of :data:`MEMBER_MARTS`; the shown ranks (``shifts``) and their range bound its
-    scan, so that an ordered mart skips the row groups of other ranks."""
+    scan, so that an ordered mart skips the row groups of other ranks; ``within``, the
+    window too (``$aligned_start``, ``$aligned_end``: the members overlapping it)."""
     join, device = ("left", "") if cpu_calls else ("inner", "and members.device = 'gpu'")
+    if within:
+        device += ("\n            and members.arrival_ns < $aligned_end"
+                   " and members.end_ns > $aligned_start")
     return f"""
     members as (
         select {_MEMBER_COLUMNS.format(stream="kernels.stream")}
@@ -96,21 +101,19 @@ def links(cur: duckdb.DuckDBPyConnection, kernels: str, members: str, params: di
         with {kernels},
         {members},
         chains as (
-            select collective_id, min(arrival) as first_arrival
+            select collective_id, min(arrival) as first_arrival, count(*) over () as chains
             from members
             group by collective_id
             having count(*) >= 2
         ),
-        counted as (
-            select collective_id, count(*) over () as chains,
-                row_number() over (order by first_arrival, collective_id) as chain_order
-            from chains
+        shown as (
+            -- the first $limit by first arrival: a top-N, not a numbering of every chain
+            select * from chains order by first_arrival, collective_id limit $limit
         )
-        select members.*, counted.chains
+        select members.*, shown.chains
         from members
-        inner join counted on members.collective_id = counted.collective_id
-        where counted.chain_order <= $limit
-        order by counted.chain_order, members.arrival_order, members.rank
+        inner join shown on members.collective_id = shown.collective_id
+        order by shown.first_arrival, shown.collective_id, members.arrival_order, members.rank
     """  # noqa: S608 - fixed SQL text only
     found = rows(cur, sql, bound(sql, {**params, "limit": MAX_LINKS}))
     chains: dict[str, dict[str, Any]] = {}
