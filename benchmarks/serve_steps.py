@@ -49,8 +49,13 @@ class ViewTiming:
     answer_kb: float = 0.0
 
     def row(self) -> str:
+        # A step some repeats skip (the string memo's first fill) counts 0 in those.
+        padded = {name: values + [0.0] * (len(self.cpu_ms) - len(values))
+                  for name, values in self.steps.items()}
         steps = ", ".join(f"{name.strip('_')} {statistics.median(values):.0f}"
-                          for name, values in sorted(self.steps.items(),
+                          + (f" (max {max(values):.0f})"
+                             if max(values) > 2 * statistics.median(values) + 5 else "")
+                          for name, values in sorted(padded.items(),
                                                      key=lambda item: -max(item[1]))
                           if max(values) >= 1)
         return (f"| {self.name} | {statistics.median(self.cpu_ms):.0f} | "
@@ -149,11 +154,12 @@ def windows(iteration: dict[str, Any]) -> list[tuple[str, int, int]]:
 
 
 def measure(warehouse: Path, repeat: int, only: str | None) -> list[ViewTiming]:
-    """Every selection's views ``repeat`` times; the first view on a fresh reader each time
-    (its cache empty), the others on one reader, as a user's clicks after it."""
+    """Every selection's views ``repeat`` times, in serve.py's order (a PP group, a replica,
+    every rank; each selection's first view, then the iteration again, zooms, a pan), each
+    repeat on a fresh reader (no selection cached, nothing of the database read yet), as a
+    server started for it meets them."""
     from tracehouse.serve.marts import MartReader
     from tracehouse.serve.params import Params
-    from tracehouse.serve.timeline import timeline as _unused  # noqa: F401 - patched below
 
     clock = StepClock()
     patch_steps(clock)
@@ -161,14 +167,13 @@ def measure(warehouse: Path, repeat: int, only: str | None) -> list[ViewTiming]:
 
     encode = encoder()
     run, iteration, chosen = selections(warehouse)
-    timings: list[ViewTiming] = []
-    for label, selection in chosen:
-        if only and only not in label:
-            continue
-        views = {name: ViewTiming(f"{label}: {name}") for name, *_ in windows(iteration)}
-        for _ in range(repeat):
-            reader = MartReader(warehouse)
-            try:
+    chosen = [(label, selection) for label, selection in chosen if not only or only in label]
+    views = {(label, name): ViewTiming(f"{label}: {name}")
+             for label, _ in chosen for name, *_ in windows(iteration)}
+    for _ in range(repeat):
+        reader = MartReader(warehouse)
+        try:
+            for label, selection in chosen:
                 for name, start, end in windows(iteration):
                     params = Params({"run": [run], "start": [str(start)], "end": [str(end)],
                                      "px": ["1200"], **{k: [v] for k, v in selection.items()}})
@@ -178,18 +183,17 @@ def measure(warehouse: Path, repeat: int, only: str | None) -> list[ViewTiming]:
                         answer = timeline_module.timeline(cur, params)
                     with clock.step("encode"):
                         body = encode(answer)
-                    view = views[name]
+                    view = views[(label, name)]
                     view.cpu_ms.append((time.process_time() - cpu) * 1e3)
                     view.wall_ms.append((time.perf_counter() - wall) * 1e3)
                     view.answer_kb = len(body) / 1024
                     for step, spent in clock.totals.items():
                         view.steps[step].append(spent)
-            finally:
-                reader.close()
-        for view in views.values():
-            print(view.row(), file=sys.stderr, flush=True)
-        timings += views.values()
-    return timings
+        finally:
+            reader.close()
+    for view in views.values():
+        print(view.row(), file=sys.stderr, flush=True)
+    return list(views.values())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -118,14 +118,16 @@ def _texts(cur: duckdb.DuckDBPyConnection, kernels: str, params: dict[str, Any],
 def _remember(cur: duckdb.DuckDBPyConnection, kernels: str, params: dict[str, Any],
               columns: list[str]) -> None:
     """Put the distinct strings of ``columns`` among the window's kernels into the memo,
-    by hash; raise :class:`HashCollision` if two differ with one hash."""
-    for column in columns:  # one of TEXT_COLUMNS: fixed names
-        sql = (f"with {kernels} select hash({column}) as key, {column} as text "  # noqa: S608
-               "from kernels group by all")
-        found = cur.execute(sql, bound(sql, params)).fetchall()
-        with _MEMO_LOCK:
-            if len(_MEMO) + len(found) > MEMO_LIMIT:
-                _MEMO.clear()
-            for key, text in found:
+    by hash, in one read of the window; raise :class:`HashCollision` if two differ with
+    one hash."""
+    # ``columns`` are of TEXT_COLUMNS: fixed names.
+    pairs = ", ".join(f"hash({column}), {column}" for column in columns)
+    sql = f"with {kernels} select distinct {pairs} from kernels"  # noqa: S608
+    found = cur.execute(sql, bound(sql, params)).fetchall()
+    with _MEMO_LOCK:
+        if len(_MEMO) + len(found) * len(columns) > MEMO_LIMIT:
+            _MEMO.clear()
+        for row in found:
+            for key, text in zip(row[::2], row[1::2]):
                 if _MEMO.setdefault(int(key), text) != text:
-                    raise HashCollision(f"{column}: {text!r} and {_MEMO[int(key)]!r}")
+                    raise HashCollision(f"{text!r} and {_MEMO[int(key)]!r}")

@@ -201,7 +201,7 @@ def timeline(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str, Any]:
     buckets, step = _grid(start, end, px, len(lanes))
     found = _kernel_cells(cur, source, lanes, start, step, buckets)
     # A rank's CPU steps get a lane beside its streams; where a rank is one lane, none.
-    frames = _cpu_frames(cur, window, step) if by_stream else {}
+    frames = _cpu_frames(cur, window, step, source.table) if by_stream else {}
     shown = _with_cpu_lanes(lanes, frames.get("rank", []), by_stream)
     lane_index = {lane: index for index, lane in enumerate(shown)}
     # The kernels' lanes were numbered before the CPU lanes came in between (and an empty
@@ -303,6 +303,8 @@ class _Source:
     kernels: str
     members: str
     params: dict[str, Any]
+    #: The selection's cache (:func:`_cached`), when it has one.
+    table: str | None = None
 
 
 def _source(cur: duckdb.DuckDBPyConnection, run_id: str, ranks: list[int],
@@ -326,7 +328,7 @@ def _source(cur: duckdb.DuckDBPyConnection, run_id: str, ranks: list[int],
             select collective_id, op, process_group_key, rank, {stream}, arrival, ended,
                 arrival_order, is_last, wait_ns
             from {table}_members where arrival < $end and ended > $start {on_streams}
-        )""", window)
+        )""", window, table)
 
 
 def _members(cur: duckdb.DuckDBPyConnection, by_stream: bool) -> str:
@@ -392,17 +394,19 @@ def _cached(cur: duckdb.DuckDBPyConnection, run_id: str, ranks: list[int],
                                   [CACHE_ENTRIES]).fetchall():
             cur.execute(f"drop table if exists {old}")  # names made here, of hex digits
             cur.execute(f"drop table if exists {old}_members")
+            cur.execute(f"drop table if exists {old}_frames")
             cur.execute("delete from memory.main.timeline_cache_use where name = ?", [old])
     return table
 
 
 def _fill(cur: duckdb.DuckDBPyConnection, table: str, window: dict[str, Any],
           hull: tuple[int, int], cover: tuple[int, int] | None) -> None:
-    """Make ``table`` (and ``<table>_members``) hold every kernel and member of the window's
-    ranks overlapping ``hull`` (view axis): create them, or add what overlaps ``hull`` but
-    not the old ``cover``. A kernel's end is ``ts + dur`` as the cache reads it (the marts'
-    ``end_ns`` is ``ts_ns + dur_ns``); a member's are its arrival and end (the reference
-    clock: a GPU call's are its kernel's, so its kernel is in the table)."""
+    """Make ``table`` (and ``<table>_members``, ``<table>_frames``) hold every kernel, member
+    and CPU step frame of the window's ranks overlapping ``hull`` (view axis): create them,
+    or add what overlaps ``hull`` but not the old ``cover``. A kernel's end is ``ts + dur``
+    as the cache reads it (the marts' ``end_ns`` is ``ts_ns + dur_ns``); a member's are its
+    arrival and end (the reference clock: a GPU call's are its kernel's, so its kernel is in
+    the table); a frame's, its start and ``ended``."""
     low, high = hull
     bounds = {**window, "start": low, "end": high,
               # the raw bounds widened as the window's are (view_window)
@@ -422,6 +426,11 @@ def _fill(cur: duckdb.DuckDBPyConnection, table: str, window: dict[str, Any],
            f"{'' if cover else 'as '}with {SHIFTS}, kernels as (select * from {table}), "
            f"{members} select * from members where {new_members}")
     cur.execute(sql, bound(sql, bounds))  # fixed text and a name made of hex digits
+    if "fct_cpu_steps" in tables(cur):
+        sql = (f"{'insert into' if cover else 'create table'} {table}_frames "
+               f"{'' if cover else 'as '}with {_FRAMES_IN_WINDOW} "
+               f"select * from frames where {new_members.replace('arrival', 'ts')}")
+        cur.execute(sql, bound(sql, bounds))  # fixed text and a name made of hex digits
 
 
 #: What the cache keeps of each kernel (the timeline's axis; every stream).
@@ -439,32 +448,44 @@ def _drawn(by_stream: bool) -> str:
             "kernels.slice_id")
 
 
-def _cpu_frames(cur: duckdb.DuckDBPyConnection, window: dict[str, Any],
-                step: int) -> dict[str, list[Any]]:
+#: The shown ranks' outermost Megatron step frames (``fct_cpu_steps``) overlapping the window,
+#: on the view's axis (``ended``: the frame's end there; ``dur`` is never negative).
+_FRAMES_IN_WINDOW = SHIFTS + """,
+    frames as (
+        select
+            steps.rank,
+            steps.ts_ns + shifts.shift_ns - $origin as ts,
+            greatest(steps.end_ns - steps.ts_ns, 0) as dur,
+            steps.end_ns + shifts.shift_ns - $origin as ended,
+            coalesce(steps.phase, 'other') as kind,
+            coalesce(steps.function_name, steps.phase, '?') as name,
+            steps.trace_id,
+            steps.slice_id
+        from fct_cpu_steps as steps
+        inner join shifts on steps.rank = shifts.rank
+        where steps.run_id = $run and steps.rank between $low and $high
+            and steps.is_outermost
+            and steps.ts_ns + shifts.shift_ns - $origin < $end
+            and steps.end_ns + shifts.shift_ns - $origin > $start
+    )
+"""
+
+
+def _cpu_frames(cur: duckdb.DuckDBPyConnection, window: dict[str, Any], step: int,
+                table: str | None = None) -> dict[str, list[Any]]:
     """The outermost Megatron step frames (``fct_cpu_steps``) of the shown ranks in the
     window, one per lane bucket as the kernels are (the longest, its phase as its kind);
-    none without the mart. Read straight from the mart: it holds a few frames per
-    microbatch, not one per kernel. As :func:`_columns`, the kernels' query's names."""
+    none without the mart. From the selection's cache ``table`` (its ``_frames``) when it
+    has one: ``fct_cpu_steps`` is a view with lookups joined in, 18-35 CPU ms a read at
+    1,024 ranks. A few frames per microbatch, not one per kernel, so picked in SQL. As
+    :func:`_columns`, the kernels' query's names."""
     if "fct_cpu_steps" not in tables(cur):
         return {}
+    frames = _FRAMES_IN_WINDOW if table is None else f"""
+        frames as (select * from {table}_frames where ts < $end and ended > $start)
+    """  # noqa: S608 - a name made of hex digits
     sql = f"""
-        with {SHIFTS},
-        frames as (
-            select
-                steps.rank,
-                steps.ts_ns + shifts.shift_ns - $origin as ts,
-                greatest(steps.end_ns - steps.ts_ns, 0) as dur,
-                coalesce(steps.phase, 'other') as kind,
-                coalesce(steps.function_name, steps.phase, '?') as name,
-                steps.trace_id,
-                steps.slice_id
-            from fct_cpu_steps as steps
-            inner join shifts on steps.rank = shifts.rank
-            where steps.run_id = $run and steps.rank between $low and $high
-                and steps.is_outermost
-                and steps.ts_ns + shifts.shift_ns - $origin < $end
-                and steps.end_ns + shifts.shift_ns - $origin > $start
-        )
+        with {frames}
         select
             rank, '{CPU_LANE}' as stream, count(*) as kernels,
             arg_max(ts, {_LONGEST}) as ts, max(dur) as dur, arg_max(kind, {_LONGEST}) as kind,
