@@ -167,6 +167,30 @@ def test_cursors_cannot_reach_files_or_write(small_warehouse: Path, tmp_path: Pa
         reader.close()
 
 
+def test_the_marts_are_listed_once_per_request(small_warehouse: Path) -> None:
+    """tables() remembers its answer while a viewer cursor is open, and only then."""
+    from tracehouse.serve import marts
+
+    reader = MartReader(small_warehouse)
+    try:
+        with reader.cursor() as cur:
+            assert marts.tables(cur) == {"fct_run_summary"}
+            cur.execute("create table memory.main.made_later (x int)")
+            assert "made_later" not in marts.tables(cur)  # remembered, not asked again
+            assert id(cur) in marts._TABLES
+        assert id(cur) not in marts._TABLES
+        with reader.cursor() as cur:
+            assert "made_later" in marts.tables(cur)  # the next request asks again
+        plain = duckdb.connect()
+        plain.execute("create table t (x int)")
+        assert marts.tables(plain) == {"t"}
+        plain.execute("create table u (x int)")
+        assert marts.tables(plain) == {"t", "u"}  # a cursor not of the viewer: never kept
+        plain.close()
+    finally:
+        reader.close()
+
+
 def test_spills_go_to_a_private_folder_removed_on_close(small_warehouse: Path) -> None:
     reader = MartReader(small_warehouse)
     with reader.cursor() as cur:
