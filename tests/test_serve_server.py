@@ -27,7 +27,7 @@ from tracehouse.serve import DEFAULT_HOST
 from tracehouse.serve.cells import MAX_SAFE_INTEGER, plain
 from tracehouse.serve.marts import MartReader, WarehouseNotReady
 from tracehouse.serve.params import BadRequest, Params
-from tracehouse.serve.server import ASSETS, ViewerServer
+from tracehouse.serve.server import ASSETS, ViewerServer, _json
 from tracehouse.serve.step_parts import step_part_columns, step_parts
 from viewer import serving
 
@@ -167,6 +167,30 @@ def test_cursors_cannot_reach_files_or_write(small_warehouse: Path, tmp_path: Pa
         reader.close()
 
 
+def test_the_marts_are_listed_once_per_request(small_warehouse: Path) -> None:
+    """tables() remembers its answer while a viewer cursor is open, and only then."""
+    from tracehouse.serve import marts
+
+    reader = MartReader(small_warehouse)
+    try:
+        with reader.cursor() as cur:
+            assert marts.tables(cur) == {"fct_run_summary"}
+            cur.execute("create table memory.main.made_later (x int)")
+            assert "made_later" not in marts.tables(cur)  # remembered, not asked again
+            assert id(cur) in marts._TABLES
+        assert id(cur) not in marts._TABLES
+        with reader.cursor() as cur:
+            assert "made_later" in marts.tables(cur)  # the next request asks again
+        plain = duckdb.connect()
+        plain.execute("create table t (x int)")
+        assert marts.tables(plain) == {"t"}
+        plain.execute("create table u (x int)")
+        assert marts.tables(plain) == {"t", "u"}  # a cursor not of the viewer: never kept
+        plain.close()
+    finally:
+        reader.close()
+
+
 def test_spills_go_to_a_private_folder_removed_on_close(small_warehouse: Path) -> None:
     reader = MartReader(small_warehouse)
     with reader.cursor() as cur:
@@ -232,6 +256,19 @@ def test_integers_beyond_double_precision_travel_as_strings() -> None:
     assert plain(MAX_SAFE_INTEGER) == MAX_SAFE_INTEGER
     assert plain(1_700_000_000_123_456_789) == "1700000000123456789"
     assert plain(float("nan")) is None
+
+
+def test_answers_are_compact_utf8_json_even_with_a_lone_surrogate() -> None:
+    """msgspec writes the answers; a string UTF-8 cannot hold goes the standard library's way,
+    the character replaced, and hostile text stays text inside a JSON string."""
+    payload = {"name": NASTY_NAME, "ts": [1, 2**40], "dur": [0.5], "none": None, 3: (1, 2)}
+    body, kind = _json(payload)
+    assert kind == "application/json; charset=utf-8"
+    # The bytes the standard library wrote before, compact as the page's payload sizes assume.
+    assert body == json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
+    body, _ = _json({"name": "bad \ud800 <script>"})
+    assert json.loads(body) == {"name": "bad ? <script>"}  # as str.encode(errors="replace")
+    assert json.loads(_json({"x": float("nan")})[0]) == {"x": None}
 
 
 def test_parameters_are_checked_before_any_query() -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 import duckdb
 
-from tracehouse.serve.marts import bound, rows, tables
+from tracehouse.serve.marts import bound, tables
 
 #: Collective chains drawn per answer; more, and the page asks to zoom in.
 MAX_LINKS = 400
@@ -58,19 +58,24 @@ def members_in_window(mart: str) -> str:
         from {mart} as members
         inner join shifts on members.rank = shifts.rank
         where members.run_id = $run and members.rank between $low and $high
-            and members.arrival_ns - $origin < $end and members.end_ns - $origin > $start
+            -- on the reference clock already: constant bounds, so zone maps skip row groups
+            and members.arrival_ns < $aligned_end and members.end_ns > $aligned_start
     )
 """  # noqa: S608 - fixed SQL text only
 
 
-def members_of_kernels(mart: str, cpu_calls: bool = False) -> str:
+def members_of_kernels(mart: str, cpu_calls: bool = False, within: bool = False) -> str:
     """The ``members`` CTE of the collectives among the ``kernels`` CTE's rows, each on its
     kernel's stream: for views with a lane per stream. With ``cpu_calls``, the shown ranks'
     CPU calls (c10d, no kernel) too, their stream NULL: what a selection's cache keeps, so
     that a lane-per-rank view of it links what :func:`members_in_window` would. ``mart`` is
     one of :data:`MEMBER_MARTS`; the shown ranks (``shifts``) and their range bound its
-    scan, so that an ordered mart skips the row groups of other ranks."""
+    scan, so that an ordered mart skips the row groups of other ranks; ``within``, the
+    window too (``$aligned_start``, ``$aligned_end``: the members overlapping it)."""
     join, device = ("left", "") if cpu_calls else ("inner", "and members.device = 'gpu'")
+    if within:
+        device += ("\n            and members.arrival_ns < $aligned_end"
+                   " and members.end_ns > $aligned_start")
     return f"""
     members as (
         select {_MEMBER_COLUMNS.format(stream="kernels.stream")}
@@ -96,29 +101,33 @@ def links(cur: duckdb.DuckDBPyConnection, kernels: str, members: str, params: di
         with {kernels},
         {members},
         chains as (
-            select collective_id, min(arrival) as first_arrival
+            select collective_id, min(arrival) as first_arrival, count(*) over () as chains
             from members
             group by collective_id
             having count(*) >= 2
         ),
-        counted as (
-            select collective_id, count(*) over () as chains,
-                row_number() over (order by first_arrival, collective_id) as chain_order
-            from chains
+        shown as (
+            -- the first $limit by first arrival: a top-N, not a numbering of every chain
+            select * from chains order by first_arrival, collective_id limit $limit
         )
-        select members.*, counted.chains
+        select members.*, shown.chains
         from members
-        inner join counted on members.collective_id = counted.collective_id
-        where counted.chain_order <= $limit
-        order by counted.chain_order, members.arrival_order, members.rank
+        inner join shown on members.collective_id = shown.collective_id
+        order by shown.first_arrival, shown.collective_id, members.arrival_order, members.rank
     """  # noqa: S608 - fixed SQL text only
-    found = rows(cur, sql, bound(sql, {**params, "limit": MAX_LINKS}))
+    # Column by column (NumPy), as the timeline's cells: 400 chains of a 1,024-rank window
+    # hold thousands of members, and a dict per row cost more than the query's join.
+    found = {key: values.tolist() for key, values in
+             cur.execute(sql, bound(sql, {**params, "limit": MAX_LINKS})).fetchnumpy().items()}
+    lanes = [lane_index[key] for key in zip(found["rank"], found["stream"])]
     chains: dict[str, dict[str, Any]] = {}
-    for member in found:
-        link = chains.setdefault(member["collective_id"], {
-            "op": member["op"], "group": member["process_group_key"], "members": []})
-        link["members"].append([lane_index[(member["rank"], member["stream"])],
-                                int(member["arrival"]), int(member["ended"]),
-                                int(member["wait_ns"] or 0), bool(member["is_last"])])
-    total = found[0]["chains"] if found else 0
+    for row, collective in enumerate(found["collective_id"]):
+        link = chains.get(collective)
+        if link is None:
+            link = chains[collective] = {"op": found["op"][row],
+                                         "group": found["process_group_key"][row],
+                                         "members": []}
+        link["members"].append([lanes[row], found["arrival"][row], found["ended"][row],
+                                found["wait_ns"][row] or 0, bool(found["is_last"][row])])
+    total = found["chains"][0] if found["chains"] else 0
     return {"links": list(chains.values()), "links_left_out": max(0, total - MAX_LINKS)}

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import duckdb
+import numpy as np
 
 from tracehouse.reports.html import rank_label
 from tracehouse.reports.style import KIND_COLORS, PHASE_COLORS
@@ -45,6 +46,7 @@ from tracehouse.serve.links import links, members_in_window, members_mart, membe
 from tracehouse.serve.marts import Selection, bound, first_row, rows, tables
 from tracehouse.serve.overview import requested_run
 from tracehouse.serve.params import WHOLE_TRACE, BadRequest, Params
+from tracehouse.serve.pixels import TEXT_COLUMNS, HashCollision, longest_per_cell
 
 #: Lane × bucket cells one answer may hold (bounds its size and its query).
 MAX_CELLS = 60_000
@@ -157,6 +159,8 @@ def view_window(cur: duckdb.DuckDBPyConnection,
         # DuckDB prunes row groups with; each rank's exact window is applied after.
         "raw_start": origin + start - max(shifts.values()),
         "raw_end": origin + end - min(shifts.values()),
+        # The window on the reference clock (collective members are there already).
+        "aligned_start": origin + start, "aligned_end": origin + end,
         "shifts": [[rank, shift] for rank, shift in shifts.items()],
     }
 
@@ -166,9 +170,10 @@ def timeline_selection(cur: duckdb.DuckDBPyConnection, params: Params) -> Select
     view's axis: what the timeline draws, at full detail."""
     run_id, ranks, window = view_window(cur, params)
     columns = "kernels.*, kernels.ts_ns + shifts.shift_ns - $origin as start_in_view_ns"
-    return Selection(f"{run_id}-timeline",
-                     f"with {_KERNELS_IN_WINDOW.format(columns=columns, table='fct_kernels')} "
-                     "select * from kernels", window, "rank, stream, ts_ns, slice_id")
+    sql = (f"with {_KERNELS_IN_WINDOW.format(columns=columns, table='fct_kernels')} "
+           "select * from kernels")
+    return Selection(f"{run_id}-timeline", sql, bound(sql, window),
+                     "rank, stream, ts_ns, slice_id")
 
 
 def timeline(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str, Any]:
@@ -194,33 +199,47 @@ def timeline(cur: duckdb.DuckDBPyConnection, params: Params) -> dict[str, Any]:
     source = _source(cur, run_id, ranks, window, by_stream)
     lanes = _lanes(cur, source, ranks, by_stream)
     buckets, step = _grid(start, end, px, len(lanes))
-    sql = f"""
-        with {source.kernels}
-        select
-            rank,
-            stream,
-            count(*) as kernels,
-            arg_max(ts, {_LONGEST}) as ts,
-            max(dur) as dur,
-            arg_max(kind, {_LONGEST}) as kind,
-            arg_max(name, {_LONGEST}) as name,
-            arg_max(trace_id, {_LONGEST}) as trace_id,
-            arg_max(slice_id, {_LONGEST}) as slice_id
-        from kernels
-        group by rank, stream, (greatest(ts, $start) - $start) // $step
-        order by rank, stream, ts
-    """  # noqa: S608 - fixed SQL text only
-    found = _columns(cur, sql, bound(sql, {**source.params, "step": step}))
+    found = _kernel_cells(cur, source, lanes, start, step, buckets)
     # A rank's CPU steps get a lane beside its streams; where a rank is one lane, none.
-    frames = _cpu_frames(cur, window, step) if by_stream else {}
-    lanes = _with_cpu_lanes(lanes, frames.get("rank", []), by_stream)
-    lane_index = {lane: index for index, lane in enumerate(lanes)}
+    frames = _cpu_frames(cur, window, step, source.table) if by_stream else {}
+    shown = _with_cpu_lanes(lanes, frames.get("rank", []), by_stream)
+    lane_index = {lane: index for index, lane in enumerate(shown)}
+    # The kernels' lanes were numbered before the CPU lanes came in between (and an empty
+    # lane of a rank with CPU steps went: no kernel is on it).
+    found["lane"] = np.array([lane_index.get(lane, -1) for lane in lanes],
+                             dtype=np.int64)[found["lane"]]
     return {
-        **_head(cur, run_id, ranks, window, lanes, buckets, step, by_stream),
+        **_head(cur, run_id, ranks, window, shown, buckets, step, by_stream),
         "mode": "kernels",
-        **_rectangles([found, frames], lane_index),
+        **_rectangles([found, _as_cells(frames, lane_index)]),
         **_links(cur, source, lane_index),
     }
+
+
+def _kernel_cells(cur: duckdb.DuckDBPyConnection, source: _Source,
+                  lanes: list[tuple[int, Any]], start: int, step: int,
+                  buckets: int) -> dict[str, Any]:
+    """Each cell's longest kernel (:func:`.pixels.longest_per_cell`); in SQL, as
+    :func:`_cpu_frames` picks frames, in the one-in-10^11 case of two strings of the window
+    with one hash."""
+    try:
+        return longest_per_cell(cur, source.kernels, source.params, lanes, start, step,
+                                buckets)
+    except HashCollision:
+        sql = f"""
+            with {source.kernels}
+            select
+                rank, stream, count(*) as kernels,
+                arg_max(ts, {_LONGEST}) as ts, max(dur) as dur,
+                arg_max(kind, {_LONGEST}) as kind, arg_max(name, {_LONGEST}) as name,
+                arg_max(trace_id, {_LONGEST}) as trace_id,
+                arg_max(slice_id, {_LONGEST}) as slice_id
+            from kernels
+            group by rank, stream, (greatest(ts, $start) - $start) // $step
+            order by rank, stream, ts
+        """  # noqa: S608 - fixed SQL text only
+        return _as_cells(_columns(cur, sql, bound(sql, {**source.params, "step": step})),
+                         {lane: index for index, lane in enumerate(lanes)})
 
 
 def _grid(start: int, end: int, px: int, lanes: int) -> tuple[int, int]:
@@ -284,6 +303,8 @@ class _Source:
     kernels: str
     members: str
     params: dict[str, Any]
+    #: The selection's cache (:func:`_cached`), when it has one.
+    table: str | None = None
 
 
 def _source(cur: duckdb.DuckDBPyConnection, run_id: str, ranks: list[int],
@@ -307,7 +328,7 @@ def _source(cur: duckdb.DuckDBPyConnection, run_id: str, ranks: list[int],
             select collective_id, op, process_group_key, rank, {stream}, arrival, ended,
                 arrival_order, is_last, wait_ns
             from {table}_members where arrival < $end and ended > $start {on_streams}
-        )""", window)
+        )""", window, table)
 
 
 def _members(cur: duckdb.DuckDBPyConnection, by_stream: bool) -> str:
@@ -327,25 +348,29 @@ def _links(cur: duckdb.DuckDBPyConnection, source: _Source,
 def _cached(cur: duckdb.DuckDBPyConnection, run_id: str, ranks: list[int],
             window: dict[str, Any]) -> str | None:
     """An in-memory table of the selection's kernels on the view's axis (and one of their
-    collective members), made on the selection's first view; None above
+    collective members) covering at least the view's window; None above
     :data:`CACHE_MAX_RANKS` ranks.
 
     Why: a pan or a zoom is a new window, and even on ``fct_kernel_timeline``
-    (stored by iteration and rank, so a few ranks' window skips most row
-    groups) each window filters the row groups of its ranks again, with
-    their clock offsets joined in; before that mart, every window read all of
-    ``fct_kernels`` (8 M kernels at 1,024 ranks × 4 iterations: 250-590 ms
-    per window on two cores). The first view of a selection reads its kernels
-    once, on the view's axis, into the viewer's own in-memory database (never
-    the warehouse, which is attached read-only); later windows read the
-    cache. In no order: sorting them by time was most of a first view's cost
-    (a 32-rank replica at 1,024 ranks x 4 iterations, 250,464 kernels: 151-164
-    CPU ms to fill sorted, 50-62 unsorted), and a window's filter over an
-    in-memory table of that size costs a few ms either way. It lives as long
-    as the connection to this published database (a new build gets a new
-    one, without the caches);
-    :data:`CACHE_ENTRIES` selections are kept, the least recently used one
-    is dropped first.
+    (stored by iteration and rank) each window filters the row groups of its
+    ranks again, with their clock offsets joined in. The viewer keeps what it
+    read of a selection, on the view's axis, in its own in-memory database
+    (never the warehouse, which is attached read-only), and later windows
+    read that. In no order: sorting them by time was most of a first view's
+    cost, and a window's filter over an in-memory table of that size costs a
+    few ms either way.
+
+    Filled lazily, by window: the table covers ``[covered_start,
+    covered_end)`` on the view's axis (every kernel and member overlapping it,
+    no other); a window outside that reads only what the hull of both adds
+    (the kernels and members overlapping the hull but not the old cover).
+    Until 2026-11-27 the first view read the selection's every iteration:
+    119-190 CPU ms for a 32-rank replica at 1,024 ranks x 4 iterations, where
+    its one iteration needs a quarter of them (benchmarks/README.md).
+
+    It lives as long as the connection to this published database (a new
+    build gets a new one, without the caches); :data:`CACHE_ENTRIES`
+    selections are kept, the least recently used one is dropped first.
     """
     if len(ranks) > CACHE_MAX_RANKS:
         return None
@@ -353,34 +378,59 @@ def _cached(cur: duckdb.DuckDBPyConnection, run_id: str, ranks: list[int],
     table = f"memory.main.timeline_{key}"
     with _CACHE_LOCK:
         cur.execute("create table if not exists memory.main.timeline_cache_use "
-                    "(name varchar primary key, used_at double)")
-        if first_row(cur, "select 1 from duckdb_tables() where database_name = 'memory' "
-                          "and table_name = ?", [f"timeline_{key}"]) is None:
-            sql = f"""
-                create table {table} as
-                with {_KERNELS_IN_WINDOW.format(columns=_CACHED_COLUMNS,
-                                                table=_kernels_mart(cur))}
-                select * from kernels
-            """  # noqa: S608 - fixed text and a name made of hex digits
-            whole = {**window, "start": -(2**62), "end": 2**62, "raw_start": -(2**62),
-                     "raw_end": 2**62}
-            cur.execute(sql, bound(sql, whole))
-            sql = f"""
-                create table {table}_members as
-                with {SHIFTS}, kernels as (select * from {table}),
-                {members_of_kernels(members_mart(cur), cpu_calls=True)}
-                select * from members
-            """  # noqa: S608 - fixed text and a name made of hex digits
-            cur.execute(sql, bound(sql, whole))
-        cur.execute("insert or replace into memory.main.timeline_cache_use values (?, ?)",
-                    [table, time.monotonic()])
+                    "(name varchar primary key, used_at double, covered_start bigint, "
+                    "covered_end bigint)")
+        cover = first_row(cur, "select covered_start, covered_end from "
+                               "memory.main.timeline_cache_use where name = ?", [table])
+        start, end = window["start"], window["end"]
+        if cover is None or not (cover[0] <= start and end <= cover[1]):
+            hull = (start, end) if cover is None else (min(cover[0], start), max(cover[1], end))
+            _fill(cur, table, window, hull, cover)
+            cover = hull
+        cur.execute("insert or replace into memory.main.timeline_cache_use values (?, ?, ?, ?)",
+                    [table, time.monotonic(), *cover])
         for (old,) in cur.execute("select name from memory.main.timeline_cache_use "
                                   "order by used_at desc offset ?",
                                   [CACHE_ENTRIES]).fetchall():
             cur.execute(f"drop table if exists {old}")  # names made here, of hex digits
             cur.execute(f"drop table if exists {old}_members")
+            cur.execute(f"drop table if exists {old}_frames")
             cur.execute("delete from memory.main.timeline_cache_use where name = ?", [old])
     return table
+
+
+def _fill(cur: duckdb.DuckDBPyConnection, table: str, window: dict[str, Any],
+          hull: tuple[int, int], cover: tuple[int, int] | None) -> None:
+    """Make ``table`` (and ``<table>_members``, ``<table>_frames``) hold every kernel, member
+    and CPU step frame of the window's ranks overlapping ``hull`` (view axis): create them,
+    or add what overlaps ``hull`` but not the old ``cover``. A kernel's end is ``ts + dur``
+    as the cache reads it (the marts' ``end_ns`` is ``ts_ns + dur_ns``); a member's are its
+    arrival and end (the reference clock: a GPU call's are its kernel's, so its kernel is in
+    the table); a frame's, its start and ``ended``."""
+    low, high = hull
+    bounds = {**window, "start": low, "end": high,
+              # the raw bounds widened as the window's are (view_window)
+              "raw_start": window["raw_start"] + low - window["start"],
+              "raw_end": window["raw_end"] + high - window["end"],
+              "aligned_start": window["origin"] + low, "aligned_end": window["origin"] + high,
+              "old_start": cover[0] if cover else 0, "old_end": cover[1] if cover else 0}
+    new_kernels, new_members = ("not (ts < $old_end and ts + dur > $old_start)",
+                                "not (arrival < $old_end and ended > $old_start)") \
+        if cover else ("true", "true")
+    kernels = _KERNELS_IN_WINDOW.format(columns=_CACHED_COLUMNS, table=_kernels_mart(cur))
+    sql = (f"{'insert into' if cover else 'create table'} {table} "
+           f"{'' if cover else 'as '}with {kernels} select * from kernels where {new_kernels}")
+    cur.execute(sql, bound(sql, bounds))  # fixed text and a name made of hex digits
+    members = members_of_kernels(members_mart(cur), cpu_calls=True, within=True)
+    sql = (f"{'insert into' if cover else 'create table'} {table}_members "
+           f"{'' if cover else 'as '}with {SHIFTS}, kernels as (select * from {table}), "
+           f"{members} select * from members where {new_members}")
+    cur.execute(sql, bound(sql, bounds))  # fixed text and a name made of hex digits
+    if "fct_cpu_steps" in tables(cur):
+        sql = (f"{'insert into' if cover else 'create table'} {table}_frames "
+               f"{'' if cover else 'as '}with {_FRAMES_IN_WINDOW} "
+               f"select * from frames where {new_members.replace('arrival', 'ts')}")
+        cur.execute(sql, bound(sql, bounds))  # fixed text and a name made of hex digits
 
 
 #: What the cache keeps of each kernel (the timeline's axis; every stream).
@@ -398,32 +448,44 @@ def _drawn(by_stream: bool) -> str:
             "kernels.slice_id")
 
 
-def _cpu_frames(cur: duckdb.DuckDBPyConnection, window: dict[str, Any],
-                step: int) -> dict[str, list[Any]]:
+#: The shown ranks' outermost Megatron step frames (``fct_cpu_steps``) overlapping the window,
+#: on the view's axis (``ended``: the frame's end there; ``dur`` is never negative).
+_FRAMES_IN_WINDOW = SHIFTS + """,
+    frames as (
+        select
+            steps.rank,
+            steps.ts_ns + shifts.shift_ns - $origin as ts,
+            greatest(steps.end_ns - steps.ts_ns, 0) as dur,
+            steps.end_ns + shifts.shift_ns - $origin as ended,
+            coalesce(steps.phase, 'other') as kind,
+            coalesce(steps.function_name, steps.phase, '?') as name,
+            steps.trace_id,
+            steps.slice_id
+        from fct_cpu_steps as steps
+        inner join shifts on steps.rank = shifts.rank
+        where steps.run_id = $run and steps.rank between $low and $high
+            and steps.is_outermost
+            and steps.ts_ns + shifts.shift_ns - $origin < $end
+            and steps.end_ns + shifts.shift_ns - $origin > $start
+    )
+"""
+
+
+def _cpu_frames(cur: duckdb.DuckDBPyConnection, window: dict[str, Any], step: int,
+                table: str | None = None) -> dict[str, list[Any]]:
     """The outermost Megatron step frames (``fct_cpu_steps``) of the shown ranks in the
     window, one per lane bucket as the kernels are (the longest, its phase as its kind);
-    none without the mart. Read straight from the mart: it holds a few frames per
-    microbatch, not one per kernel. As :func:`_columns`, the kernels' query's names."""
+    none without the mart. From the selection's cache ``table`` (its ``_frames``) when it
+    has one: ``fct_cpu_steps`` is a view with lookups joined in, 18-35 CPU ms a read at
+    1,024 ranks. A few frames per microbatch, not one per kernel, so picked in SQL. As
+    :func:`_columns`, the kernels' query's names."""
     if "fct_cpu_steps" not in tables(cur):
         return {}
+    frames = _FRAMES_IN_WINDOW if table is None else f"""
+        frames as (select * from {table}_frames where ts < $end and ended > $start)
+    """  # noqa: S608 - a name made of hex digits
     sql = f"""
-        with {SHIFTS},
-        frames as (
-            select
-                steps.rank,
-                steps.ts_ns + shifts.shift_ns - $origin as ts,
-                greatest(steps.end_ns - steps.ts_ns, 0) as dur,
-                coalesce(steps.phase, 'other') as kind,
-                coalesce(steps.function_name, steps.phase, '?') as name,
-                steps.trace_id,
-                steps.slice_id
-            from fct_cpu_steps as steps
-            inner join shifts on steps.rank = shifts.rank
-            where steps.run_id = $run and steps.rank between $low and $high
-                and steps.is_outermost
-                and steps.ts_ns + shifts.shift_ns - $origin < $end
-                and steps.end_ns + shifts.shift_ns - $origin > $start
-        )
+        with {frames}
         select
             rank, '{CPU_LANE}' as stream, count(*) as kernels,
             arg_max(ts, {_LONGEST}) as ts, max(dur) as dur, arg_max(kind, {_LONGEST}) as kind,
@@ -482,26 +544,41 @@ def _columns(cur: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any],
     return {key: values.tolist() for key, values in cur.execute(sql, params).fetchnumpy().items()}
 
 
-def _rectangles(parts: list[dict[str, list[Any]]], lane_index: dict[tuple[int, Any], int],
-                ) -> dict[str, Any]:
-    """The buckets' rows (``parts``: :func:`_columns` of the kernel and CPU-frame queries, in
-    that order) as columns; kinds, names and traces as indexes into short lists."""
-    def joined(key: str) -> list[Any]:
-        return [value for part in parts for value in part.get(key, [])]
+def _as_cells(found: dict[str, list[Any]], lane_index: dict[tuple[int, Any], int],
+              ) -> dict[str, Any]:
+    """Rows of a cells query (:func:`_columns`: ``rank``, ``stream``, ``kernels``, ``ts``,
+    ``dur``, ``kind``, ``name``, ``trace_id``, ``slice_id``) as :func:`.pixels.longest_per_cell`
+    gives its cells: lane indexes, and each text column as (codes, texts)."""
+    def encoded(values: list[Any]) -> tuple[np.ndarray, list[Any]]:
+        codes: dict[Any, int] = {}
+        return (np.array([codes.setdefault(value, len(codes)) for value in values],
+                         dtype=np.int64), list(codes))
 
-    kinds: dict[str, int] = {}
-    names: dict[str, int] = {}
-    traces: dict[str, int] = {}
-    counts = joined("kernels")
-    columns = {
-        "lane": [lane_index[lane] for lane in zip(joined("rank"), joined("stream"))],
-        "ts": joined("ts"),
-        "dur": joined("dur"),
-        "n": counts,
-        "kind": [kinds.setdefault(kind, len(kinds)) for kind in joined("kind")],
-        "name": [names.setdefault(name, len(names)) for name in joined("name")],
-        "trace": [traces.setdefault(trace, len(traces)) for trace in joined("trace_id")],
-        "slice": joined("slice_id"),
-    }
-    return {"exact": all(count == 1 for count in counts), "rects": columns,
-            "kind_names": list(kinds), "names": list(names), "traces": list(traces)}
+    return {"lane": np.array([lane_index[lane] for lane in zip(found.get("rank", []),
+                                                                found.get("stream", []))],
+                             dtype=np.int64),
+            **{column: np.asarray(found.get(column, []), dtype=np.int64)
+               for column in ("kernels", "ts", "dur", "slice_id")},
+            **{column: encoded(found.get(column, [])) for column in TEXT_COLUMNS}}
+
+
+def _rectangles(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The cells of the kernel and CPU-frame queries (``parts``, as :func:`_as_cells` gives
+    them, in that order) as columns; kinds, names and traces as indexes into short lists."""
+    def joined(key: str) -> list[Any]:
+        return np.concatenate([part[key] for part in parts]).tolist()
+
+    def texts(column: str) -> tuple[list[int], list[Any]]:
+        merged: dict[Any, int] = {}
+        codes = [np.array([merged.setdefault(text, len(merged)) for text in part[column][1]],
+                          dtype=np.int64)[part[column][0]] for part in parts]
+        return np.concatenate(codes).tolist(), list(merged)
+
+    counts = np.concatenate([part["kernels"] for part in parts])
+    (kinds, kind_names), (names, name_list), (traces, trace_list) = (
+        texts(column) for column in TEXT_COLUMNS)
+    columns = {"lane": joined("lane"), "ts": joined("ts"), "dur": joined("dur"),
+               "n": counts.tolist(), "kind": kinds, "name": names, "trace": traces,
+               "slice": joined("slice_id")}
+    return {"exact": bool((counts == 1).all()), "rects": columns,
+            "kind_names": kind_names, "names": name_list, "traces": trace_list}
