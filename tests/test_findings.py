@@ -38,7 +38,8 @@ EVIDENCE_SQL = {
         with stages as (
             select bubbles.pp_stage, bubbles.busy_ns, bubbles.bubble_ns, bubbles.group_span_ns,
                 bubbles.theoretical_bubble_ratio,
-                (select coalesce(sum(parts.idle_ns), 0) from fct_pipeline_bubble_parts as parts
+                (select coalesce(sum(parts.idle_ns + parts.collective_wait_ns), 0)
+                 from fct_pipeline_bubble_parts as parts
                  where parts.run_id = bubbles.run_id and parts.iteration = bubbles.iteration
                      and parts.pp_group_index = bubbles.pp_group_index
                      and parts.pp_stage = bubbles.pp_stage) as idle_ns

@@ -108,14 +108,17 @@ pipeline_stages as (
     where iteration is not null
 ),
 
--- The bubble's idle part (no kernel on the rank): the host's, priced by host_bound_launches.
-stage_idle as (
+-- The bubble's parts that other rules price: idle (no kernel on the rank: the host's,
+-- host_bound_launches') and exposed tensor/context/expert-parallel collectives inside
+-- forward/backward (exposed_tp_comm's; Megatron without --tp-comm-overlap runs them on
+-- the compute stream). Left in, a slow TP link would fire bubble_above_theory first.
+stage_priced_elsewhere as (
     select
         run_id,
         iteration,
         pp_group_index,
         pp_stage,
-        sum(idle_ns) as idle_ns
+        sum(idle_ns + collective_wait_ns) as priced_elsewhere_ns
     from {{ ref('fct_pipeline_bubble_parts') }}
     group by 1, 2, 3, 4
 ),
@@ -363,12 +366,14 @@ pipeline_groups as (
         max(theoretical_bubble_ratio) as theoretical_bubble_ratio,
         max(case
             when busy_rank = 1
-                then cast(bubble_ns - coalesce(idle_ns, 0) as double) / nullif(group_span_ns, 0)
+                then
+                    cast(bubble_ns - coalesce(priced_elsewhere_ns, 0) as double)
+                    / nullif(group_span_ns, 0)
         end) as busiest_bubble_ratio
     from (
         select
             pipeline_stages.*,
-            stage_idle.idle_ns,
+            stage_priced_elsewhere.priced_elsewhere_ns,
             row_number() over (
                 partition by
                     pipeline_stages.run_id, pipeline_stages.iteration,
@@ -376,12 +381,12 @@ pipeline_groups as (
                 order by pipeline_stages.busy_ns desc, pipeline_stages.pp_stage asc
             ) as busy_rank
         from pipeline_stages
-        left join stage_idle
+        left join stage_priced_elsewhere
             on
-                pipeline_stages.run_id = stage_idle.run_id
-                and pipeline_stages.iteration = stage_idle.iteration
-                and pipeline_stages.pp_group_index = stage_idle.pp_group_index
-                and pipeline_stages.pp_stage = stage_idle.pp_stage
+                pipeline_stages.run_id = stage_priced_elsewhere.run_id
+                and pipeline_stages.iteration = stage_priced_elsewhere.iteration
+                and pipeline_stages.pp_group_index = stage_priced_elsewhere.pp_group_index
+                and pipeline_stages.pp_stage = stage_priced_elsewhere.pp_stage
     ) as ranked_stages
     group by 1, 2, 3
 ),
