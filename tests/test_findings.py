@@ -137,6 +137,32 @@ def test_every_rule_has_a_row_per_iteration(reference: ReferenceWarehouse) -> No
                        for row in cpu)
 
 
+def test_cpu_only_straggler_is_the_one_fct_stragglers_names(
+        reference: ReferenceWarehouse) -> None:
+    """On the shared megatron_cpu runs (timing from CPU frames) the straggler rule is
+    evaluated from fct_stragglers' CPU timings and names the rank the report's worst
+    offenders name (fct_stragglers' straggler_rank 1), iteration by iteration."""
+    rows = query_warehouse(reference.root, """
+        select findings.run_id, findings.iteration, findings.status,
+            findings.evidence_rank, stragglers.rank
+        from fct_findings as findings
+        inner join fct_iteration_summary as summary
+            on findings.run_id = summary.run_id and findings.iteration = summary.iteration
+        left join fct_stragglers as stragglers
+            on findings.run_id = stragglers.run_id
+            and findings.iteration = stragglers.iteration and stragglers.straggler_rank = 1
+        where findings.rule_id = 'straggler' and summary.timing_source = 'cpu'
+        order by all""")
+    named = [row for row in rows if row[4] is not None]
+    assert named, "no CPU-only iteration has a straggler: nothing to compare"
+    for run_id, iteration, status, evidence_rank, straggler in rows:
+        if straggler is None:
+            assert status == "not_evaluated", (run_id, iteration)
+        else:
+            assert status != "not_evaluated" and evidence_rank == straggler, (
+                run_id, iteration, status, evidence_rank, straggler)
+
+
 def test_evidence_equals_the_marts_cited(reference: ReferenceWarehouse) -> None:
     rows = [row for row in _findings(reference.root) if row["status"] != "not_evaluated"]
     assert {row["rule_id"] for row in rows} >= {"straggler", "stage_imbalance",

@@ -298,7 +298,9 @@ exposed_comm as (
     where exposed_comm_ranks.step_order = 1
 ),
 
--- ---- straggler: fct_stragglers' rank 1, its compute against its stage's median
+-- ---- straggler: fct_stragglers' rank 1, its compute against its stage's median (on a
+-- CPU-only run fct_stragglers' compute is the rank's step frames: the same rank the
+-- report's worst offenders name, from the same timings)
 straggler_history as (
     select
         run_id,
@@ -644,12 +646,14 @@ graded as (
             when
                 run_facts.timing_source != 'gpu'
                 and rules.rule_id not in (
-                    'stage_imbalance', 'bubble_above_theory',
+                    'straggler', 'stage_imbalance', 'bubble_above_theory',
                     'few_microbatches', 'clock_skew'
                 )
                 then 'no GPU kernels: a CPU-only run (timing ' || run_facts.timing_source || ')'
             when rules.rule_id in ('straggler', 'clock_skew') and run_facts.ranks <= 1
                 then 'one rank: nothing to compare it with'
+            when rules.rule_id = 'straggler'
+                then 'no rank held the others back (fct_stragglers has no straggler_rank 1)'
             when rules.rule_id in ('stage_imbalance', 'bubble_above_theory', 'few_microbatches')
                 then 'no pipeline stages (pp size 1, or no topology)'
             when rules.rule_id in ('exposed_dp_comm', 'exposed_tp_comm')
