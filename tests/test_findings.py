@@ -11,6 +11,7 @@ shows the same figures (on the report tests' warehouse).
 
 from __future__ import annotations
 
+import html
 import io
 import json
 import math
@@ -253,15 +254,20 @@ def test_report_opens_with_the_findings(report_wh: ReportWarehouse, tmp_path: Pa
     page = (tmp_path / "report" / "index.html").read_text()
     assert page.index('id="findings"') < page.index('id="headline"')
     fired = query_warehouse(report_wh.root, """
-        select rule_id, sum(time_at_stake_ns) from fct_findings
+        select rule_id, sum(time_at_stake_ns), any_value(title) from fct_findings
         where run_id = $run and status = 'fired'
         group by rule_id order by sum(time_at_stake_ns) desc, rule_id""", {"run": run})
     assert fired, "the simulated run fires nothing: the section would show no figure"
-    for rule_id, time_at_stake_ns in fired:
+    for rule_id, time_at_stake_ns, title in fired:
         row = page[page.index(f'id="finding-{rule_id}"'):]
         row = row[:row.index("</tr>")]
         assert f"{time_at_stake_ns / 1e6:.3f} ms" in row, (rule_id, row)
-    order = [page.index(f'id="finding-{rule_id}"') for rule_id, _ in fired]
+        # The finding reads as the viewer's does: its title, the rule id small beneath
+        # (kept whole: code.rule does not break inside a word, as the page's code does).
+        assert title in html.unescape(row), (rule_id, row)
+        assert f'<code class="rule">{rule_id}</code>' in row, (rule_id, row)
+    assert "code.rule{" in page and "word-break:normal" in page
+    order = [page.index(f'id="finding-{rule_id}"') for rule_id, _, _ in fired]
     assert order == sorted(order)
 
 
