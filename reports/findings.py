@@ -24,6 +24,7 @@ class FindingLine:
 
     rank: int
     rule_id: str
+    title: str
     severity: str
     iterations_fired: str
     time_at_stake_ns: int
@@ -59,10 +60,14 @@ def gather_findings(con: duckdb.DuckDBPyConnection, run_id: str) -> FindingsSect
     if not row or not row[0]:
         return None
     found = query_findings(con, run_id)
+    # The rule's title, as the viewer shows it (a rule id alone reads as code).
+    titles = dict(con.execute("select distinct rule_id, title from fct_findings "
+                              "where run_id = ?", [run_id]).fetchall())
     records = [dict(zip(found.columns, values, strict=True)) for values in found.rows]
     lines = [
         FindingLine(
-            rank=int(record["rank"]), rule_id=record["rule_id"], severity=record["severity"],
+            rank=int(record["rank"]), rule_id=record["rule_id"],
+            title=titles.get(record["rule_id"]) or record["rule_id"], severity=record["severity"],
             iterations_fired=record["iterations_fired"],
             time_at_stake_ns=int(record["time_at_stake_ns"]),
             share_of_run=float(record["share_of_run"]),

@@ -374,6 +374,8 @@ th,td{text-align:left;padding:5px 8px;border-bottom:1px solid #e3e7ec;vertical-a
 th{background:#f1f4f7;font-weight:600}td.num{text-align:right;white-space:nowrap}
 code{font:12.5px/1.3 ui-monospace,'DejaVu Sans Mono',monospace;word-break:break-all;
  white-space:pre-wrap}
+td.finding{min-width:11em}
+code.rule{font-size:11px;color:#5b6670;word-break:normal;white-space:nowrap}
 .note{background:#fff8e1;border-left:4px solid #f2c12e;padding:8px 12px;margin:12px 0}
 .fail{background:#fdecea;border-left:4px solid #d64550;padding:8px 12px;margin:12px 0}
 .empty{color:#5b6670;font-style:italic}

@@ -11,6 +11,7 @@ shows the same figures (on the report tests' warehouse).
 
 from __future__ import annotations
 
+import html
 import io
 import json
 import math
@@ -38,7 +39,8 @@ EVIDENCE_SQL = {
         with stages as (
             select bubbles.pp_stage, bubbles.busy_ns, bubbles.bubble_ns, bubbles.group_span_ns,
                 bubbles.theoretical_bubble_ratio,
-                (select coalesce(sum(parts.idle_ns), 0) from fct_pipeline_bubble_parts as parts
+                (select coalesce(sum(parts.idle_ns + parts.collective_wait_ns), 0)
+                 from fct_pipeline_bubble_parts as parts
                  where parts.run_id = bubbles.run_id and parts.iteration = bubbles.iteration
                      and parts.pp_group_index = bubbles.pp_group_index
                      and parts.pp_stage = bubbles.pp_stage) as idle_ns
@@ -136,6 +138,32 @@ def test_every_rule_has_a_row_per_iteration(reference: ReferenceWarehouse) -> No
                        for row in cpu)
 
 
+def test_cpu_only_straggler_is_the_one_fct_stragglers_names(
+        reference: ReferenceWarehouse) -> None:
+    """On the shared megatron_cpu runs (timing from CPU frames) the straggler rule is
+    evaluated from fct_stragglers' CPU timings and names the rank the report's worst
+    offenders name (fct_stragglers' straggler_rank 1), iteration by iteration."""
+    rows = query_warehouse(reference.root, """
+        select findings.run_id, findings.iteration, findings.status,
+            findings.evidence_rank, stragglers.rank
+        from fct_findings as findings
+        inner join fct_iteration_summary as summary
+            on findings.run_id = summary.run_id and findings.iteration = summary.iteration
+        left join fct_stragglers as stragglers
+            on findings.run_id = stragglers.run_id
+            and findings.iteration = stragglers.iteration and stragglers.straggler_rank = 1
+        where findings.rule_id = 'straggler' and summary.timing_source = 'cpu'
+        order by all""")
+    named = [row for row in rows if row[4] is not None]
+    assert named, "no CPU-only iteration has a straggler: nothing to compare"
+    for run_id, iteration, status, evidence_rank, straggler in rows:
+        if straggler is None:
+            assert status == "not_evaluated", (run_id, iteration)
+        else:
+            assert status != "not_evaluated" and evidence_rank == straggler, (
+                run_id, iteration, status, evidence_rank, straggler)
+
+
 def test_evidence_equals_the_marts_cited(reference: ReferenceWarehouse) -> None:
     rows = [row for row in _findings(reference.root) if row["status"] != "not_evaluated"]
     assert {row["rule_id"] for row in rows} >= {"straggler", "stage_imbalance",
@@ -226,15 +254,20 @@ def test_report_opens_with_the_findings(report_wh: ReportWarehouse, tmp_path: Pa
     page = (tmp_path / "report" / "index.html").read_text()
     assert page.index('id="findings"') < page.index('id="headline"')
     fired = query_warehouse(report_wh.root, """
-        select rule_id, sum(time_at_stake_ns) from fct_findings
+        select rule_id, sum(time_at_stake_ns), any_value(title) from fct_findings
         where run_id = $run and status = 'fired'
         group by rule_id order by sum(time_at_stake_ns) desc, rule_id""", {"run": run})
     assert fired, "the simulated run fires nothing: the section would show no figure"
-    for rule_id, time_at_stake_ns in fired:
+    for rule_id, time_at_stake_ns, title in fired:
         row = page[page.index(f'id="finding-{rule_id}"'):]
         row = row[:row.index("</tr>")]
         assert f"{time_at_stake_ns / 1e6:.3f} ms" in row, (rule_id, row)
-    order = [page.index(f'id="finding-{rule_id}"') for rule_id, _ in fired]
+        # The finding reads as the viewer's does: its title, the rule id small beneath
+        # (kept whole: code.rule does not break inside a word, as the page's code does).
+        assert title in html.unescape(row), (rule_id, row)
+        assert f'<code class="rule">{rule_id}</code>' in row, (rule_id, row)
+    assert "code.rule{" in page and "word-break:normal" in page
+    order = [page.index(f'id="finding-{rule_id}"') for rule_id, _, _ in fired]
     assert order == sorted(order)
 
 

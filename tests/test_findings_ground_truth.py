@@ -1,18 +1,26 @@
 """Ground truth for fct_findings: each injected cause fires its rule as the top finding.
 
 Simulated runs (``tracehouse simulate``), all from one small pipeline layout
-(TP1 x PP2 x DP2, 16 microbatches) whose clean run fires nothing, then the
-same layout with one cause injected: a 1.5x straggler rank, a whole stage
-1.5x slower, too few microbatches, clock skew between nodes, 50 us more
-host time per kernel launch, a 4x slower data-parallel link. Each must make
-its rule the iteration's top finding (finding_rank 1) with the figure the
-injection implies within 10% (for the launch overhead and the slow link:
-the step time they added over the clean run). Megatron without
+(TP1 x PP2 x DP2, 16 microbatches, op shapes recorded) whose clean run fires
+nothing, then the same layout with one cause injected: a 1.5x straggler
+rank, a whole stage 1.5x slower, too few microbatches, clock skew between
+nodes, 50 us more host time per kernel launch, a 4x slower data-parallel
+link, Megatron's full activation recomputation, GEMMs 2x slower, an 8x
+slower pipeline link. Each must make its rule the iteration's top finding
+(finding_rank 1) with the figure the injection implies within 10% (for the
+launch overhead, the slow links: the step time they added over the clean
+run). Selective recomputation (the core attention only) is checked to cost
+what the simulator timed and too little to fire. Megatron without
 --overlap-grad-reduce is checked in two layouts against its overlapped twin
 (same seed): in the pipeline layout it costs too little to fire, but its
 price still grows by the step's growth (only stage 0 loses its overlap, and
 stage 0 sets the step); without a pipeline (DP2 on one node, eight
-microbatches) it fires as the top finding while the twin fires nothing. The
+microbatches) it fires as the top finding while the twin fires nothing.
+Exposed tensor-parallel communication is checked on TP2 (Megatron without
+--tp-comm-overlap runs the forward's TP all-reduces on the compute stream:
+exposed in a clean run too, so the rule fires there) and on its twin with a
+4x slower TP link: each time the top finding, its figure the exposed TP
+time the simulator states (ground_truth exposed_comm_us) over the step. The
 warehouse is built once for the module.
 """
 
@@ -34,7 +42,7 @@ pytestmark = pytest.mark.slow  # simulates, ingests and builds
 #: microbatches, every rank of a stage on one node's links.
 BASE: dict[str, Any] = dict(tp=1, pp=2, dp=2, microbatches=16, iterations=1, layers=8,
                             hidden=2048, heads=16, seq_length=2048, vocab=1024,
-                            gpus_per_node=4, seed=5)
+                            gpus_per_node=4, seed=5, record_shapes=True)
 #: Run -> its SimConfig arguments on top of BASE.
 RUNS: dict[str, dict[str, Any]] = {
     "clean": {},
@@ -50,6 +58,16 @@ RUNS: dict[str, dict[str, Any]] = {
     # reduce (3% of the step), Megatron without overlap every bucket's (8%).
     "dp_overlapped": {"pp": 1, "microbatches": 8},
     "dp_no_overlap": {"pp": 1, "microbatches": 8, "overlap_grad_reduce": False},
+    "full_recompute": {"recompute_granularity": "full"},
+    "selective_recompute": {"recompute_granularity": "selective"},
+    "slow_gemm": {"slow_gemm": 2.0},
+    # TP2 inside a node, no DP: Megatron's TP all-reduces without --tp-comm-overlap.
+    "tp2": {"tp": 2, "dp": 1},
+    "tp2_slow_link": {"tp": 2, "dp": 1, "slow_groups": (("tp", 4.0),)},
+    # Every pipeline send/recv 8x slower: each sits between one stage's forward (backward)
+    # and the next stage's, so the bubble grows; busy time, balance and the other groups'
+    # communication stay as they were.
+    "slow_pp_link": {"slow_groups": (("pp", 8.0),)},
 }
 
 
@@ -77,13 +95,25 @@ def simulated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulated]:
     yield Simulated(root=root, truths=truths)
 
 
+_FINDING_COLUMNS = ("rule_id", "finding_rank", "figure", "subject", "evidence_rank",
+                    "evidence_pp_group_index", "time_at_stake_ns", "baseline", "status")
+
+
 def _fired(simulated: Simulated, run: str) -> list[dict]:
-    rows = query_warehouse(simulated.root, """
-        select rule_id, finding_rank, figure, subject, evidence_rank, time_at_stake_ns
+    rows = query_warehouse(simulated.root, f"""
+        select {", ".join(_FINDING_COLUMNS)}
         from fct_findings where run_id = $run and status = 'fired'
         order by iteration, finding_rank""", {"run": run})
-    names = ("rule_id", "finding_rank", "figure", "subject", "evidence_rank", "time_at_stake_ns")
-    return [dict(zip(names, row, strict=True)) for row in rows]
+    return [dict(zip(_FINDING_COLUMNS, row, strict=True)) for row in rows]
+
+
+def _finding(simulated: Simulated, run: str, rule_id: str) -> dict:
+    rows = query_warehouse(simulated.root, f"""
+        select {", ".join(_FINDING_COLUMNS)}
+        from fct_findings where run_id = $run and rule_id = $rule""",
+                           {"run": run, "rule": rule_id})
+    assert len(rows) == 1, (run, rule_id, rows)
+    return dict(zip(_FINDING_COLUMNS, rows[0], strict=True))
 
 
 def _top(simulated: Simulated, run: str) -> dict:
@@ -95,8 +125,9 @@ def _top(simulated: Simulated, run: str) -> dict:
 def test_a_clean_run_fires_nothing(simulated: Simulated) -> None:
     assert _fired(simulated, "clean") == []
     statuses = query_warehouse(simulated.root, """
-        select count(*) from fct_findings where run_id = 'clean' and status = 'passed'""")
-    assert statuses[0][0] >= 5  # the rules were evaluated, not skipped
+        select rule_id from fct_findings where run_id = 'clean' and status = 'passed'""")
+    # Every rule was evaluated, not skipped: TP1 still gives exposed_tp_comm a rank to read.
+    assert len(statuses) == 10, statuses
 
 
 def test_straggler(simulated: Simulated) -> None:
@@ -195,3 +226,93 @@ def test_no_overlap_in_a_pipeline_is_priced_on_the_stage_that_sets_the_step(
     assert injected > 0
     assert grown == pytest.approx(injected, rel=0.10)
     assert "exposed_dp_comm" not in [row["rule_id"] for row in _fired(simulated, "no_overlap")]
+
+
+def _rank_steps_ns(simulated: Simulated, run: str) -> dict[int, int]:
+    return dict(query_warehouse(simulated.root, "select rank, step_ns from fct_rank_iterations "
+                                "where run_id = $run and step_ns > 0", {"run": run}))
+
+
+def _truth_ranks(simulated: Simulated, run: str) -> dict[int, dict]:
+    return {int(rank): facts
+            for rank, facts in simulated.truths[run]["timing"]["1"]["ranks"].items()}
+
+
+def test_full_recompute(simulated: Simulated) -> None:
+    """Megatron's full recompute re-runs every layer's forward before its backward: the
+    recompute rule fires first, its figure the recomputation the simulator timed over
+    the ranks' steps."""
+    truth = simulated.truths["full_recompute"]["recompute"]
+    assert truth["granularity"] == "full"
+    recompute_ns = 1000 * sum(facts["recompute_us"]
+                              for facts in _truth_ranks(simulated, "full_recompute").values())
+    top = _top(simulated, "full_recompute")
+    assert top["rule_id"] == "recompute"
+    assert top["baseline"] == pytest.approx(recompute_ns, rel=0.10)
+    steps = sum(_rank_steps_ns(simulated, "full_recompute").values())
+    assert top["figure"] == pytest.approx(recompute_ns / steps, rel=0.10)
+
+
+def test_selective_recompute_costs_too_little_to_fire(simulated: Simulated) -> None:
+    """Selective recompute re-runs the core attention only: the rule reads what the
+    simulator timed, under its 10% threshold, which is why it recommends selective."""
+    recompute_ns = 1000 * sum(facts["recompute_us"] for facts
+                              in _truth_ranks(simulated, "selective_recompute").values())
+    finding = _finding(simulated, "selective_recompute", "recompute")
+    assert recompute_ns > 0 and finding["status"] == "passed"
+    steps = sum(_rank_steps_ns(simulated, "selective_recompute").values())
+    assert finding["figure"] == pytest.approx(recompute_ns / steps, rel=0.10)
+    assert _fired(simulated, "selective_recompute") == []
+
+
+def test_slow_gemms(simulated: Simulated) -> None:
+    """GEMMs 2x slower (a card at a lower clock, fp32 GEMMs): the GEMMs' share of the roof
+    halves, and low_gemm_mfu fires first; the clean run's GEMMs pass."""
+    assert simulated.truths["slow_gemm"]["slow_gemm"] == 2.0
+    clean = _finding(simulated, "clean", "low_gemm_mfu")
+    assert clean["status"] == "passed"
+    top = _top(simulated, "slow_gemm")
+    assert top["rule_id"] == "low_gemm_mfu"
+    assert top["figure"] == pytest.approx(clean["figure"] / 2.0, rel=0.10)
+
+
+@pytest.mark.parametrize("run", ["tp2", "tp2_slow_link"])
+def test_exposed_tensor_parallel_communication(simulated: Simulated, run: str) -> None:
+    """Megatron without --tp-comm-overlap: the forward's TP all-reduces hold the compute
+    stream, exposed (so a clean TP2 run fires the rule too); a 4x slower TP link exposes
+    more. exposed_tp_comm is the top finding and its figure is the exposed TP transfer
+    time the simulator states for the rank that sets the step, over that rank's step."""
+    top = _top(simulated, run)
+    assert top["rule_id"] == "exposed_tp_comm"
+    rank = top["evidence_rank"]
+    exposed_ns = 1000 * _truth_ranks(simulated, run)[rank]["exposed_comm_us"]["tp"]
+    assert top["baseline"] == pytest.approx(exposed_ns, rel=0.10)
+    assert top["figure"] == pytest.approx(exposed_ns / _rank_steps_ns(simulated, run)[rank],
+                                          rel=0.10)
+
+
+def test_slow_pipeline_link_raises_the_bubble_above_theory(simulated: Simulated) -> None:
+    """Every P2P transfer 8x slower: the pipeline waits on its links, so the bubble grows
+    over the schedule's theory and bubble_above_theory fires first (busy time and balance
+    are the clean run's). What it puts at stake grows by the exposed P2P time the simulator
+    states for the stage (ground_truth exposed_comm_us), less the theory's share of the
+    longer span."""
+    top = _top(simulated, "slow_pp_link")
+    assert top["rule_id"] == "bubble_above_theory"
+    clean = _finding(simulated, "clean", "bubble_above_theory")
+    theory = simulated.truths["clean"]["analytical_bubble_ratio"]
+
+    def exposed_p2p_and_span(run: str) -> tuple[float, float]:
+        timing = simulated.truths[run]["timing"]["1"]
+        ranks = _truth_ranks(simulated, run)
+        exposed = max(ranks[rank]["exposed_comm_us"]["pp"] for rank in ranks)
+        span = max(group["schedule_span_us"] for group in timing["pipeline_groups"])
+        return 1000 * exposed, 1000 * span
+
+    slow_p2p, slow_span = exposed_p2p_and_span("slow_pp_link")
+    clean_p2p, clean_span = exposed_p2p_and_span("clean")
+    injected = (slow_p2p - clean_p2p) - theory * (slow_span - clean_span)
+    grown = top["time_at_stake_ns"] - clean["time_at_stake_ns"]
+    assert grown == pytest.approx(injected, rel=0.10)
+    assert [row["rule_id"] for row in _fired(simulated, "slow_pp_link")] == [
+        "bubble_above_theory"]

@@ -2,7 +2,9 @@
 
 Each is the ground truth of a finding or a what-if scenario: a slow link
 (``slow_groups``), an unhidden data-parallel gradient reduction
-(``overlap_grad_reduce`` off) and a launch-bound host (``launch_overhead_us``).
+(``overlap_grad_reduce`` off), a launch-bound host (``launch_overhead_us``),
+slow GEMMs (``slow_gemm``) and Megatron's activation recomputation
+(``recompute_granularity`` full or selective).
 Every test compares a run with the cause against the same seed without it, so
 what moved is the cause's doing and nothing else moved.
 """
@@ -15,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tracehouse.cli import main
-from tracehouse.simulate import SimConfig, parse_slow_group, simulate_run
+from tracehouse.simulate import SimConfig, costs, parse_slow_group, simulate_run
 from tracehouse.simulate.calltree import load_events
 
 #: Two stages, two replicas; big enough (8 layers of hidden 4096) for several
@@ -130,6 +132,9 @@ def test_parse_slow_group() -> None:
         (dict(slow_groups=(("dp", 0.0),)), "must be > 0"),
         (dict(launch_overhead_us=-1.0), "launch_overhead_us"),
         (dict(overlap_grad_reduce="no"), "overlap_grad_reduce"),
+        (dict(slow_gemm=0.0), "slow_gemm"),
+        (dict(recompute_granularity="block"), "recompute_granularity"),
+        (dict(recompute_num_layers=0), "recompute_num_layers"),
     ],
 )
 def test_invalid_faults_are_rejected(kwargs: dict, message: str) -> None:
@@ -142,14 +147,119 @@ def test_cli_passes_the_faults_through(tmp_path: Path, capsys: pytest.CaptureFix
     rc = main(["simulate", "--tp", "1", "--pp", "2", "--dp", "2", "--microbatches", "2",
                "--iterations", "1", "--layers", "2", "--hidden", "256", "--heads", "8",
                "--seq-length", "256", "--slow-group", "dp:2", "pp:1.5",
-               "--no-overlap-grad-reduce", "--launch-overhead-us", "12.5", "-q",
+               "--no-overlap-grad-reduce", "--launch-overhead-us", "12.5", "--slow-gemm", "1.5",
+               "--recompute-granularity", "full", "--recompute-num-layers", "2", "-q",
                "--out", str(out)])
     assert rc == 0, capsys.readouterr().err
     truth = json.loads((out / "ground_truth.json").read_text())
     assert truth["slow_groups"] == [{"kind": "dp", "factor": 2.0}, {"kind": "pp", "factor": 1.5}]
     assert truth["overlap_grad_reduce"] is False
     assert truth["launch_overhead_us"] == 12.5
+    assert truth["slow_gemm"] == 1.5
+    assert truth["recompute"]["granularity"] == "full" and truth["recompute"]["num_layers"] == 2
     assert main(["simulate", "--tp", "1", "--pp", "1", "--dp", "1", "--microbatches", "1",
                  "--iterations", "1", "--slow-group", "dp", "--out",
                  str(tmp_path / "bad")]) == 2
     assert "KIND:FACTOR" in capsys.readouterr().err
+
+
+def _recomputed_kernels(run_dir: Path, rank: int) -> list[dict]:
+    """The kernels launched inside a ``custom_forward`` frame on the thread of a
+    ``CheckpointFunctionBackward``: the forward a checkpoint's backward re-runs."""
+    events = _events(run_dir, rank)
+    frames = [e for e in events if e.get("ph") == "X"]
+    backward_tids = {e["tid"] for e in frames if e["name"] == "CheckpointFunctionBackward"}
+    reruns = [e for e in frames if e["name"].endswith(": custom_forward")
+              and e["tid"] in backward_tids]
+    launches = {e["args"]["correlation"]: e for e in frames
+                if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+    out = []
+    for kernel in _kernels(run_dir, rank):
+        call = launches.get(kernel["args"]["correlation"])
+        if call is not None and any(f["tid"] == call["tid"] and f["ts"] <= call["ts"]
+                                    < f["ts"] + f["dur"] for f in reruns):
+            out.append(kernel)
+    return out
+
+
+def test_full_recompute_reruns_each_checkpoint_before_its_backward(calm, tmp_path: Path) -> None:
+    """Megatron's full recompute (uniform, one layer per checkpoint): the forward runs
+    each layer inside CheckpointFunction under no_grad, and each checkpoint's backward
+    re-runs that layer's forward on the autograd thread before the layer's backward.
+    Every kernel is the calm run's, plus the layers' forward kernels once more."""
+    full = simulate_run(SimConfig(**LAYOUT, recompute_granularity="full"), tmp_path,
+                        progress=False)
+    layers_per_stage, microbatches = 4, 4
+    events = _events(full.out_dir, 0)
+    names = [e["name"] for e in events if e.get("ph") == "X"]
+    assert names.count("CheckpointFunction") == layers_per_stage * microbatches
+    assert names.count("CheckpointFunctionBackward") == layers_per_stage * microbatches
+    main_tid = next(e["tid"] for e in events if e.get("name", "").endswith(": forward_step"))
+    custom = [e for e in events if e.get("name", "").endswith(": custom_forward")]
+    assert len([e for e in custom if e["tid"] == main_tid]) == layers_per_stage * microbatches
+    assert len([e for e in custom if e["tid"] != main_tid]) == layers_per_stage * microbatches
+    rerun = _recomputed_kernels(full.out_dir, 0)
+    layer_gemms = [k for k in rerun if k["name"] == costs.GEMM_FWD]
+    assert len(layer_gemms) == 4 * layers_per_stage * microbatches  # qkv, proj, fc1, fc2
+    assert len(_kernels(full.out_dir, 0)) == len(_kernels(calm.out_dir, 0)) + len(rerun)
+    facts, calm_facts = _rank_facts(full, 0), _rank_facts(calm, 0)
+    assert facts["recompute_us"] == pytest.approx(sum(k["dur"] for k in rerun),
+                                                  abs=0.001 * len(rerun))
+    assert facts["compute_us"] == pytest.approx(
+        calm_facts["compute_us"] + facts["recompute_us"], rel=1e-6)
+    assert calm_facts["recompute_us"] == 0.0
+    assert full.ground_truth["recompute"]["granularity"] == "full"
+    config = json.loads((full.out_dir / "model_config.json").read_text())["megatron_args"]
+    assert (config["recompute_granularity"], config["recompute_method"],
+            config["recompute_num_layers"]) == ("full", "uniform", 1)
+
+
+def test_full_recompute_checkpoints_several_layers_at_once(tmp_path: Path) -> None:
+    two = simulate_run(SimConfig(**LAYOUT, recompute_granularity="full",
+                                 recompute_num_layers=2), tmp_path, progress=False)
+    names = [e["name"] for e in _events(two.out_dir, 0) if e.get("ph") == "X"]
+    assert names.count("CheckpointFunctionBackward") == 2 * 4  # 4 layers / 2, 4 microbatches
+
+
+def test_selective_recompute_reruns_only_the_core_attention(calm, tmp_path: Path) -> None:
+    selective = simulate_run(SimConfig(**LAYOUT, recompute_granularity="selective"), tmp_path,
+                             progress=False)
+    rerun = _recomputed_kernels(selective.out_dir, 0)
+    assert rerun and {k["name"] for k in rerun} == {costs.FLASH_FWD}
+    assert len(rerun) == 4 * 4  # one per layer and microbatch
+    # Trace timestamps have ns precision: each kernel's dur may round by 1 ns.
+    assert _rank_facts(selective, 0)["recompute_us"] == pytest.approx(
+        sum(k["dur"] for k in rerun), abs=0.001 * len(rerun))
+    assert len(_kernels(selective.out_dir, 0)) == len(_kernels(calm.out_dir, 0)) + len(rerun)
+
+
+def test_slow_gemm_lengthens_only_the_gemms(calm, tmp_path: Path) -> None:
+    slow = simulate_run(SimConfig(**LAYOUT, slow_gemm=2.0), tmp_path, progress=False)
+    gemms = {costs.GEMM_FWD, costs.GEMM_DGRAD, costs.GEMM_WGRAD}
+    calm_kernels, slow_kernels = _kernels(calm.out_dir, 0), _kernels(slow.out_dir, 0)
+    assert [k["name"] for k in calm_kernels] == [k["name"] for k in slow_kernels]
+    compute = [(a, b) for a, b in zip(calm_kernels, slow_kernels, strict=True)
+               if "nccl" not in a["name"].lower()]
+    assert any(a["name"] in gemms for a, _ in compute)
+    for a, b in compute:
+        expected = 2.0 * a["dur"] if a["name"] in gemms else a["dur"]
+        assert b["dur"] == pytest.approx(expected, rel=1e-3, abs=0.002), a["name"]
+    assert slow.ground_truth["slow_gemm"] == 2.0
+
+
+def test_exposed_communication_is_stated_per_group_kind(tmp_path: Path) -> None:
+    """Without --tp-comm-overlap the forward's TP all-reduces block the compute stream:
+    exposed. The ground truth states the exposed transfer time per kind; a 3x slower TP
+    link exposes at least 3x as much (the blocking transfers 3x, the backward's async ones
+    outgrow the GEMMs that hid them) and at most 3x all its transfers."""
+    layout = {**LAYOUT, "tp": 2, "dp": 1}
+    healthy = simulate_run(SimConfig(**layout), tmp_path / "healthy", progress=False)
+    slow = simulate_run(SimConfig(**layout, slow_groups=(("tp", 3.0),)), tmp_path / "slow",
+                        progress=False)
+    exposed = _rank_facts(healthy, 0)["exposed_comm_us"]
+    tp_time = sum(e["dur"] for e in _kernels(healthy.out_dir, 0)
+                  if e["args"].get("Process Group Description") == "TENSOR_MODEL_PARALLEL_GROUP")
+    assert 0 < exposed["tp"] <= tp_time
+    assert "dp" not in exposed  # DP size 1: no gradient reduce
+    slow_exposed = _rank_facts(slow, 0)["exposed_comm_us"]["tp"]
+    assert 3.0 * exposed["tp"] * (1 - 1e-6) <= slow_exposed <= 3.0 * tp_time

@@ -61,6 +61,18 @@ def add_parser(sub: Any) -> None:
     simulate.add_argument("--launch-overhead-us", type=float, default=0.0, metavar="X",
                           help="host microseconds added to every kernel launch call (a "
                                "launch-bound run; default 0)")
+    simulate.add_argument("--slow-gemm", type=float, default=1.0, metavar="FACTOR",
+                          help="every GEMM kernel FACTOR times longer (a card at a lower "
+                               "clock, fp32 GEMMs): GEMMs run further below the roof; "
+                               "with --record-shapes the warehouse can tell (default 1)")
+    simulate.add_argument("--recompute-granularity", choices=("full", "selective"),
+                          default=None,
+                          help="Megatron activation recomputation: full re-runs each "
+                               "checkpointed layer's forward before its backward, selective "
+                               "only the core attention (default: none)")
+    simulate.add_argument("--recompute-num-layers", type=int, default=1, metavar="N",
+                          help="with full recompute, layers per checkpoint (Megatron's "
+                               "--recompute-method uniform; default 1)")
     simulate.add_argument("--clock-skew-us", type=float, default=0.0, metavar="X",
                           help="largest per-node clock offset in microseconds (default 0)")
     simulate.add_argument("--gpus-per-node", type=int, default=8, metavar="G",
@@ -94,7 +106,9 @@ def run(args: argparse.Namespace) -> int:
             gpus_per_node=args.gpus_per_node, seed=args.seed,
             first_iteration=args.first_iteration, record_shapes=args.record_shapes,
             slow_groups=slow_groups, overlap_grad_reduce=not args.no_overlap_grad_reduce,
-            launch_overhead_us=args.launch_overhead_us,
+            launch_overhead_us=args.launch_overhead_us, slow_gemm=args.slow_gemm,
+            recompute_granularity=args.recompute_granularity,
+            recompute_num_layers=args.recompute_num_layers,
         )
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)

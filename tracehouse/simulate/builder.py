@@ -76,6 +76,8 @@ class StageBuilder:
         self.is_first = stage == 0
         self.is_last = stage == cfg.pp - 1
         self._seq = 0
+        #: False inside :meth:`no_grad`: forward ops record no autograd sequence number.
+        self._grad_enabled = True
         self.sent: Counter = Counter()
         self.received: Counter = Counter()
         self.rendezvous: Counter = Counter()
@@ -108,7 +110,7 @@ class StageBuilder:
         ``record_shapes`` args (:mod:`.shapes`), written when the run records them."""
         extra: tuple | None = None
         seq = None
-        if fwd:
+        if fwd and self._grad_enabled:
             self._seq += 1
             seq = self._seq
             extra = ("fwd", seq)
@@ -117,6 +119,21 @@ class StageBuilder:
         self.tape.begin(name, CPU_OP, thread, extra, shapes)
         yield seq
         self.tape.end(thread)
+
+    @contextmanager
+    def no_grad(self) -> Iterator[None]:
+        """``torch.no_grad()``: the forward ops inside record no autograd node
+        (``CheckpointFunction.forward`` runs its function so)."""
+        outer = self._grad_enabled
+        self._grad_enabled = False
+        try:
+            yield
+        finally:
+            self._grad_enabled = outer
+
+    def recomputing(self) -> AbstractContextManager[None]:
+        """The forward re-run inside a checkpoint's backward (:meth:`Tape.recomputing`)."""
+        return self.tape.recomputing()
 
     @contextmanager
     def autograd_node(self, node: str, seq: int | None) -> Iterator[None]:
@@ -152,9 +169,10 @@ class StageBuilder:
     def gemm(self, name: str, kernel: str, m: int, k: int, n: int, thread: int = MAIN,
              phase: str = "other", fwd: bool = False, **launch: object) -> int | None:
         """``cpu_op name`` (``aten::mm`` or a 2-D ``aten::matmul``) computing
-        [m, k] @ [k, n] in bf16: timed by the cost model, 2·m·n·k FLOPs, and
-        those shapes."""
-        return self.aten(name, kernel, costs.gemm_us(m, n, k), thread, phase, fwd,
+        [m, k] @ [k, n] in bf16: timed by the cost model (times the config's
+        ``slow_gemm``), 2·m·n·k FLOPs, and those shapes."""
+        dur_us = costs.gemm_us(m, n, k) * self.cfg.slow_gemm
+        return self.aten(name, kernel, dur_us, thread, phase, fwd,
                          shapes=mm_shapes(m, k, n), flops=2.0 * m * n * k, **launch)
 
     def memop(self, name: str, nbytes: int, dur_us: float, thread: int = MAIN,

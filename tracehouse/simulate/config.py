@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass
 
 SCHEDULES = ("1f1b", "interleaved")
+#: Megatron's ``--recompute-granularity`` choices (None: no recomputation).
+RECOMPUTE_GRANULARITIES = ("full", "selective")
 #: Process-group kinds whose transfers ``slow_groups`` may slow: the groups
 #: the simulated program communicates in (``pp`` = its P2P sends and receives).
 SLOWABLE_GROUPS = frozenset({"tp", "cp", "ep", "etp", "dp", "pp", "embedding", "world"})
@@ -42,7 +44,15 @@ class SimConfig:
     kernel launch call (Python and launch overhead: a launch-bound run whose
     GPU waits for the CPU); ``slow_groups`` maps a process-group kind (``dp``,
     ``tp``, ``pp``, …) to a factor every transfer in such groups is slowed by
-    (a slow link or a congested fabric).
+    (a slow link or a congested fabric); ``slow_gemm`` makes every GEMM
+    kernel that many times longer (a card held at a lower clock, or fp32
+    GEMMs where bf16 was meant), so the GEMMs run that much further below
+    the roof.
+
+    ``recompute_granularity`` (Megatron's ``--recompute-granularity``):
+    ``full`` checkpoints every ``recompute_num_layers`` transformer layers
+    (``--recompute-method uniform``) and re-runs their forward at the start
+    of their backward; ``selective`` checkpoints only the core attention.
 
     ``record_shapes``: write the transformer ops' shapes (``Input Dims``,
     ``Input type``, ``Concrete Inputs``), as the PyTorch profiler's
@@ -79,6 +89,9 @@ class SimConfig:
     overlap_grad_reduce: bool = True
     launch_overhead_us: float = 0.0
     slow_groups: tuple[tuple[str, float], ...] = ()
+    slow_gemm: float = 1.0
+    recompute_granularity: str | None = None
+    recompute_num_layers: int = 1
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "cp", "ep", "vpp", "microbatches", "iterations",
@@ -147,6 +160,15 @@ class SimConfig:
                                  f"{', '.join(sorted(SLOWABLE_GROUPS))}")
             if factor <= 0:
                 raise ValueError(f"slow group factor for {kind} must be > 0, got {factor}")
+        if not 0 < self.slow_gemm <= 1000:
+            raise ValueError(f"slow_gemm must be in (0, 1000], got {self.slow_gemm!r}")
+        if self.recompute_granularity not in (None, *RECOMPUTE_GRANULARITIES):
+            raise ValueError(f"recompute_granularity must be one of {RECOMPUTE_GRANULARITIES} "
+                             f"or None, got {self.recompute_granularity!r}")
+        if (not isinstance(self.recompute_num_layers, int)
+                or isinstance(self.recompute_num_layers, bool) or self.recompute_num_layers < 1):
+            raise ValueError("recompute_num_layers must be a positive integer, "
+                             f"got {self.recompute_num_layers!r}")
         if self.first_iteration < 0:
             raise ValueError("first_iteration must be >= 0")
 

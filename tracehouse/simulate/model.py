@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from . import costs, shapes
+from . import costs, recompute, shapes
 from .builder import StageBuilder
 from .program import AUTOGRAD
 
@@ -170,8 +170,11 @@ class GPTModel:
                         with b.module(f"TransformerBlock_{chunk}"):
                             with b.py("megatron/core/transformer/transformer_block.py(621): "
                                       "forward"):
-                                for j, names in enumerate(plan.layers):
-                                    self._layer_forward(names, seqs, f"L{j}")
+                                if self.cfg.recompute_granularity == "full":
+                                    self._checkpointed_forward(plan, seqs)
+                                else:
+                                    for j, names in enumerate(plan.layers):
+                                        self._layer_forward(names, seqs, f"L{j}")
                                 if plan.has_output:
                                     with b.module(plan.final_ln):
                                         seqs["final_ln"] = b.aten(
@@ -282,18 +285,12 @@ class GPTModel:
                             if cfg.cp > 1:
                                 kv = 2 * d.tokens * d.heads * d.head_dim
                                 b.collective("allgather", "cp", kv, kv * cfg.cp, phase="forward")
-                            with b.module(names.core):
-                                with b.py("megatron/core/transformer/dot_product_attention.py"
-                                          "(142): forward"):
-                                    seqs[p + "attn"] = b.aten(
-                                        "aten::_scaled_dot_product_flash_attention",
-                                        costs.FLASH_FWD, costs.attention_us(*self._attention(),
-                                                                            False),
-                                        phase="forward", fwd=True,
-                                        shapes=shapes.flash_attention(*self._attention_shape()),
-                                        flops=costs.attention_flops(*self._attention(), False),
-                                        grid=(d.heads, 32, 1), block=(128, 1, 1), regs=255,
-                                        smem=98_304)
+                            if cfg.recompute_granularity == "selective":
+                                seqs[p + "attn_ckpt"] = recompute.checkpoint_forward(
+                                    b, "selective",
+                                    lambda: self._core_attention(names.core, {}, p))
+                            else:
+                                self._core_attention(names.core, seqs, p)
                             self._row_parallel(names.proj, seqs, p + "proj", h, h // cfg.tp)
                     seqs[p + "add1"] = b.aten("aten::add", costs.ADD, self._add_us(),
                                               phase="forward", fwd=True,
@@ -319,6 +316,33 @@ class GPTModel:
                     seqs[p + "add2"] = b.aten("aten::add", costs.ADD, self._add_us(),
                                               phase="forward", fwd=True,
                                               shapes=self._add_shapes())
+
+    def _core_attention(self, module: str, seqs: dict, p: str) -> None:
+        """``DotProductAttention``'s forward: one flash-attention kernel."""
+        b, d = self.b, self.d
+        with b.module(module):
+            with b.py("megatron/core/transformer/dot_product_attention.py(142): forward"):
+                seqs[p + "attn"] = b.aten(
+                    "aten::_scaled_dot_product_flash_attention", costs.FLASH_FWD,
+                    costs.attention_us(*self._attention(), False), phase="forward", fwd=True,
+                    shapes=shapes.flash_attention(*self._attention_shape()),
+                    flops=costs.attention_flops(*self._attention(), False),
+                    grid=(d.heads, 32, 1), block=(128, 1, 1), regs=255, smem=98_304)
+
+    def _checkpointed_forward(self, plan: ChunkPlan, seqs: dict) -> None:
+        """``TransformerBlock._checkpointed_forward``, method uniform: every
+        ``recompute_num_layers`` layers one checkpoint, run without autograd
+        (their backward re-runs them: :meth:`backward`)."""
+        step = self.cfg.recompute_num_layers
+        with self.b.py(recompute.CHECKPOINTED_FORWARD):
+            for start in range(0, len(plan.layers), step):
+                layers = range(start, min(start + step, len(plan.layers)))
+
+                def run(layers: range = layers) -> None:
+                    for j in layers:
+                        self._layer_forward(plan.layers[j], {}, f"L{j}")
+
+                seqs[f"ckpt{start}"] = recompute.checkpoint_forward(self.b, "full", run)
 
     def _add_shapes(self) -> str:
         return shapes.binary((self.d.norm_tokens, self.d.hidden))
@@ -426,9 +450,12 @@ class GPTModel:
             with b.autograd_node("NativeLayerNormBackward0", seqs["final_ln"]):
                 self._layernorm_backward()
             on_layer_done("output")
-        for j in reversed(range(len(plan.layers))):
-            self._layer_backward(seqs, f"L{j}")
-            on_layer_done(f"layer{j}")
+        if self.cfg.recompute_granularity == "full":
+            self._checkpointed_backward(plan, seqs, on_layer_done)
+        else:
+            for j in reversed(range(len(plan.layers))):
+                self._layer_backward(seqs, f"L{j}", plan.layers[j])
+                on_layer_done(f"layer{j}")
         if plan.has_embedding:
             if self.cfg.tp > 1:
                 self._reduce_backward(seqs["embedding_ar"])
@@ -438,6 +465,26 @@ class GPTModel:
                            costs.memory_us(d.tokens * h * costs.FP32 * 3), AUTOGRAD,
                            phase="backward")
             on_layer_done("embedding")
+
+    def _checkpointed_backward(self, plan: ChunkPlan, seqs: dict,
+                               on_layer_done: Callable[[str], None]) -> None:
+        """Each checkpoint's backward, last first: its layers' forward re-run
+        (recomputation), then their backward; DDP's hooks fire inside it."""
+        step = self.cfg.recompute_num_layers
+        for start in reversed(range(0, len(plan.layers), step)):
+            layers = range(start, min(start + step, len(plan.layers)))
+            rebuilt: dict[str, int | None] = {}
+
+            def rerun(layers: range = layers, rebuilt: dict = rebuilt) -> None:
+                for j in layers:
+                    self._layer_forward(plan.layers[j], rebuilt, f"L{j}")
+
+            def backward(layers: range = layers, rebuilt: dict = rebuilt) -> None:
+                for j in reversed(layers):
+                    self._layer_backward(rebuilt, f"L{j}", plan.layers[j])
+                    on_layer_done(f"layer{j}")
+
+            recompute.checkpoint_backward(self.b, "full", seqs[f"ckpt{start}"], rerun, backward)
 
     def _layernorm_backward(self) -> None:
         b = self.b
@@ -480,7 +527,7 @@ class GPTModel:
                        grid=(128, 1, 1), block=(256, 1, 1), regs=168, smem=196_608)
                 b.wait(handle, AUTOGRAD)
 
-    def _layer_backward(self, seqs: dict, p: str) -> None:
+    def _layer_backward(self, seqs: dict, p: str, names: LayerNames) -> None:
         b, d, cfg = self.b, self.d, self.cfg
         h = d.hidden
         with b.autograd_node("AddBackward0", seqs[p + "add2"]):
@@ -503,6 +550,25 @@ class GPTModel:
         if cfg.tp > 1:
             self._reduce_backward(seqs.get(p + "proj_ar"))
         self._linear_backward(seqs[p + "proj"], h, h // cfg.tp, False)
+        if cfg.recompute_granularity == "selective":
+            rebuilt: dict[str, int | None] = {}
+            recompute.checkpoint_backward(
+                b, "selective", seqs[p + "attn_ckpt"],
+                lambda: self._core_attention(names.core, rebuilt, p),
+                lambda: self._core_attention_backward(rebuilt, p))
+        else:
+            self._core_attention_backward(seqs, p)
+        if cfg.cp > 1:
+            kv = 2 * d.tokens * d.heads * d.head_dim
+            b.collective("reduce_scatter", "cp", kv * cfg.cp, kv, thread=AUTOGRAD,
+                         phase="backward", python=False)
+        self._linear_backward(seqs[p + "qkv"], 3 * h // cfg.tp, h, True)
+        with b.autograd_node("NativeLayerNormBackward0", seqs[p + "ln1"]):
+            self._layernorm_backward()
+
+    def _core_attention_backward(self, seqs: dict, p: str) -> None:
+        """The flash-attention backward of layer ``p``'s core attention."""
+        b, d = self.b, self.d
         with b.autograd_node("ScaledDotProductFlashAttentionBackward0", seqs[p + "attn"]):
             with b.op("aten::_scaled_dot_product_flash_attention_backward", AUTOGRAD,
                       shapes=shapes.flash_attention_backward(*self._attention_shape())):
@@ -513,13 +579,6 @@ class GPTModel:
                 b.kernel(costs.FLASH_BWD_CONVERT,
                          costs.memory_us(d.tokens * d.heads * d.head_dim * 6), AUTOGRAD,
                          "backward")
-        if cfg.cp > 1:
-            kv = 2 * d.tokens * d.heads * d.head_dim
-            b.collective("reduce_scatter", "cp", kv * cfg.cp, kv, thread=AUTOGRAD,
-                         phase="backward", python=False)
-        self._linear_backward(seqs[p + "qkv"], 3 * h // cfg.tp, h, True)
-        with b.autograd_node("NativeLayerNormBackward0", seqs[p + "ln1"]):
-            self._layernorm_backward()
 
     def _moe_backward(self, seqs: dict, p: str) -> None:
         b, d, cfg = self.b, self.d, self.cfg

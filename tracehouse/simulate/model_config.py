@@ -89,6 +89,11 @@ def model_config(cfg: SimConfig) -> dict:
         "params_dtype": "torch.bfloat16",
         "overlap_grad_reduce": cfg.overlap_grad_reduce,
     }
+    if cfg.recompute_granularity is not None:
+        args["recompute_granularity"] = cfg.recompute_granularity
+        if cfg.recompute_granularity == "full":
+            args["recompute_method"] = "uniform"
+            args["recompute_num_layers"] = cfg.recompute_num_layers
     if cfg.ep > 1:
         args["num_experts"] = cfg.num_experts
         args["expert_model_parallel_size"] = cfg.ep

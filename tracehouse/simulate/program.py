@@ -157,16 +157,38 @@ class Tape:
         self.passes: list[tuple[str, int, int, int, int]] = []
         self._open: dict[int, list[str]] = {MAIN: [], AUTOGRAD: []}
         self._module_ids: dict[str, int] = {}
+        #: Inside :meth:`recomputing`: the forward re-run by a checkpoint's backward.
+        self._recomputing = False
+
+    # -- recomputation --------------------------------------------------------
+    @contextmanager
+    def recomputing(self) -> Iterator[None]:
+        """Within the block, forward code runs as activation recomputation does
+        in ``CheckpointFunction.backward``: on the autograd thread (the frames
+        and launches the forward code puts on the main thread move there), and
+        its forward kernels are phase ``recompute``. Why here and not in the
+        model: the same forward code then writes both passes."""
+        outer = self._recomputing
+        self._recomputing = True
+        try:
+            yield
+        finally:
+            self._recomputing = outer
+
+    def _thread(self, thread: int) -> int:
+        return AUTOGRAD if self._recomputing else thread
 
     # -- building ---------------------------------------------------------
     def begin(self, name: str, kind: int = PY, thread: int = MAIN, extra: tuple | None = None,
               shapes: str | None = None) -> None:
         """Open a frame on ``thread``."""
+        thread = self._thread(thread)
         self._open[thread].append(name)
         self.entries.append((BEGIN, thread, kind, escape(name), extra, shapes))
 
     def end(self, thread: int = MAIN) -> None:
         """Close the innermost open frame of ``thread``."""
+        thread = self._thread(thread)
         self._open[thread].pop()
         self.entries.append((END, thread))
 
@@ -194,10 +216,14 @@ class Tape:
     def runtime(self, name: str, thread: int = MAIN) -> None:
         """A CUDA runtime call that launches nothing (event record, stream wait)."""
         cbid, dur = RUNTIME_CALLS[name]
-        self.entries.append((RUNTIME, thread, name, cbid, dur))
+        self.entries.append((RUNTIME, self._thread(thread), name, cbid, dur))
 
     def launch(self, op: Op) -> int:
         """Add a GPU operation at the current point; return its index."""
+        if self._recomputing:
+            op.thread = AUTOGRAD
+            if op.phase == "forward":
+                op.phase = "recompute"
         self.ops.append(op)
         self.entries.append((LAUNCH, len(self.ops) - 1))
         return len(self.ops) - 1

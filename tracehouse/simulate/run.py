@@ -36,6 +36,7 @@ import numpy as np
 
 from ..core.topology import build_topology
 from .config import SimConfig
+from .exposure import exposed_comm_us
 from .model_config import (
     cost_model_flops_per_iteration,
     kernel_flops_per_iteration,
@@ -43,7 +44,7 @@ from .model_config import (
 )
 from .pp_timer_logs import write_pp_timer_logs
 from .timing import WAIT_KINDS, StageTimes, Timeline
-from .training import check_p2p_balance, stage_program
+from .training import StageProgram, check_p2p_balance, stage_program
 from .writer import BASE_TIME_NS, TS_ORIGIN_NS, write_rank_trace
 
 GROUND_TRUTH_FORMAT = "tracehouse-simulate/1"
@@ -143,7 +144,7 @@ def simulate_run(config: SimConfig, out_dir: Path | str, jobs: int | None = None
             for path, events in results:
                 run.trace_paths.append(path)
                 run.events += events
-            per_iteration[iteration] = _iteration_facts(cfg, timeline, times)
+            per_iteration[iteration] = _iteration_facts(cfg, timeline, times, programs)
             if progress:
                 print(f"simulate: iteration {iteration}: {cfg.world} traces written "
                       f"({time.perf_counter() - began:.1f} s)", file=sys.stderr)
@@ -189,7 +190,8 @@ def _write_task(task: tuple) -> tuple[Path, int]:
     return path, events
 
 
-def _iteration_facts(cfg: SimConfig, timeline: Timeline, times: list[StageTimes]) -> dict:
+def _iteration_facts(cfg: SimConfig, timeline: Timeline, times: list[StageTimes],
+                     programs: list[StageProgram]) -> dict:
     """Per-rank and per-pipeline-group timing facts of one iteration (true clock, us)."""
     ranks = {}
     for s, stage in enumerate(times):
@@ -204,6 +206,8 @@ def _iteration_facts(cfg: SimConfig, timeline: Timeline, times: list[StageTimes]
                 "schedule_start_us": round(float(stage.schedule_start[pos]), 3),
                 "schedule_end_us": round(float(stage.schedule_end[pos]), 3),
                 "schedule_busy_us": round(float(stage.schedule_busy_us[pos]), 3),
+                "recompute_us": round(float(stage.recompute_us[pos]), 3),
+                "exposed_comm_us": exposed_comm_us(programs[s].tape, stage, pos),
                 "comm_wait_us": {k: round(float(stage.wait_us[k][pos]), 3) for k in WAIT_KINDS
                                  if stage.wait_us[k][pos] > 0},
             }
@@ -268,14 +272,24 @@ def _ground_truth(cfg: SimConfig, topology: dict, timeline: Timeline, skews: np.
                      "time_origin_ns; a rank's trace shows them shifted by its clock_skew_us",
         "timing_note": "per pipeline group and iteration: schedule_span_us = last backward "
                        "compute kernel end - first forward compute kernel start over the "
-                       "group; stage_busy_us = that stage's forward+backward compute kernel "
-                       "time (communication excluded); stage_bubble_ratio = 1 - busy/span. "
+                       "group; stage_busy_us = that stage's forward, backward and recompute "
+                       "compute kernel time (communication excluded); "
+                       "stage_bubble_ratio = 1 - busy/span. "
                        "comm_wait_us sums, per group kind, the time NCCL kernels waited for "
                        "peers (overlapping async waits add up).",
         "stragglers": [{"rank": r, "factor": f} for r, f in cfg.stragglers],
         "slow_groups": [{"kind": k, "factor": f} for k, f in cfg.slow_groups],
         "overlap_grad_reduce": cfg.overlap_grad_reduce,
         "launch_overhead_us": cfg.launch_overhead_us,
+        "slow_gemm": cfg.slow_gemm,
+        "recompute": {"granularity": cfg.recompute_granularity,
+                      "num_layers": (cfg.recompute_num_layers
+                                     if cfg.recompute_granularity == "full" else None),
+                      "note": "full: every checkpoint's layers re-run their forward inside "
+                              "CheckpointFunction.backward (custom_forward frames on the "
+                              "autograd thread); selective: the core attention only. "
+                              "timing.*.ranks.*.recompute_us sums those kernels' time; "
+                              "kernel_flops_per_iteration leaves recomputation out"},
         "efficiency": {"model_flops_per_iteration": cost_model_flops_per_iteration(cfg),
                        "kernel_flops_per_iteration": kernel_flops_per_iteration(cfg),
                        "record_shapes": cfg.record_shapes,

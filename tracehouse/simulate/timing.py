@@ -69,7 +69,11 @@ class StageTimes:
     compute_us: np.ndarray  # sum of compute-stream kernel durations
     schedule_start: np.ndarray  # first forward kernel start
     schedule_end: np.ndarray  # last backward kernel end
-    schedule_busy_us: np.ndarray  # forward + backward compute kernel time
+    schedule_busy_us: np.ndarray  # forward + backward + recompute compute kernel time
+    recompute_us: np.ndarray  # compute kernel time of activation recomputation
+    #: Start of each communication op's transfer (after waiting for its peers; NaN for
+    #: other ops): what hiding it behind compute could hide.
+    transfer_start: np.ndarray | None = None
     wait_us: dict[str, np.ndarray] = field(default_factory=dict)  # comm waiting by group
 
 
@@ -179,6 +183,7 @@ class Timeline:
                 cpu_start=self.cpu[s].copy(), cpu_end=np.zeros(self.n),
                 compute_us=np.zeros(self.n), schedule_start=np.full(self.n, np.inf),
                 schedule_end=np.full(self.n, -np.inf), schedule_busy_us=np.zeros(self.n),
+                recompute_us=np.zeros(self.n),
                 wait_us={kind: np.zeros(self.n) for kind in WAIT_KINDS}))
         pc = [0] * n_stages
         unknown: list[dict[int, int]] = [dict() for _ in range(n_stages)]  # stream -> op
@@ -270,12 +275,15 @@ class Timeline:
                 t.start[i], t.end[i] = start, end
                 self.free[s][COMPUTE_STREAM] = end
                 t.compute_us += end - start
-                if op.phase in ("forward", "backward"):
+                if op.phase in ("forward", "backward", "recompute"):
+                    # Recomputation is stage work, as the warehouse counts it.
                     t.schedule_busy_us += end - start
                     if op.phase == "forward":
                         t.schedule_start = np.minimum(t.schedule_start, start)
                     else:
                         t.schedule_end = np.maximum(t.schedule_end, end)
+                if op.phase == "recompute":
+                    t.recompute_us += end - start
                 return
             # Communication: waits for its stream and for the data on the compute stream.
             start = np.maximum(np.maximum(ready_at, self._stream(s, op.stream)), compute)
@@ -311,6 +319,10 @@ class Timeline:
                 raise RuntimeError(f"simulated schedule deadlocked; next ops per stage: {stuck}")
         if waiting:
             raise RuntimeError(f"unmatched communication at the end of the iteration: {waiting}")
+        for stage_times in times:
+            stage_times.transfer_start = np.full_like(stage_times.end, np.nan)
+        for (s, i), dur in comm_us.items():
+            times[s].transfer_start[i] = times[s].end[i] - dur
         for s, tape in enumerate(tapes):
             times[s].cpu_end = self.cpu[s] + tape.tail_us
             self.cpu[s] = times[s].cpu_end + ITERATION_GAP_US

@@ -6,7 +6,9 @@
     Frames are with_stack names `path/file.py(N): func`, split once in
     int_slices_contextualized; patterns match the function part (and
     `file_pattern`, when set, the path part), never the whole name. The
-    lowest `priority` wins (macro first_match). A frame nested in an earlier
+    lowest `priority` wins (macro first_match). A recompute frame inside a
+    forward step is no step: Megatron's CheckpointFunction.forward runs the
+    same custom_forward (no_grad) that its backward re-runs. A frame nested in an earlier
     frame of the same phase on the same track (Megatron's schedule
     forward_step calling pretrain_gpt's forward_step) is not outermost.
     Microbatch = 0-based order by start of the outermost forward (backward)
@@ -100,6 +102,41 @@ step_frames as (
             and frames.function_name = name_matches.function_name
 ),
 
+-- Megatron's CheckpointFunction.forward runs the same custom_forward that its
+-- backward re-runs (under no_grad, inside the schedule's forward_step): a
+-- recompute frame inside a forward step is the forward's own pass, no step.
+forward_windows as (
+    select
+        trace_id,
+        ts_ns,
+        end_ns
+    from step_frames
+    where phase = 'forward'
+),
+
+first_passes as (
+    select distinct
+        step_frames.trace_id,
+        step_frames.slice_id
+    from step_frames
+    inner join forward_windows
+        on
+            step_frames.trace_id = forward_windows.trace_id
+            and step_frames.ts_ns >= forward_windows.ts_ns
+            and step_frames.ts_ns < forward_windows.end_ns
+    where step_frames.phase = 'recompute'
+),
+
+kept_frames as (
+    select step_frames.*
+    from step_frames
+    left join first_passes
+        on
+            step_frames.trace_id = first_passes.trace_id
+            and step_frames.slice_id = first_passes.slice_id
+    where first_passes.slice_id is null
+),
+
 with_previous_end as (
     select
         *,
@@ -108,7 +145,7 @@ with_previous_end as (
             order by ts_ns asc, end_ns desc
             rows between unbounded preceding and 1 preceding
         ) as previous_end_ns
-    from step_frames
+    from kept_frames
 ),
 
 outermost as (

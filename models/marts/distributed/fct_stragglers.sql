@@ -3,8 +3,11 @@
     how much that rank held the others back (wait_caused_ns, summed over
     its collectives and P2P transfers, attribution by arrival order as in
     int_collective_members_aligned), how often it arrived last, how long it
-    waited itself (a victim's time, not counted against it), and its GPU
-    compute against its pipeline stage's median.
+    waited itself (a victim's time, not counted against it), and its
+    compute against its pipeline stage's median: its GPU compute kernels'
+    busy time, or on a rank without GPU kernels (a CPU-only run, timing
+    source cpu) its forward and backward step frames' busy time
+    (int_stage_work_merged), the same timings its waits come from.
     straggler_rank 1 is the rank that holds the job back most in the
     iteration (most waiting caused, then most times last, then lowest
     rank), so "which rank holds the job back" is
@@ -41,6 +44,17 @@ compute as (
     group by 1, 2, 3
 ),
 
+cpu_compute as (
+    select
+        run_id,
+        rank,
+        iteration,
+        cast(sum(busy_ns) as bigint) as compute_ns
+    from {{ ref('int_stage_work_merged') }}
+    where timing_source = 'cpu'
+    group by 1, 2, 3
+),
+
 ranks as (
     select
         run_id,
@@ -70,8 +84,8 @@ with_compute as (
         per_rank.*,
         ranks.pp_stage,
         ranks.host_name,
-        compute.compute_ns,
-        median(compute.compute_ns) over (
+        coalesce(compute.compute_ns, cpu_compute.compute_ns) as compute_ns,
+        median(coalesce(compute.compute_ns, cpu_compute.compute_ns)) over (
             partition by per_rank.run_id, per_rank.iteration, ranks.pp_stage
         ) as stage_median_compute_ns
     from per_rank
@@ -84,6 +98,11 @@ with_compute as (
             per_rank.run_id = compute.run_id
             and per_rank.rank = compute.rank
             and per_rank.iteration is not distinct from compute.iteration
+    left join cpu_compute
+        on
+            per_rank.run_id = cpu_compute.run_id
+            and per_rank.rank = cpu_compute.rank
+            and per_rank.iteration is not distinct from cpu_compute.iteration
 ),
 
 final as (

@@ -108,14 +108,17 @@ pipeline_stages as (
     where iteration is not null
 ),
 
--- The bubble's idle part (no kernel on the rank): the host's, priced by host_bound_launches.
-stage_idle as (
+-- The bubble's parts that other rules price: idle (no kernel on the rank: the host's,
+-- host_bound_launches') and exposed tensor/context/expert-parallel collectives inside
+-- forward/backward (exposed_tp_comm's; Megatron without --tp-comm-overlap runs them on
+-- the compute stream). Left in, a slow TP link would fire bubble_above_theory first.
+stage_priced_elsewhere as (
     select
         run_id,
         iteration,
         pp_group_index,
         pp_stage,
-        sum(idle_ns) as idle_ns
+        sum(idle_ns + collective_wait_ns) as priced_elsewhere_ns
     from {{ ref('fct_pipeline_bubble_parts') }}
     group by 1, 2, 3, 4
 ),
@@ -295,7 +298,9 @@ exposed_comm as (
     where exposed_comm_ranks.step_order = 1
 ),
 
--- ---- straggler: fct_stragglers' rank 1, its compute against its stage's median
+-- ---- straggler: fct_stragglers' rank 1, its compute against its stage's median (on a
+-- CPU-only run fct_stragglers' compute is the rank's step frames: the same rank the
+-- report's worst offenders name, from the same timings)
 straggler_history as (
     select
         run_id,
@@ -363,12 +368,14 @@ pipeline_groups as (
         max(theoretical_bubble_ratio) as theoretical_bubble_ratio,
         max(case
             when busy_rank = 1
-                then cast(bubble_ns - coalesce(idle_ns, 0) as double) / nullif(group_span_ns, 0)
+                then
+                    cast(bubble_ns - coalesce(priced_elsewhere_ns, 0) as double)
+                    / nullif(group_span_ns, 0)
         end) as busiest_bubble_ratio
     from (
         select
             pipeline_stages.*,
-            stage_idle.idle_ns,
+            stage_priced_elsewhere.priced_elsewhere_ns,
             row_number() over (
                 partition by
                     pipeline_stages.run_id, pipeline_stages.iteration,
@@ -376,12 +383,12 @@ pipeline_groups as (
                 order by pipeline_stages.busy_ns desc, pipeline_stages.pp_stage asc
             ) as busy_rank
         from pipeline_stages
-        left join stage_idle
+        left join stage_priced_elsewhere
             on
-                pipeline_stages.run_id = stage_idle.run_id
-                and pipeline_stages.iteration = stage_idle.iteration
-                and pipeline_stages.pp_group_index = stage_idle.pp_group_index
-                and pipeline_stages.pp_stage = stage_idle.pp_stage
+                pipeline_stages.run_id = stage_priced_elsewhere.run_id
+                and pipeline_stages.iteration = stage_priced_elsewhere.iteration
+                and pipeline_stages.pp_group_index = stage_priced_elsewhere.pp_group_index
+                and pipeline_stages.pp_stage = stage_priced_elsewhere.pp_stage
     ) as ranked_stages
     group by 1, 2, 3
 ),
@@ -639,12 +646,14 @@ graded as (
             when
                 run_facts.timing_source != 'gpu'
                 and rules.rule_id not in (
-                    'stage_imbalance', 'bubble_above_theory',
+                    'straggler', 'stage_imbalance', 'bubble_above_theory',
                     'few_microbatches', 'clock_skew'
                 )
                 then 'no GPU kernels: a CPU-only run (timing ' || run_facts.timing_source || ')'
             when rules.rule_id in ('straggler', 'clock_skew') and run_facts.ranks <= 1
                 then 'one rank: nothing to compare it with'
+            when rules.rule_id = 'straggler'
+                then 'no rank held the others back (fct_stragglers has no straggler_rank 1)'
             when rules.rule_id in ('stage_imbalance', 'bubble_above_theory', 'few_microbatches')
                 then 'no pipeline stages (pp size 1, or no topology)'
             when rules.rule_id in ('exposed_dp_comm', 'exposed_tp_comm')
