@@ -479,44 +479,56 @@ def test_critical_path_follows_the_1f1b_schedule(straggler_pair: Path) -> None:
 
 @pytest.fixture(scope="module")
 def four_stages(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A clean compute-bound 1F1B run with four pipeline stages (TP1 x PP4 x DP2,
-    6 microbatches), built with the what-if models on: its P2P calls are
-    batched (one ncclDevKernel_SendRecv per Megatron helper) and name no peer."""
+    """Clean compute-bound runs with four pipeline stages (TP1 x PP4 x DP2, 6
+    microbatches), built with the what-if models on: ``pp4`` (1F1B), whose P2P
+    calls are batched (one ncclDevKernel_SendRecv per Megatron helper), and
+    ``pp4_interleaved`` (vpp 2), one kernel per isend / irecv, the last stage
+    sending on to the first; neither names a peer."""
     from tracehouse.build.dbt import build_warehouse
     from tracehouse.ingest.runner import ingest_paths
     from tracehouse.simulate import SimConfig, simulate_run
 
     base = tmp_path_factory.mktemp("whatif_pp4")
-    config = SimConfig(tp=1, pp=4, dp=2, microbatches=6, iterations=1, layers=8, hidden=2048,
-                       heads=16, seq_length=2048, vocab=32000, gpus_per_node=2, seed=3)
-    simulate_run(config, base / "pp4", jobs=1)
+    common = dict(tp=1, pp=4, dp=2, microbatches=6, iterations=1, layers=8, hidden=2048,
+                  heads=16, seq_length=2048, vocab=32000, gpus_per_node=2, seed=3)
+    runs = {"pp4": SimConfig(**common),
+            "pp4_interleaved": SimConfig(**{**common, "microbatches": 8}, vpp=2,
+                                         schedule="interleaved")}
     warehouse = base / "warehouse"
-    result = ingest_paths([base / "pp4"], warehouse=warehouse, run="pp4", progress=False)
-    assert not result.failed, result.failed
+    for run, config in runs.items():
+        simulate_run(config, base / run, jobs=1)
+        result = ingest_paths([base / run], warehouse=warehouse, run=run, progress=False)
+        assert not result.failed, result.failed
     build_warehouse(warehouse, WHATIF_VARS)
     return warehouse
 
 
-def test_batched_p2p_past_two_stages_is_paired_by_the_schedule(four_stages: Path) -> None:
-    """Every peerless P2P kernel of the PP4 run is paired by the schedule: each
-    instance has a sender and a receiver on neighbouring stages, none is left
-    alone, and a steady-state kernel (send and receive in one call) is in two."""
+def test_p2p_past_two_stages_is_paired_by_the_schedule(four_stages: Path) -> None:
+    """Every peerless P2P kernel of the PP4 runs is paired by the schedule: each
+    instance has a sender and a receiver (two traces), none is left alone, a
+    1F1B steady-state kernel (send and receive in one call) is in two, and
+    an interleaved one-op kernel in one. The replay still reproduces every
+    measured step."""
     sizes = query_warehouse(
         four_stages,
-        "select count(*), count(distinct trace_id) from intermediate.int_replay_members_paired "
-        "where collective_id like 'p2p_schedule:%' group by collective_id")
-    assert sizes and all(members == 2 and traces == 2 for members, traces in sizes), sizes
+        "select run_id, count(*), count(distinct trace_id) "
+        "from intermediate.int_replay_members_paired "
+        "where collective_id like 'p2p_schedule:%' group by run_id, collective_id")
+    assert {run for run, *_ in sizes} == {"pp4", "pp4_interleaved"}
+    assert all(members == 2 and traces == 2 for _run, members, traces in sizes), sizes
     [(alone,)] = query_warehouse(
         four_stages,
         "select count(*) from intermediate.int_replay_members_paired "
         "where collective_id like '%:unpaired:%'")
     assert alone == 0
-    [(both_ways,)] = query_warehouse(
+    both_ways = dict(query_warehouse(
         four_stages,
-        "select count(*) from (select trace_id, slice_id from "
-        "intermediate.int_replay_members_paired where collective_id like 'p2p_schedule:%' "
-        "group by 1, 2 having count(*) = 2)")
-    assert both_ways > 0
+        "select run_id, count(*) filter (where instances = 2) from (select run_id, trace_id, "
+        "slice_id, count(*) as instances from intermediate.int_replay_members_paired "
+        "where collective_id like 'p2p_schedule:%' group by 1, 2, 3) group by 1"))
+    assert both_ways["pp4"] > 0 and both_ways["pp4_interleaved"] == 0, both_ways
+    [(error,)] = query_warehouse(four_stages, "select max(error_ratio) from fct_step_replay")
+    assert error <= 0.03
 
 
 def test_critical_path_of_four_stages_follows_the_1f1b_schedule(four_stages: Path) -> None:
@@ -527,9 +539,6 @@ def test_critical_path_of_four_stages_follows_the_1f1b_schedule(four_stages: Pat
     transfer and the path stayed on stage 0 until the gradient sync."""
     truth = json.loads((four_stages.parent / "pp4" / "ground_truth.json").read_text())
     _assert_follows_the_schedule(four_stages, "pp4", truth)
-    [(error,)] = query_warehouse(four_stages,
-                                 "select max(error_ratio) from fct_step_replay")
-    assert error <= 0.03
 
 
 #: The what-if models that are per trace (incremental) and what crosses ranks

@@ -5,7 +5,8 @@
     schedule. Why: a batched P2P call (Megatron's `batch_isend_irecv`, one
     ncclDevKernel_SendRecv) names no peer, and with more than two stages
     its group (the pipeline group) does not say which neighbour it talks
-    to, so int_collective_members_matched leaves it a one-member instance
+    to (the interleaved schedule's one-op kernels neither), so
+    int_collective_members_matched leaves it a one-member instance
     and the replay keeps its wait for the other stage as its own
     transfer: the critical path of a PP4 run then stayed on stage 0 until
     the gradient sync.
@@ -14,7 +15,10 @@
     is (seed megatron_p2p_calls: send_forward_recv_backward sends to the
     next stage and receives from it, and so on), the rank's pipeline stage
     and group (int_ranks_placed) say who the neighbour is (next: stage + 1,
-    prev: stage - 1, modulo the pipeline size). Each transfer is a part:
+    prev: stage - 1, modulo the pipeline size); the kernel's message sizes
+    say which of the helper's transfers it carries (a kernel that sent
+    nothing, `In msg nelems` 0, is no send: the interleaved schedule
+    issues one kernel per isend / irecv). Each transfer is a part:
     sender -> receiver on a flow (`forward`: activations, to the next
     stage; `backward`: gradients, to the previous one). Megatron issues a
     channel's transfers in the same order on both sides, so the k-th send
@@ -61,7 +65,9 @@ kernels as (
         trace_id,
         slice_id,
         launch_track_id,
-        launch_ts_ns
+        launch_ts_ns,
+        coalesce(in_msg_nelems, 1) > 0 as may_send,
+        coalesce(out_msg_nelems, 1) > 0 as may_receive
     from {{ ref('int_kernels_classified') }}
     where kind = 'communication' and launch_ts_ns is not null
 ),
@@ -105,6 +111,8 @@ ranks as (
 framed as (
     select
         peerless.*,
+        kernels.may_send,
+        kernels.may_receive,
         frames.frame_function,
         row_number() over (
             partition by peerless.trace_id, peerless.slice_id
@@ -150,28 +158,28 @@ parts as (
         'send' as direction,
         1 as stage_step
     from calls
-    where calls.sends_next
+    where calls.sends_next and calls.may_send
     union all
     select
         calls.*,
         'recv' as direction,
         -1 as stage_step
     from calls
-    where calls.receives_prev
+    where calls.receives_prev and calls.may_receive
     union all
     select
         calls.*,
         'send' as direction,
         -1 as stage_step
     from calls
-    where calls.sends_prev
+    where calls.sends_prev and calls.may_send
     union all
     select
         calls.*,
         'recv' as direction,
         1 as stage_step
     from calls
-    where calls.receives_next
+    where calls.receives_next and calls.may_receive
 ),
 
 peered as (
