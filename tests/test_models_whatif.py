@@ -484,21 +484,19 @@ def four_stages(tmp_path_factory: pytest.TempPathFactory) -> Path:
     calls are batched (one ncclDevKernel_SendRecv per Megatron helper), and
     ``pp4_interleaved`` (vpp 2), one kernel per isend / irecv, the last stage
     sending on to the first; neither names a peer."""
+    from whatif_warehouse import ingest_simulated
+
     from tracehouse.build.dbt import build_warehouse
-    from tracehouse.ingest.runner import ingest_paths
-    from tracehouse.simulate import SimConfig, simulate_run
+    from tracehouse.simulate import SimConfig
 
     base = tmp_path_factory.mktemp("whatif_pp4")
     common = dict(tp=1, pp=4, dp=2, microbatches=6, iterations=1, layers=8, hidden=2048,
                   heads=16, seq_length=2048, vocab=32000, gpus_per_node=2, seed=3)
-    runs = {"pp4": SimConfig(**common),
-            "pp4_interleaved": SimConfig(**{**common, "microbatches": 8}, vpp=2,
-                                         schedule="interleaved")}
     warehouse = base / "warehouse"
-    for run, config in runs.items():
-        simulate_run(config, base / run, jobs=1)
-        result = ingest_paths([base / run], warehouse=warehouse, run=run, progress=False)
-        assert not result.failed, result.failed
+    ingest_simulated(base, warehouse, {
+        "pp4": SimConfig(**common),
+        "pp4_interleaved": SimConfig(**{**common, "microbatches": 8}, vpp=2,
+                                     schedule="interleaved")})
     build_warehouse(warehouse, WHATIF_VARS)
     return warehouse
 
