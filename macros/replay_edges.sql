@@ -31,6 +31,36 @@
     {%- endif %}
 {%- endmacro %}
 
+{#
+    replay_latest_sources(candidates, recorded_waits, recorded_where): one
+    row per waiting node (dst_node_id) of `candidates`, with the source
+    that binds it: the latest-ending of its candidate sources
+    (arg_max(src_node_id, src_end_ns)), and the run, iteration, rank and
+    trace the edge counts on. A node whose wait the profiler recorded
+    (a dst_node_id of `recorded_waits` where `recorded_where` holds) needs
+    no inferred edge and is left out. The source step shared by the
+    inferred waits (gpu_wait, host_sync) of int_replay_trace_edges_typed,
+    before replay_edges() types them; `candidates` must carry
+    dst_node_id, src_node_id, src_end_ns, run_id, iteration, rank and
+    trace_id.
+#}
+{% macro replay_latest_sources(candidates, recorded_waits, recorded_where) -%}
+    select
+        dst_node_id,
+        arg_max(src_node_id, src_end_ns) as src_node_id,
+        run_id,
+        iteration,
+        rank,
+        trace_id
+    from {{ candidates }}
+    where
+        dst_node_id not in (
+            select {{ recorded_waits }}.dst_node_id from {{ recorded_waits }}
+            where {{ recorded_where }}
+        )
+    group by 1, 3, 4, 5, 6
+{%- endmacro %}
+
 {#- A point of an edge: the literal `start` or `end`, else the SQL expression given. -#}
 {% macro replay_edge_point(point) -%}
     {{ "'" ~ point ~ "'" if point in ('start', 'end') else point }}

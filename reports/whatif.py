@@ -43,6 +43,7 @@ SCENARIO_LABELS = {
     "no_straggler": "every rank's compute at its stage's median",
     "ideal_communication": "transfers at the set bus bandwidth",
     "perfect_overlap": "every transfer hidden behind compute",
+    "perfect_dp_overlap": "data-parallel transfers hidden behind compute",
     "balanced_stages": "every stage's compute at the mean stage's",
     "no_host_gaps": "no host time before launches",
 }

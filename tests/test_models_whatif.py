@@ -434,32 +434,109 @@ def _one_f_one_b_critical_chain(stages: int, microbatches: int) -> list[tuple[in
     return chain
 
 
+def _critical_compute_chain(warehouse: Path, run: str, stage_of: dict[int, int]
+                            ) -> tuple[list[tuple[int, str, int]], list[tuple]]:
+    """(the compute steps on the run's critical path, as (stage, phase,
+    microbatch) with repeats merged; every path row (rank, phase, microbatch,
+    node kind) in path order)."""
+    rows = query_warehouse(
+        warehouse,
+        "select path.rank, path.phase, kernels.microbatch, path.node_kind "
+        "from fct_critical_path as path "
+        "inner join intermediate.int_replay_nodes_listed as nodes using (node_id) "
+        "left join intermediate.int_kernels_classified as kernels "
+        "on kernels.trace_id = nodes.trace_id and kernels.slice_id = nodes.slice_id "
+        "where path.run_id = ? order by path.path_order", [run],
+    )
+    compute = [(stage_of[rank], phase, microbatch) for rank, phase, microbatch, kind in rows
+               if kind == "gpu_compute" and phase in ("forward", "backward")]
+    walked = [step for index, step in enumerate(compute)
+              if index == 0 or step != compute[index - 1]]
+    return walked, rows
+
+
+def _assert_follows_the_schedule(warehouse: Path, run: str, truth: dict) -> None:
+    """The run's critical path runs through the 1F1B chain of its ground truth's
+    schedule, then only the gradient sync and the optimizer follow."""
+    assert truth["schedule"] == "1f1b"
+    stage_of = {entry["rank"]: entry["pp"] for entry in truth["ranks"]}
+    walked, rows = _critical_compute_chain(warehouse, run, stage_of)
+    assert walked == _one_f_one_b_critical_chain(truth["pp"], truth["microbatches"]), walked
+    last_step = max(index for index, row in enumerate(rows)
+                    if row[3] == "gpu_compute" and row[1] in ("forward", "backward"))
+    assert {phase for _rank, phase, _mb, _kind in rows[last_step + 1:]} <= {
+        "dp_sync", "optimizer", "host", "other"}
+
+
 def test_critical_path_follows_the_1f1b_schedule(straggler_pair: Path) -> None:
     """On the clean 1F1B run (TP2 x PP2 x DP2, 4 microbatches, compute-bound), the
     compute on the critical path is the schedule's own chain, stage by stage and
     microbatch by microbatch (the simulator's ground truth gives the schedule and
     each rank's stage), then only the gradient sync and the optimizer follow."""
     truth = json.loads((straggler_pair.parent / "clean" / "ground_truth.json").read_text())
-    assert truth["schedule"] == "1f1b"
-    stage_of = {entry["rank"]: entry["pp"] for entry in truth["ranks"]}
-    rows = query_warehouse(
-        straggler_pair,
-        "select path.rank, path.phase, kernels.microbatch, path.node_kind "
-        "from fct_critical_path as path "
-        "inner join intermediate.int_replay_nodes_listed as nodes using (node_id) "
-        "left join intermediate.int_kernels_classified as kernels "
-        "on kernels.trace_id = nodes.trace_id and kernels.slice_id = nodes.slice_id "
-        "where path.run_id = 'clean' order by path.path_order",
-    )
-    compute = [(stage_of[rank], phase, microbatch) for rank, phase, microbatch, kind in rows
-               if kind == "gpu_compute" and phase in ("forward", "backward")]
-    walked = [step for index, step in enumerate(compute)
-              if index == 0 or step != compute[index - 1]]
-    assert walked == _one_f_one_b_critical_chain(truth["pp"], truth["microbatches"]), walked
-    last_step = max(index for index, row in enumerate(rows)
-                    if row[3] == "gpu_compute" and row[1] in ("forward", "backward"))
-    assert {phase for _rank, phase, _mb, _kind in rows[last_step + 1:]} <= {
-        "dp_sync", "optimizer", "host", "other"}
+    _assert_follows_the_schedule(straggler_pair, "clean", truth)
+
+
+@pytest.fixture(scope="module")
+def four_stages(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Clean compute-bound runs with four pipeline stages (TP1 x PP4 x DP2, 6
+    microbatches), built with the what-if models on: ``pp4`` (1F1B), whose P2P
+    calls are batched (one ncclDevKernel_SendRecv per Megatron helper), and
+    ``pp4_interleaved`` (vpp 2), one kernel per isend / irecv, the last stage
+    sending on to the first; neither names a peer."""
+    from whatif_warehouse import ingest_simulated
+
+    from tracehouse.build.dbt import build_warehouse
+    from tracehouse.simulate import SimConfig
+
+    base = tmp_path_factory.mktemp("whatif_pp4")
+    common = dict(tp=1, pp=4, dp=2, microbatches=6, iterations=1, layers=8, hidden=2048,
+                  heads=16, seq_length=2048, vocab=32000, gpus_per_node=2, seed=3)
+    warehouse = base / "warehouse"
+    ingest_simulated(base, warehouse, {
+        "pp4": SimConfig(**common),
+        "pp4_interleaved": SimConfig(**{**common, "microbatches": 8}, vpp=2,
+                                     schedule="interleaved")})
+    build_warehouse(warehouse, WHATIF_VARS)
+    return warehouse
+
+
+def test_p2p_past_two_stages_is_paired_by_the_schedule(four_stages: Path) -> None:
+    """Every peerless P2P kernel of the PP4 runs is paired by the schedule: each
+    instance has a sender and a receiver (two traces), none is left alone, a
+    1F1B steady-state kernel (send and receive in one call) is in two, and
+    an interleaved one-op kernel in one. The replay still reproduces every
+    measured step."""
+    sizes = query_warehouse(
+        four_stages,
+        "select run_id, count(*), count(distinct trace_id) "
+        "from intermediate.int_replay_members_paired "
+        "where collective_id like 'p2p_schedule:%' group by run_id, collective_id")
+    assert {run for run, *_ in sizes} == {"pp4", "pp4_interleaved"}
+    assert all(members == 2 and traces == 2 for _run, members, traces in sizes), sizes
+    [(alone,)] = query_warehouse(
+        four_stages,
+        "select count(*) from intermediate.int_replay_members_paired "
+        "where collective_id like '%:unpaired:%'")
+    assert alone == 0
+    both_ways = dict(query_warehouse(
+        four_stages,
+        "select run_id, count(*) filter (where instances = 2) from (select run_id, trace_id, "
+        "slice_id, count(*) as instances from intermediate.int_replay_members_paired "
+        "where collective_id like 'p2p_schedule:%' group by 1, 2, 3) group by 1"))
+    assert both_ways["pp4"] > 0 and both_ways["pp4_interleaved"] == 0, both_ways
+    [(error,)] = query_warehouse(four_stages, "select max(error_ratio) from fct_step_replay")
+    assert error <= 0.03
+
+
+def test_critical_path_of_four_stages_follows_the_1f1b_schedule(four_stages: Path) -> None:
+    """With four stages the critical path runs down the stages with microbatch 0,
+    through the last stage's forward/backward pairs and back up with the last
+    microbatch, as the PP2 run's does: before the schedule paired the batched
+    P2P calls, each receive kept its wait for the other stage as its own
+    transfer and the path stayed on stage 0 until the gradient sync."""
+    truth = json.loads((four_stages.parent / "pp4" / "ground_truth.json").read_text())
+    _assert_follows_the_schedule(four_stages, "pp4", truth)
 
 
 #: The what-if models that are per trace (incremental) and what crosses ranks

@@ -7,7 +7,7 @@ duration as ``work`` (end = start + work); a node that something ends (a
 collective member ends after the last arrival, a host sync after the GPU
 op it waited for) has ``work`` 0 and its duration as ``own``, the time
 after that dependency (``replay.weigh``). The standard scenarios
-(``int_whatif_work_scaled``, replayed by ``int_replay_steps_replayed``)
+(``int_whatif_work_scaled``, replayed by ``int_replay_graph_walked``)
 and a user's own (``tracehouse whatif --scale``) both go through
 ``apply_scenario``, so a collective's transfer scales the same way in
 both, and its arrival wait never does.

@@ -4,7 +4,7 @@
     member's start -> its instance (int_replay_collectives_listed: it
     happens at the last arrival), and the instance -> each member's end
     (every member ends after the last arrival plus its own transfer); a
-    P2P send/recv pair is a two-member instance. The edges count on the
+    P2P send/recv pair is a two-member instance (int_replay_members_paired). The edges count on the
     member's run, iteration, rank and trace. A table rebuilt each time;
     int_replay_edges_typed adds the per-trace edges
     (int_replay_trace_edges_typed).
@@ -18,7 +18,7 @@ members as (
         collective_id,
         trace_id,
         slice_id
-    from {{ ref('int_collective_members_aligned') }}
+    from {{ ref('int_replay_members_paired') }}
 ),
 
 ops as (

@@ -1,7 +1,8 @@
 {#
     One row per collective or P2P instance of the replay graph (node_id):
-    a `collective` node (int_collective_members_aligned: a matched
-    collective, or a send/recv pair), at the moment its last member
+    a `collective` node (int_replay_members_paired: a matched
+    collective, or a send/recv pair, P2P paired by the schedule where the
+    calls name no peer), at the moment its last member
     arrives on the reference clock (each member's start in
     int_replay_ops_listed plus its rank's clock offset). The replay
     computes the instance's own time; this measured one only weighs its
@@ -21,7 +22,7 @@ members as (
         slice_id,
         iteration,
         offset_ns
-    from {{ ref('int_collective_members_aligned') }}
+    from {{ ref('int_replay_members_paired') }}
 ),
 
 ops as (

@@ -22,8 +22,9 @@
     latest of its end dependencies (a collective member: its own transfer
     after the last arrival, the rule of the straggler what-if paper); they
     come from measured times once, before the replay.
-    The replay (int_replay_steps_replayed, int_critical_path_walked: dbt
-    Python models) recomputes every start and end from those weights and
+    The replay (int_replay_graph_walked, one dbt Python model, read
+    through the views int_replay_steps_replayed and
+    int_critical_path_walked) recomputes every start and end from those weights and
     edges alone: it never reads a dependent op's measured start, so
     lengthening one kernel moves exactly what depends on it. Set-based
     steps (listing, matching, edges) are SQL; weights and the longest-path

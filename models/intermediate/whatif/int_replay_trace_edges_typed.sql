@@ -328,23 +328,12 @@ gpu_wait_candidates as (
         and other.launch_start_ns < waiting.launch_start_ns
 ),
 
-{# The latest-ending candidate binds: one edge per waiting op. #}
+{# The latest-ending candidate binds: one edge per waiting op; an op whose
+   wait the profiler recorded needs no inferred one. #}
 gpu_wait_sources as (
-    select
-        dst_node_id,
-        arg_max(src_node_id, src_end_ns) as src_node_id,
-        run_id,
-        iteration,
-        rank,
-        trace_id
-    from gpu_wait_candidates
-    {#- An op whose wait the profiler recorded needs no inferred one. #}
-    where
-        dst_node_id not in (
-            select recorded_waits.dst_node_id from recorded_waits
-            where recorded_waits.is_event_wait
-        )
-    group by 1, 3, 4, 5, 6
+    {{ replay_latest_sources(
+        'gpu_wait_candidates', 'recorded_waits', 'recorded_waits.is_event_wait',
+    ) }}
 ),
 
 gpu_wait_edges as (
@@ -372,20 +361,9 @@ host_sync_candidates as (
 ),
 
 host_sync_sources as (
-    select
-        dst_node_id,
-        arg_max(src_node_id, src_end_ns) as src_node_id,
-        run_id,
-        iteration,
-        rank,
-        trace_id
-    from host_sync_candidates
-    where
-        dst_node_id not in (
-            select recorded_waits.dst_node_id from recorded_waits
-            where not recorded_waits.is_event_wait
-        )
-    group by 1, 3, 4, 5, 6
+    {{ replay_latest_sources(
+        'host_sync_candidates', 'recorded_waits', 'not recorded_waits.is_event_wait',
+    ) }}
 ),
 
 host_sync_edges as (

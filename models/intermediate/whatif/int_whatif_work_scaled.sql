@@ -30,6 +30,16 @@
         (other ranks' work, the pipeline's data dependencies) and the
         compute itself. The bound of ideal_communication as the bandwidth
         grows without limit.
+      * perfect_dp_overlap: perfect_overlap for the data-parallel
+        communication alone: every communication kernel of a data-parallel
+        group (int_kernels_placed's comm_group_kind dp, dp_cp or edp, the
+        groups int_bubble_parts_swept counts as the `dp` lane: the
+        gradient reduce-scatters / all-reduces and the distributed
+        optimizer's parameter all-gathers) takes no time after its last
+        arrival; every other transfer (TP, PP, the embedding group's
+        all-reduce) stays as measured. What Megatron's
+        --overlap-grad-reduce / --overlap-param-gather would save at best
+        (findings' exposed_dp_comm prices it).
       * balanced_stages: every compute kernel of a pipeline stage scaled by
         (mean over stages of the stage's compute) / (the stage's compute),
         a stage's compute being its ranks' mean summed compute-kernel time
@@ -81,6 +91,15 @@ members as (
         bytes,
         ranks_expected
     from {{ ref('int_collective_members_aligned') }}
+),
+
+comm_kernels as (
+    select
+        trace_id,
+        slice_id,
+        comm_group_kind
+    from {{ ref('int_kernels_placed') }}
+    where kind = 'communication'
 ),
 
 bus_factors as (
@@ -170,6 +189,23 @@ perfect_overlap as (
     where node_kind = 'gpu_communication'
 ),
 
+perfect_dp_overlap as (
+    select
+        'perfect_dp_overlap' as scenario,
+        nodes.node_id,
+        nodes.run_id,
+        cast(0 as bigint) as work_ns,
+        cast(null as bigint) as delay_ns
+    from nodes
+    inner join comm_kernels
+        on
+            nodes.trace_id = comm_kernels.trace_id
+            and nodes.slice_id = comm_kernels.slice_id
+    where
+        nodes.node_kind = 'gpu_communication'
+        and comm_kernels.comm_group_kind in ('dp', 'dp_cp', 'edp')
+),
+
 rank_compute as (
     select
         run_id,
@@ -234,6 +270,8 @@ final as (
     select * from ideal_communication
     union all
     select * from perfect_overlap
+    union all
+    select * from perfect_dp_overlap
     union all
     select * from balanced_stages
     union all

@@ -1,29 +1,45 @@
-"""One row per scenario x run x rank x iteration with GPU work: the replayed GPU span.
+"""The what-if replay, weighed once: one row per replayed span or critical-path vertex.
 
-The graph (int_replay_nodes_listed, int_replay_edges_typed) is weighed
-once (tracehouse.core.replay.weigh: delays, work and own times from the
-measured times) and replayed once per scenario: `as_measured` with the
-measured work (fct_step_replay checks it against the measured step), then
-each scenario of int_whatif_work_scaled with its nodes' durations and
-delays replaced (fct_what_if; tracehouse.core.replay_scenarios.apply_scenario
-gives each to the right weight). Each rank's GPU span in each iteration
-(first GPU start to last GPU end) is kept, with what the replay does not explain, counted
-(scenario-independent: the graph's weights): the GPU ops' start delays,
-GPU ops without a launch (anchored at the iteration start), nodes whose
-measured times broke an edge.
+Two kinds of row (``row_kind``), each read by a SQL view of its own:
 
-One Python model for every replay, rather than a table of every node's
-replayed times: at 256 ranks x 2 iterations that table held 2.6 M rows
-which only these spans read, and each model reading the graph pays for
-loading it (benchmarks/README.md, whatif.py). The walk is a longest path,
-which a recursive CTE does badly (DuckDB's recursion keeps rows per path,
-not a maximum per node). The per-rank grouping is done once: DuckDB
-numbers each node's run x rank x iteration (the node list is a view, so
-every read of it pays for the clock offsets' join), and each scenario's
+* ``span`` (int_replay_steps_replayed): one per scenario x run x rank x
+  iteration with GPU work, the replayed GPU span. The graph
+  (int_replay_nodes_listed, int_replay_edges_typed) is weighed once
+  (tracehouse.core.replay.weigh: delays, work and own times from the
+  measured times) and replayed once per scenario: `as_measured` with the
+  measured work (fct_step_replay checks it against the measured step),
+  then each scenario of int_whatif_work_scaled with its nodes' durations
+  and delays replaced (fct_what_if; tracehouse.core.replay_scenarios.
+  apply_scenario gives each to the right weight). Each rank's GPU span in
+  each iteration (first GPU start to last GPU end) is kept, with what the
+  replay does not explain, counted (scenario-independent: the graph's
+  weights): the GPU ops' start delays, GPU ops without a launch (anchored
+  at the iteration start), nodes whose measured times broke an edge.
+* ``path`` (int_critical_path_walked): one per vertex on each run x
+  iteration's critical path, HTA's critical_path_analysis over the whole
+  replay graph: from the GPU op that ends last in the iteration (any rank)
+  back along the edges that set each replayed time
+  (tracehouse.core.replay.binding_predecessors) to a rank's iteration
+  start, in the `as_measured` replay. Each vertex is a node's start or
+  end; segment_ns is the time from the previous vertex on the path: at a
+  start, the node's delay after its binding dependency (`delay`); at an
+  end, its own work (`work`) or, where something else ended it (a
+  collective's last arrival, the GPU op a host sync waited for), its own
+  transfer or return after that (`wait`). The segments add up to the
+  path's length.
+
+Why one model for both: dbt-duckdb charges each Python model 1.2-2.9 s
+of its own (compiling, importing, creating and renaming the table) where
+the work here is 0.3-0.7 CPU s at 256 ranks, and the two models each
+loaded, weighed and replayed the same graph (benchmarks/README.md,
+whatif.py). dbt-duckdb's Python model returns one relation, so the two
+grains share one long table and the views split it. Why Python at all:
+the walk is a longest path, which a recursive CTE does badly (DuckDB's
+recursion keeps rows per path, not a maximum per node), and the critical
+path follows one pointer per step. The per-rank grouping is done once:
+DuckDB numbers each node's run x rank x iteration, and each scenario's
 span is a NumPy min/max per group over the GPU ops sorted by group
-(`reduceat`), not a join of every node with its replayed times and an
-aggregation per scenario, which cost three times the replay itself
-(benchmarks/README.md, "whatif.py"). A table rebuilt each time.
+(`reduceat`). A table rebuilt each time.
 """
 
 from __future__ import annotations
@@ -31,7 +47,13 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from tracehouse.core.replay import graph_from_relations, node_indices, replay
+from tracehouse.core.replay import (
+    binding_predecessors,
+    graph_from_relations,
+    node_indices,
+    replay,
+    walk_back,
+)
 from tracehouse.core.replay_scenarios import apply_scenario
 
 #: The plain replay, with every node's measured work.
@@ -55,7 +77,8 @@ GROUPED_NODES = """
 
 
 def model(dbt, session):
-    """dbt-duckdb entry point: weigh the graph, replay each scenario, spans per rank."""
+    """dbt-duckdb entry point: weigh the graph, replay each scenario (spans per
+    rank), walk the measured replay's critical path; one long table."""
     dbt.config(materialized="table")
     nodes = dbt.ref("int_replay_nodes_listed")
     node_id, graph = graph_from_relations(nodes, dbt.ref("int_replay_edges_typed"))
@@ -95,13 +118,67 @@ def model(dbt, session):
     tables = []
     for scenario, weighed in scenarios.items():
         start, end = replay(weighed)
+        if scenario == AS_MEASURED:
+            path = critical_paths(session, nodes, node_id, graph, start, end)
         table = spans.append_column("replayed_span_ns", pa.array(groups.span(
             start[groups.gpu_nodes], end[groups.gpu_nodes]), pa.int64()))
         for name, values in fixed.items():
             table = table.append_column(name, pa.array(values, pa.int64()))
         tables.append(table.add_column(
             0, "scenario", pa.array([scenario] * table.num_rows, pa.string())))
-    return pa.concat_tables(tables)
+    spans = pa.concat_tables(tables)
+    return pa.concat_tables(
+        [_with_kind(spans, "span"), _with_kind(path, "path")], promote_options="permissive")
+
+
+def _with_kind(table: pa.Table, kind: str) -> pa.Table:
+    """``table`` with a leading ``row_kind`` column of ``kind``."""
+    return table.add_column(0, "row_kind", pa.array([kind] * table.num_rows, pa.string()))
+
+
+def critical_paths(session, nodes, node_id: np.ndarray, graph, start: np.ndarray,
+                   end: np.ndarray) -> pa.Table:
+    """Every run x iteration's critical path in the replay ``start``/``end`` of
+    ``graph``: walked back from the GPU op ending last (ties: the highest node
+    id), one row per vertex (run_id, iteration, path_step, node_id, point,
+    segment, segment_ns)."""
+    predecessor = binding_predecessors(graph, start, end)
+    value = np.empty(2 * graph.size, dtype=np.int64)
+    value[0::2], value[1::2] = start, end
+    ends = session.from_arrow(pa.table({"node_id": node_id, "replayed_end_ns": end}))
+    sinks = (nodes.filter("node_kind like 'gpu_%'").select("node_id, run_id, iteration")
+             .join(ends, "node_id")
+             .aggregate("run_id, iteration, "
+                        "arg_max(node_id, (replayed_end_ns, node_id)) as sink_node_id",
+                        "run_id, iteration")
+             .order("run_id, iteration").fetchall())
+    columns: dict[str, list] = {name: [] for name in (
+        "run_id", "iteration", "path_step", "node_id", "point", "segment", "segment_ns")}
+    for run_id, iteration, sink_node_id in sinks:
+        sink = int(node_indices(node_id, [sink_node_id])[0])
+        path = walk_back(predecessor, 2 * sink + 1)
+        previous = np.concatenate([[path[0]], path[:-1]])
+        is_end = path % 2 == 1
+        own_start = previous == path - 1
+        segment = np.where(~is_end, "delay", np.where(own_start, "work", "wait"))
+        segment[0] = "start"
+        count = path.shape[0]
+        columns["run_id"] += [run_id] * count
+        columns["iteration"] += [int(iteration)] * count
+        columns["path_step"] += list(range(count))
+        columns["node_id"] += node_id[path // 2].tolist()
+        columns["point"] += np.where(is_end, "end", "start").tolist()
+        columns["segment"] += segment.tolist()
+        columns["segment_ns"] += (value[path] - value[previous]).tolist()
+    return pa.table({
+        "run_id": pa.array(columns["run_id"], pa.string()),
+        "iteration": pa.array(columns["iteration"], pa.int64()),
+        "path_step": pa.array(columns["path_step"], pa.int64()),
+        "node_id": pa.array(columns["node_id"], pa.int64()),
+        "point": pa.array(columns["point"], pa.string()),
+        "segment": pa.array(columns["segment"], pa.string()),
+        "segment_ns": pa.array(columns["segment_ns"], pa.int64()),
+    })
 
 
 class RankGroups:
