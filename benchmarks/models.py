@@ -43,6 +43,7 @@ runs out of time can be killed without taking the harness down.
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import platform
@@ -272,6 +273,23 @@ def _read_run_results(warehouse: Path, figures: BuildFigures) -> None:
     )[:6]
 
 
+def plain_build_excludes(project: Path) -> tuple[str, ...]:
+    """What a plain ``tracehouse build`` of the checkout at ``project`` leaves out
+    (its ``PLAIN_BUILD_EXCLUDES``), so that a baseline runs what it ran: an
+    older checkout loads its seeds through seed nodes, which this one's
+    excludes leave out. This checkout's when the file does not say."""
+    source = Path(project) / "tracehouse" / "build" / "dbt.py"
+    try:
+        tree = ast.parse(source.read_text())
+    except (OSError, SyntaxError):
+        return PLAIN_BUILD_EXCLUDES
+    for node in tree.body:
+        if (isinstance(node, ast.Assign)
+                and any(getattr(t, "id", "") == "PLAIN_BUILD_EXCLUDES" for t in node.targets)):
+            return tuple(ast.literal_eval(node.value))
+    return PLAIN_BUILD_EXCLUDES
+
+
 def count_rows(warehouse: Path, tables: list[str]) -> dict[str, int]:
     """Row counts of built tables (read-only; table names are ours, not trace data)."""
     import duckdb
@@ -369,9 +387,11 @@ def measure(
         baseline = scratch / name / "baseline"
         baseline.mkdir()
         (baseline / "lake").symlink_to(warehouse / "lake")
-        # What `tracehouse build` runs (PLAIN_BUILD_EXCLUDES: no unit tests, no
-        # tests of the lake itself), so both sides build and test the same.
-        project = (f"--project={args.baseline_project.resolve()}", *PLAIN_BUILD_EXCLUDES)
+        # What that checkout's `tracehouse build` runs (its PLAIN_BUILD_EXCLUDES:
+        # no unit tests, no tests of the lake itself), so both sides build and
+        # test what their own plain build does.
+        project = (f"--project={args.baseline_project.resolve()}",
+                   *plain_build_excludes(args.baseline_project))
         figures.baseline_build = run_build(
             baseline, args.cores, args.timeout, args.memory_limit,
             scratch / name / "baseline_build.log", project)  # fmt: skip
@@ -411,7 +431,7 @@ def measure(
         figures.baseline_incremental_build = run_build(
             baseline, args.cores, args.timeout, args.memory_limit,
             scratch / name / "baseline_incremental.log",
-            (f"--project={args.baseline_project.resolve()}", *PLAIN_BUILD_EXCLUDES))  # fmt: skip
+            project)  # fmt: skip
         _say(f"  baseline + iteration {last}: {figures.baseline_incremental_build.seconds:.1f} s")
     figures.incremental_rows = count_rows(warehouse, ["fct_kernels", "fct_rank_iterations"])
     figures.full_refresh_build = run_build(

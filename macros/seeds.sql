@@ -1,20 +1,32 @@
 {#
-    on-run-start: load every seed table that the warehouse lacks straight
-    from its CSV, so `dbt run` (which never runs seeds) works on a fresh
-    warehouse right after `tracehouse ingest`. Commands that run seeds
-    themselves (`build`, `seed`) and `compile` (which reads no table) are left alone, and a seed table that
-    exists is never touched: `dbt seed` refreshes edited CSVs as usual.
+    on-run-start: load seed tables straight from their CSVs when the
+    invocation does not run the seed nodes itself, so `dbt run` (which never
+    runs seeds) works on a fresh warehouse right after `tracehouse ingest`,
+    and a plain `tracehouse build` needs no seed nodes (it leaves them out:
+    tracehouse/build/dbt.py, PLAIN_BUILD_EXCLUDES).
+    Which seeds: every one the warehouse lacks and, on --full-refresh, every
+    one (`tracehouse build` adds --full-refresh when any project file
+    changed, a CSV included, so an edited seed is reloaded exactly when it
+    can differ). A seed the invocation selects (`dbt seed`, plain `dbt
+    build`) is left to dbt, and `compile` reads no table.
+    Why not dbt's seed nodes in a plain build: 13 seed nodes and their 13
+    row checks cost ~1.5 CPU s of per-node work on every build whatever the
+    lake (benchmarks/README.md, "Where a full build's time goes"); one
+    read_csv per seed here costs milliseconds, and an unchanged warehouse
+    loads nothing.
     Column types come from the seed's `column_types` config, as `dbt seed`
     would apply them; an empty CSV field is NULL, as for `dbt seed`.
 #}
 {% macro load_missing_seeds() -%}
-    {%- if execute and invocation_args_dict.get('which') not in ('build', 'seed', 'compile') -%}
+    {%- if execute and invocation_args_dict.get('which') != 'compile' -%}
+        {%- set loaded = {'missing': [], 'reloaded': []} -%}
         {%- for node in graph.nodes.values()
-            if node.resource_type == 'seed' and node.package_name == project_name -%}
+            if node.resource_type == 'seed' and node.package_name == project_name
+            and node.unique_id not in selected_resources -%}
             {%- set existing = adapter.get_relation(
                 database=node.database, schema=node.schema, identifier=node.alias
             ) -%}
-            {%- if existing is none -%}
+            {%- if existing is none or flags.FULL_REFRESH -%}
                 {%- set relation = api.Relation.create(
                     database=node.database, schema=node.schema, identifier=node.alias,
                     type='table',
@@ -22,9 +34,17 @@
                 {#- The seed's absolute path: dbt may run from another folder
                     (tracehouse runs it beside the database). -#}
                 {%- set csv_path = node.root_path ~ '/' ~ node.original_file_path -%}
-                {%- do log('loading missing seed ' ~ node.alias ~ ' from ' ~ csv_path, info=true) -%}
+                {%- do loaded['missing' if existing is none else 'reloaded'].append(node.alias) -%}
+                {%- if existing is not none -%}
+                    {%- do adapter.drop_relation(existing) -%}
+                {%- endif -%}
                 {%- do run_query(create_seed_from_csv(relation, csv_path, node.config.column_types)) -%}
             {%- endif -%}
+        {%- endfor -%}
+        {%- for kind, names in loaded.items() if names -%}
+            {%- do log(('loading missing seed' if kind == 'missing' else 'reloading seed')
+                       ~ ('s' if names | length > 1 else '') ~ ' from seeds/: '
+                       ~ names | join(', '), info=true) -%}
         {%- endfor -%}
     {%- endif -%}
     select 1 as seeds_checked

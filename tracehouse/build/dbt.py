@@ -16,8 +16,10 @@ Commands that write the database (``build``, ``run``, ``seed``, ``test``,
 (:mod:`tracehouse.core.publish`), so readers are never blocked, and two of them
 take turns. A plain ``build`` skips what needs no time: unit tests (the
 test suite runs them), the lake's own invariants (tag ``lake``: ingest
-guarantees them) and the intermediate models' tests (tag ``internal``: the
-chain's own SQL, covered by the unit tests and the marts' tests), all of
+guarantees them), the intermediate models' tests (tag ``internal``: the
+chain's own SQL, covered by the unit tests and the marts' tests) and the
+seed nodes with their row checks (the CSVs are loaded by an on-run-start
+hook when missing or changed: macros/seeds.sql), all of
 which ``dbt build`` and the test suite still run; and it is
 skipped entirely when neither the project nor the lake changed since the
 last successful one; a changed project rebuilds with ``--full-refresh``
@@ -85,8 +87,13 @@ _COMMANDS_WRITING_DATABASE = frozenset({"build", "run", "seed", "test", "snapsho
 #: project changed since the last build.
 _COMMANDS_BUILDING_MODELS = frozenset({"build", "run"})
 #: What a plain ``tracehouse build`` leaves out (see the module docstring).
+#: Seed nodes (and, excluded with them, their row checks) too: the project's
+#: on-run-start hook loads a seed table from its CSV when the warehouse lacks
+#: it or the build refreshes everything (macros/seeds.sql), which a changed
+#: CSV always causes (:mod:`tracehouse.build.state`).
 PLAIN_BUILD_EXCLUDES = (
-    "--exclude-resource-type", "unit_test", "--exclude", "tag:lake", "tag:internal",
+    "--exclude-resource-type", "unit_test",
+    "--exclude", "tag:lake", "tag:internal", "resource_type:seed",
 )
 
 #: What a plain build narrowed to changed lake tables also leaves out: with

@@ -9,7 +9,10 @@
     reads them as if they did). A warning naming each, not an error: the other traces
     still build. `tracehouse ingest` on their paths parses
     them again (same ids). Not a staging test (tag `lake`), so that a plain
-    `tracehouse build` runs it.
+    `tracehouse build` runs it. It reads int_traces_loaded, the lake's
+    `traces` rows kept as a table, not stg_lake__traces, which opens every
+    trace's `traces` file: 1.1 s of a 256 x 2 build for the same rows
+    (benchmarks/README.md, "Where a full build's time goes").
 #}
 
 {{ config(severity='warn') }}
@@ -22,7 +25,7 @@ traces as (
         trace_id,
         path,
         lake_format
-    from {{ ref('stg_lake__traces') }}
+    from {{ ref('int_traces_loaded') }}
 ),
 
 final as (
