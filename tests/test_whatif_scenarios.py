@@ -161,3 +161,25 @@ def test_perfect_dp_overlap_hides_only_the_data_parallel_transfers(whatif_wh) ->
     measured, predicted = _predicted(whatif_wh.root, "no_overlap", "perfect_dp_overlap")
     assert predicted < measured
     assert predicted <= _measured_step(whatif_wh.root, "overlap_clean")
+
+
+def test_exposed_dp_comm_is_priced_by_the_dp_overlap_scenario(whatif_wh) -> None:
+    """With the what-if marts built, fct_findings prices exposed_dp_comm by
+    perfect_dp_overlap (seeds/finding_rules.csv): on the run without
+    --overlap-grad-reduce the rule fires and its time at stake is that
+    scenario's saved_ns in fct_what_if, the one figure for what hiding the DP
+    transfers would save."""
+    rows = query_warehouse(
+        whatif_wh.root,
+        """
+        select findings.status, findings.priced_by, findings.time_at_stake_ns, what_if.saved_ns
+        from fct_findings as findings
+        inner join fct_what_if as what_if
+            on findings.run_id = what_if.run_id and findings.iteration = what_if.iteration
+        where findings.run_id = 'no_overlap' and findings.rule_id = 'exposed_dp_comm'
+            and what_if.scenario = 'perfect_dp_overlap'
+        """)
+    assert rows, "no exposed_dp_comm finding for no_overlap"
+    for status, priced_by, at_stake, saved in rows:
+        assert (status, priced_by) == ("fired", "what_if")
+        assert at_stake == saved > 0
