@@ -25,6 +25,7 @@ from tracehouse.core.topology import DEFAULT_ORDER
 from .model_config_dump import dump_model_config
 from .profiling import (
     ProfilingConfig,
+    cuda_sync_events_config,
     env_flag,
     make_schedule,
     make_trace_handler,
@@ -102,10 +103,15 @@ def build_profiler(rank: int, profile_ranks: Sequence[int], profile_step_start: 
     activities = [torch.profiler.ProfilerActivity.CPU]
     if with_cuda and torch.cuda.is_available():
         activities.append(torch.profiler.ProfilerActivity.CUDA)
+    options: dict[str, Any] = {}
+    experimental = cuda_sync_events_config(config)
+    if experimental is not None:  # cross-stream waits for the replay (PROFILER_CUDA_SYNC_EVENTS)
+        options["experimental_config"] = experimental
     return torch.profiler.profile(
         activities=activities,
         schedule=make_schedule(config, first_iteration),
         on_trace_ready=make_trace_handler(out_dir, rank, config, first_iteration),
         record_shapes=True,
         with_stack=True,
+        **options,
     )

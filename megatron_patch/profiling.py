@@ -17,6 +17,9 @@ Environment variables:
 * ``PROFILER_WARMUP_STEPS`` (default 1): steps traced and discarded before
   the first recorded iteration (clamped to the steps available).
 * ``PROFILER_GZIP`` (same truthy values): write ``.pt.trace.json.gz``.
+* ``PROFILER_CUDA_SYNC_EVENTS`` (default on; ``0``/``false``/``no``/``off``
+  turns it off): ask Kineto for CUDA synchronization events (see
+  :func:`cuda_sync_events_config`).
 
 Traces land in ``<dir>/iteration_N/rank_XXXX_iter_N.pt.trace.json[.gz]``,
 the layout ``tracehouse ingest`` recognises.
@@ -34,6 +37,7 @@ from typing import Any
 
 __all__ = [
     "ProfilingConfig",
+    "cuda_sync_events_config",
     "env_flag",
     "make_schedule",
     "make_trace_handler",
@@ -42,12 +46,18 @@ __all__ = [
 ]
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
 
 
 def env_flag(name: str, environ: Mapping[str, str] | None = None) -> bool:
     """True when the variable is set to 1, true, yes or on (any case)."""
     value = (os.environ if environ is None else environ).get(name, "")
     return value.strip().lower() in _TRUE
+
+
+def _env_on_unless_off(name: str, environ: Mapping[str, str]) -> bool:
+    """True unless the variable is set to 0, false, no or off (any case): a default-on switch."""
+    return environ.get(name, "").strip().lower() not in _FALSE
 
 
 def _env_int(name: str, default: int, environ: Mapping[str, str]) -> int:
@@ -73,6 +83,7 @@ class ProfilingConfig:
     warmup: int = 1
     all_ranks: bool = False
     gzip: bool = False
+    cuda_sync_events: bool = True
 
     def __post_init__(self) -> None:
         if self.start < 0 or self.end <= self.start:
@@ -92,7 +103,38 @@ class ProfilingConfig:
             warmup=_env_int("PROFILER_WARMUP_STEPS", 1, env),
             all_ranks=env_flag("PROFILE_ALLRANKS", env),
             gzip=env_flag("PROFILER_GZIP", env),
+            cuda_sync_events=_env_on_unless_off("PROFILER_CUDA_SYNC_EVENTS", env),
         )
+
+
+def cuda_sync_events_config(config: ProfilingConfig, factory: Any = None) -> Any | None:
+    """The ``experimental_config`` that makes Kineto record CUDA sync events, or None.
+
+    Why: the what-if replay (``fct_step_replay``) and HTA's critical path take
+    cross-stream waits and host syncs from Kineto's ``cuda_sync`` rows
+    ("Stream Wait Event", "Event Sync", with
+    ``wait_on_cuda_event_record_corr_id``), and ``torch.profiler`` writes them
+    only when ``_ExperimentalConfig(enable_cuda_sync_events=True)`` is passed
+    (PyTorch >= 2.1; off by default; stock Megatron-LM passes none). Without
+    them the replay falls back to stream order and launches and says so
+    (``has_recorded_syncs``).
+
+    None when ``PROFILER_CUDA_SYNC_EVENTS`` is off or the installed PyTorch
+    has no such field (older releases: the profiler then runs as before).
+    ``factory`` is the config class (``torch._C._profiler._ExperimentalConfig``
+    when None).
+    """
+    if not config.cuda_sync_events:
+        return None
+    if factory is None:
+        try:
+            from torch._C._profiler import _ExperimentalConfig as factory
+        except ImportError:
+            return None
+    try:
+        return factory(enable_cuda_sync_events=True)
+    except TypeError:  # a PyTorch from before the field (pytorch PR #105187, 2.1)
+        return None
 
 
 def should_profile(rank: int, profile_ranks: Sequence[int], config: ProfilingConfig) -> bool:

@@ -20,6 +20,7 @@ from tracehouse.ingest.discover import classify
 from tracehouse.ingest.topology import parse_topology_json, parse_traceviz_txt
 from tracehouse.megatron_patch.profiling import (
     ProfilingConfig,
+    cuda_sync_events_config,
     env_flag,
     should_profile,
     trace_path,
@@ -37,6 +38,10 @@ def test_env_config() -> None:
     assert config.all_ranks and config.gzip and should_profile(5, [0], config)
     plain = ProfilingConfig.from_env(10, 12, {})
     assert (plain.wait, plain.warmup, plain.all_ranks, plain.gzip) == (0, 1, False, False)
+    assert plain.cuda_sync_events and config.cuda_sync_events  # on unless turned off
+    for off in ("0", "off", " No ", "FALSE"):
+        assert not ProfilingConfig.from_env(10, 12, {"PROFILER_CUDA_SYNC_EVENTS": off}) \
+            .cuda_sync_events, off
     assert should_profile(0, [0], plain) and not should_profile(5, [0], plain)
     assert not env_flag("X", {"X": "0"}) and env_flag("X", {"X": " on "})
     with pytest.raises(ValueError, match="PROFILER_WARMUP_STEPS"):
@@ -81,6 +86,54 @@ def test_profiler_records_exactly_the_requested_iterations(tmp_path: Path,
                  if str(e.get("name", "")).startswith("ProfilerStep#")}
         assert len(steps) == 1  # one iteration per file
         assert any(e.get("name") == "train_step" for e in trace["traceEvents"])
+
+
+def _sync_events_state(torch_profiler_config) -> tuple:
+    """An ``_ExperimentalConfig``'s fields (pybind exposes them only through pickling)."""
+    return torch_profiler_config.__getstate__()
+
+
+def test_build_profiler_asks_kineto_for_cuda_sync_events(tmp_path: Path) -> None:
+    """The patch's profiler records CUDA sync events, which the replay's
+    cross-stream waits need (issue 33; off in torch.profiler by default), and
+    still writes one trace per iteration with them on (a CPU run here: no
+    CUDA events to record, but the config must not break profiling).
+    ``PROFILER_CUDA_SYNC_EVENTS=0`` leaves torch's default."""
+    torch = pytest.importorskip("torch", reason="torch is not installed "
+                                "(pip install -e '.[megatron]')")
+    from torch._C._profiler import _ExperimentalConfig
+
+    from tracehouse.megatron_patch.hooks import build_profiler
+
+    wanted = _sync_events_state(_ExperimentalConfig(enable_cuda_sync_events=True))
+    assert wanted != _sync_events_state(_ExperimentalConfig())
+    prof = build_profiler(0, [0], 2, 4, tmp_path, first_iteration=0, environ={})
+    assert _sync_events_state(prof.experimental_config) == wanted
+    x = torch.randn(8, 8)
+    with prof:
+        for _step in range(5):
+            x = (x @ x).tanh()
+            prof.step()
+    assert sorted(p.name for p in tmp_path.rglob("*.json")) == [
+        "rank_0000_iter_2.pt.trace.json", "rank_0000_iter_3.pt.trace.json"]
+
+    off = build_profiler(0, [0], 2, 4, tmp_path / "off", first_iteration=0,
+                         environ={"PROFILER_CUDA_SYNC_EVENTS": "0"})
+    assert off.experimental_config is None or \
+        _sync_events_state(off.experimental_config) != wanted
+
+
+def test_cuda_sync_events_config_without_the_field() -> None:
+    """A PyTorch older than the field (2.0) rejects the keyword: no config, no error."""
+
+    class ConfigBeforeTheField:
+        def __init__(self, **fields: object) -> None:
+            if fields:
+                raise TypeError(f"unexpected keyword arguments {sorted(fields)}")
+
+    config = ProfilingConfig(start=1, end=2)
+    assert cuda_sync_events_config(config, ConfigBeforeTheField) is None
+    assert cuda_sync_events_config(ProfilingConfig(start=1, end=2, cuda_sync_events=False)) is None
 
 
 def test_dump_writes_json_and_traceviz_text(tmp_path: Path) -> None:
