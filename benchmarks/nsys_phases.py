@@ -78,6 +78,7 @@ def instrument() -> None:
     parse.read_shared = phase("read shared", parse.read_shared)
     parse.read_gpu = phase("read gpu", parse.read_gpu)
     parse._sorted_rows = phase("sort gpu (duckdb)", parse._sorted_rows)  # noqa: SLF001
+    parse.slice_names = phase("slice names", parse.slice_names)
     parse._one_gpu = phase("map gpu (arrays)", parse._one_gpu)  # noqa: SLF001
     write.with_context = phase("slice context", slice_context.with_context)
     write.write_ranges_tmp = phase("annotation ranges", ranges.write_ranges_tmp)

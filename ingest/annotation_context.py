@@ -40,6 +40,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .name_match import per_name
+
 #: Nsight's ``NVTX_EVENTS.eventType`` of a push/pop range (ingest/nsys.py
 #: writes it into ``args`` as ``event type``).
 NVTX_PUSH_POP_EVENT_TYPE = 59
@@ -136,8 +138,8 @@ def _kinds(slices: pa.Table, is_gpu: np.ndarray) -> pa.Array:
         event = pc.extract_regex(slices["args"], r'"event type"\s*:\s*(?P<type>\d+)[,}\s]')
         is_push_pop = pc.equal(pc.struct_field(event, "type"), str(NVTX_PUSH_POP_EVENT_TYPE))
         push_pop = pc.fill_null(pc.and_(push_pop, _one_array(is_push_pop)), False)
-    step = pc.fill_null(pc.match_substring_regex(slices["name"].combine_chunks(),
-                                                 PROFILER_STEP_PATTERN), False)
+    step = pc.fill_null(per_name(slices["name"].combine_chunks(), lambda text:
+                                 pc.match_substring_regex(text, PROFILER_STEP_PATTERN)), False)
     is_range = pc.and_(complete_cpu, pc.or_(pc.or_(user, push_pop), step))
     null = pa.scalar(None, pa.string())
     return pc.if_else(is_range, pc.if_else(is_nvtx, "nvtx", "user_annotation"), null)

@@ -51,6 +51,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .annotation_context import ANNOTATION_FIELDS, PROFILER_STEP_PATTERN, annotation_context
+from .name_match import per_name
 
 #: The flow category of a CPU launch -> GPU work edge (Kineto's and the Nsight loader's).
 LAUNCH_FLOW_CATEGORY = "ac2g"
@@ -90,9 +91,11 @@ def with_context(slices: pa.Table, flows: pa.Table, threads: pa.Table) -> pa.Tab
 def _has_role(names: pa.ChunkedArray, is_gpu: np.ndarray,
               frame_kind: pa.ChunkedArray) -> pa.ChunkedArray:
     """``has_role`` (module docstring) of each slice."""
-    collective = pc.or_(pc.starts_with(names, "c10d::"), pc.starts_with(names, "gloo:"))
-    named = pc.fill_null(pc.or_(collective, pc.match_substring_regex(names, PROFILER_STEP_PATTERN)),
-                         False)
+    def is_named(text: pa.Array) -> pa.Array:
+        collective = pc.or_(pc.starts_with(text, "c10d::"), pc.starts_with(text, "gloo:"))
+        return pc.or_(collective, pc.match_substring_regex(text, PROFILER_STEP_PATTERN))
+
+    named = pc.fill_null(per_name(names, is_named), False)
     return pc.or_(pc.or_(pa.array(is_gpu, pa.bool_()), pc.is_valid(frame_kind)), named)
 
 

@@ -52,10 +52,13 @@ import pyarrow.compute as pc
 
 from .. import schema
 from ..memory import release_free_memory
+from ..name_match import per_name
 from ..nesting import nest_slices
 from ..trace_types import ParsedTrace, TraceError, TraceFile, display_path
 from .args import ROW_COLUMN, SOURCE_CODE, DeferredArgs
+from .names import NAME_IDS, slice_names
 from .nvtx import NVTX_DOMAIN_CREATE, NVTX_MARK, NVTX_PUSH_POP, NVTX_START_END
+from .owned import owned
 from .read import NsysDatabase
 
 FILE_FORMAT = "nsys_sqlite"
@@ -104,13 +107,6 @@ _NVTX = _Source("NVTX_EVENTS", (
     "start", "end", "eventType", "rangeId", "category", "text", "globalTid", "endGlobalTid",
     "textId", "domainId", "uint64Value", "int64Value", "doubleValue", "uint32Value",
     "int32Value", "floatValue", "jsonText"))
-
-_MEMCPY_KIND = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD",
-                7: "DtoA", 8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "HtoD (Unified)",
-                12: "DtoH (Unified)", 13: "DtoD (Unified)"}
-_MEM_KIND = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed",
-             5: "Device Static", 6: "Managed Static", 7: "Unknown"}
-
 
 def _read(db: NsysDatabase, source: _Source, where: Callable[[set[str]], str] | None = None
           ) -> pa.Table | None:
@@ -256,33 +252,22 @@ def _gpu_slices_sql(tables: dict[str, pa.Table]) -> str:
         select 'kernel' as category, k.start, k."end", k.deviceId as device,
             k.streamId as stream, k.correlationId as correlation,
             {_PID.format(col='k.globalPid')} as pid,
-            coalesce(demangled.value, short.value, 'kernel') as name,
             {_source_columns('kernel', 'k')}
-        from kernel as k
-        left join strings as demangled on k.demangledName = demangled.id
-        left join strings as short on k.shortName = short.id"""]
+        from kernel as k"""]
     parts.append(f"""
         select 'gpu_memcpy', m.start, m."end", m.deviceId, m.streamId, m.correlationId,
             {_PID.format(col='m.globalPid')},
-            'Memcpy ' || coalesce(copy_kind.label, 'Unknown') || ' ('
-                || coalesce(src.label, 'Unknown') || ' -> '
-                || coalesce(dst.label, 'Unknown') || ')',
             {_source_columns('memcpy', 'm')}
-        from memcpy as m
-        left join copy_kinds as copy_kind on m.copyKind = copy_kind.id
-        left join mem_kinds as src on m.srcKind = src.id
-        left join mem_kinds as dst on m.dstKind = dst.id""")
+        from memcpy as m""")
     parts.append(f"""
         select 'gpu_memset', m.start, m."end", m.deviceId, m.streamId, m.correlationId,
             {_PID.format(col='m.globalPid')},
-            'Memset (' || coalesce(mem.label, 'Unknown') || ')',
             {_source_columns('memset', 'm')}
-        from memset as m
-        left join mem_kinds as mem on m.memKind = mem.id""")
+        from memset as m""")
     if "graph" in tables:
         parts.append(f"""
             select 'cuda_graph', g.start, g."end", g.deviceId, g.streamId, g.correlationId,
-                {_PID.format(col='g.globalPid')}, 'CUDA graph ' || coalesce(g.graphId, -1),
+                {_PID.format(col='g.globalPid')},
                 {_source_columns('graph', 'g')}
             from graph as g""")
     return " union all ".join(parts)
@@ -301,10 +286,8 @@ def _cpu_slices_sql(tables: dict[str, pa.Table]) -> str:
             select '{category}' as category, 'X' as phase, r.start, r."end",
                 {_PID.format(col='r.globalTid')} as pid, r.globalTid as track_key,
                 'thread' as track_kind, r.correlationId as correlation,
-                regexp_replace(coalesce(names.value, 'cuda call'), '_v[0-9]+$', '') as name,
                 {_source_columns(key, 'r')}, null::bigint as event_type
-            from {key} as r
-            left join strings as names on r.nameId = names.id""")
+            from {key} as r""")
     parts.append(f"""
         select
             case when n.eventType = {NVTX_MARK} then 'nvtx_mark' else 'nvtx' end as category,
@@ -317,10 +300,8 @@ def _cpu_slices_sql(tables: dict[str, pa.Table]) -> str:
             case when n.eventType = {NVTX_START_END} then 'nvtx_async' else 'thread' end
                 as track_kind,
             null::bigint as correlation,
-            coalesce(n.text, texts.value, '') as name,
             {_source_columns('nvtx', 'n')}, n.eventType as event_type
         from nvtx as n
-        left join strings as texts on n.textId = texts.id
         where n.eventType in ({NVTX_MARK}, {NVTX_PUSH_POP}, {NVTX_START_END})""")
     return " union all ".join(parts)
 
@@ -338,10 +319,6 @@ def _register(con: duckdb.DuckDBPyConnection, tables: dict[str, pa.Table]) -> di
         sources[key] = table.append_column(
             ROW_COLUMN, pa.array(np.arange(table.num_rows, dtype=np.int64)))
         con.register(key, sources[key])
-    con.register("strings", tables["strings"])
-    con.register("copy_kinds", pa.table({"id": list(_MEMCPY_KIND),
-                                         "label": list(_MEMCPY_KIND.values())}))
-    con.register("mem_kinds", pa.table({"id": list(_MEM_KIND), "label": list(_MEM_KIND.values())}))
     return sources
 
 
@@ -450,8 +427,7 @@ def parse_gpu(db: NsysDatabase, plan: ExportPlan, index: int, source: TraceFile,
     con = duckdb.connect()
     try:
         sources = _register(con, tables)
-        # Views over the Arrow tables: the joined names of a row are built only
-        # when the rows are taken, never held for the whole file.
+        # Views over the Arrow tables, sorted with numbers only: names come after.
         con.execute(f"create temp view gpu as {_gpu_slices_sql(tables)}")
         con.execute(f"create temp view cpu_device as select *, {int(device)} as device "
                     f"from ({_cpu_slices_sql(tables)})")
@@ -461,11 +437,14 @@ def parse_gpu(db: NsysDatabase, plan: ExportPlan, index: int, source: TraceFile,
         # on a 713 MB export's GPU) goes back only when it closes.
         con.close()
     release_free_memory()
-    part = _one_gpu(rows, track_rows, source, device, plan.first_rank + index, plan.world,
-                    plan.base_ns, plan.names, trace_id=trace_id, content_hash=content_hash,
+    names = slice_names(sources, SOURCE_CODE, tables["strings"],
+                        rows.column("src").to_numpy(), rows.column("src_row").to_numpy())
+    part = _one_gpu(rows, names, track_rows, source, device, plan.first_rank + index,
+                    plan.world, plan.base_ns, plan.names, trace_id=trace_id,
+                    content_hash=content_hash,
                     ingested_at=ingested_at,
                     device_properties=_device_properties(plan.shared, device))
-    del rows
+    del rows, names
     # The activity tables stay, read by the args of each write batch.
     part.args = DeferredArgs(sources, args_lookups(tables), *part.args_source)
     part.args_source = None
@@ -483,8 +462,11 @@ NULL_SLICE_COLUMNS = ("external_id", "collective_name", "process_group_name",
 #: The columns an Nsight GPU's ``slices`` are held with: the parsed slices' but the
 #: constant and all-NULL ones, which cost 4.4 M rows x 12 columns (~450 MiB per GPU of
 #: a 713 MB export) for no value; each write group gets them (:func:`held_back_columns`).
-HELD_SLICES = pa.schema([field for field in schema.PARSED_SLICES
-                         if field.name not in CONSTANT_SLICE_COLUMNS + NULL_SLICE_COLUMNS])
+#: ``name`` is held as indices into the GPU's distinct names (:mod:`.names`).
+HELD_SLICES = pa.schema([
+    pa.field("name", NAME_IDS) if field.name == "name" else field
+    for field in schema.PARSED_SLICES
+    if field.name not in CONSTANT_SLICE_COLUMNS + NULL_SLICE_COLUMNS])
 
 
 def held_back_columns(run_id: str, rank: int, trace_id: str, rows: int) -> dict[str, pa.Array]:
@@ -540,11 +522,11 @@ def _sorted_rows(con: duckdb.DuckDBPyConnection, device: int,
     con.execute(f"""
         create or replace temp view picked as
         select 0 as side, category, 'X' as phase, start, "end", correlation, device, stream,
-            name, src, src_row, null::bigint as event_type, 'gpu' as track_kind,
+            src, src_row, null::bigint as event_type, 'gpu' as track_kind,
             stream as track_key, device as pid
         from gpu where device = {device}
         union all
-        select 1, category, phase, start, "end", correlation, null, null, name, src, src_row,
+        select 1, category, phase, start, "end", correlation, null, null, src, src_row,
             event_type, track_kind, track_key, pid
         from cpu_device where device = {device}""")
     con.execute("""
@@ -556,7 +538,7 @@ def _sorted_rows(con: duckdb.DuckDBPyConnection, device: int,
     rows = con.sql("""
         select picked.side, picked.category, picked.phase, picked.start + $base as ts,
             greatest(picked."end" - picked.start, 0) as dur, picked.correlation,
-            picked.device, picked.stream, picked.name, picked.src, picked.src_row,
+            picked.device, picked.stream, picked.src, picked.src_row,
             picked.event_type, tracks.track_id
         from picked inner join tracks using (track_kind, track_key)
         order by picked.side, picked.start, tracks.track_id, picked."end" desc
@@ -565,11 +547,13 @@ def _sorted_rows(con: duckdb.DuckDBPyConnection, device: int,
     return rows, track_rows
 
 
-def _one_gpu(rows: pa.Table, track_rows: list[tuple], source: TraceFile, device: int,
+def _one_gpu(rows: pa.Table, slice_name: pa.ChunkedArray, track_rows: list[tuple],
+             source: TraceFile, device: int,
              rank: int, world: int | None, base_ns: int, names: _Names, *, trace_id: str,
              content_hash: str, ingested_at: object,
              device_properties: str | None) -> NsysTrace:
-    """The lake rows of one GPU from its sorted rows (:func:`_sorted_rows`)."""
+    """The lake rows of one GPU from its sorted rows (:func:`_sorted_rows`) and their names
+    (:func:`.names.slice_names`)."""
     n = rows.num_rows
     run_id = source.run_id
     track = rows.column("track_id").to_numpy().astype(np.int64)
@@ -581,16 +565,16 @@ def _one_gpu(rows: pa.Table, track_rows: list[tuple], source: TraceFile, device:
         "slice_id": pa.array(slice_id),
         "ts": pa.array(ts),
         "dur": pa.array(dur),
-        "phase": rows.column("phase"),
-        "category": rows.column("category"),
-        "name": rows.column("name"),
+        "phase": owned(rows.column("phase")),
+        "category": owned(rows.column("category")),
+        "name": slice_name,
         "track_id": pa.array(track),
         "depth": pa.array(nested.depth),
         "parent_id": pa.array(nested.parent, mask=nested.parent < 0),
         "is_partial_overlap": pa.array(nested.partial),
-        "correlation": rows.column("correlation"),
-        "device": rows.column("device"),
-        "stream": rows.column("stream"),
+        "correlation": owned(rows.column("correlation")),
+        "device": owned(rows.column("device")),
+        "stream": owned(rows.column("stream")),
         "args": stand_in_args(rows.column("event_type")),
     }).cast(HELD_SLICES)
     args_source = (rows.column("src").to_numpy().astype(np.int8),
@@ -598,7 +582,7 @@ def _one_gpu(rows: pa.Table, track_rows: list[tuple], source: TraceFile, device:
 
     flows = _launch_flows(rows, ts, run_id, rank, trace_id)
     threads, processes = _tracks(track_rows, device, names, run_id, rank, trace_id)
-    steps = sorted({int(m.group(1)) for name in _cpu_names(rows)
+    steps = sorted({int(m.group(1)) for name in _cpu_names(rows.column("category"), slice_name)
                     if (m := _PROFILER_STEP.match(name))})
     start = int(ts.min()) if n else None
     end = int((ts + dur).max()) if n else None
@@ -639,12 +623,11 @@ def stand_in_args(event_type: pa.ChunkedArray) -> pa.ChunkedArray:
     return pc.binary_join_element_wise('{"event type": ', text, "}", "")
 
 
-def _cpu_names(rows: pa.Table) -> list[str]:
+def _cpu_names(category: pa.ChunkedArray, names: pa.ChunkedArray) -> list[str]:
     """Names of NVTX ranges that may be profiler steps (filtered in Arrow, not Python)."""
-    names = rows.column("name")
-    keep = pc.and_(pc.equal(rows.column("category"), "nvtx"),
-                   pc.starts_with(names, "ProfilerStep#"))
-    return rows.filter(pc.fill_null(keep, False)).column("name").to_pylist()
+    keep = pc.and_(pc.equal(category, "nvtx"),
+                   per_name(names, lambda text: pc.starts_with(text, "ProfilerStep#")))
+    return names.filter(pc.fill_null(keep, False)).cast(pa.string()).to_pylist()
 
 
 def _launch_flows(rows: pa.Table, ts: np.ndarray, run_id: str, rank: int,
