@@ -45,6 +45,7 @@ import pyarrow.parquet as pq
 from tracehouse.core.warehouse import Warehouse
 
 from .annotation_context import annotation_ranges
+from .numpy_arrow import arrow_array
 from .schema import LAKE_FORMAT, LAKE_TABLES, TRACE_TABLES
 from .slice_context import with_context
 
@@ -116,7 +117,8 @@ def write_parquet_tmp(table: pa.Table, final: Path, token: str,
             if rows is None:
                 writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
             else:
-                writer.write_table(table.take(rows), row_group_size=GROUPED_ROW_GROUP_ROWS)
+                writer.write_table(table.take(arrow_array(rows)),
+                                   row_group_size=GROUPED_ROW_GROUP_ROWS)
     return tmp
 
 
