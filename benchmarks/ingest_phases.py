@@ -136,7 +136,7 @@ STARTS = {
     "+ what an ingest imports later": (
         "from tracehouse.ingest.no_pandas import keep_pandas_out; keep_pandas_out(); "
         "from tracehouse.ingest.runner import ingest_paths; "
-        "import tracehouse.ingest.kineto_fast, pyarrow.parquet, numpy.ma"),
+        "import tracehouse.ingest.kineto_fast, pyarrow.parquet"),
     "HTA imports": "from hta.trace_analysis import TraceAnalysis",
 }
 

@@ -41,6 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .name_match import per_name
+from .numpy_arrow import arrow_array, distinct_inverse
 
 #: Nsight's ``NVTX_EVENTS.eventType`` of a push/pop range (ingest/nsys.py
 #: writes it into ``args`` as ``event type``).
@@ -99,7 +100,7 @@ def annotation_context(slices: pa.Table, row_of, is_gpu: np.ndarray,
     found = around >= 0
     return {
         "annotation_kind": kind,
-        "annotation_slice_id": pa.array(np.where(found, slice_ids[np.maximum(around, 0)], 0),
+        "annotation_slice_id": arrow_array(np.where(found, slice_ids[np.maximum(around, 0)], 0),
                                         pa.int64(), mask=~found),
     }
 
@@ -128,7 +129,7 @@ def _kinds(slices: pa.Table, is_gpu: np.ndarray) -> pa.Array:
     """``annotation_kind`` of each slice (module docstring), NULL on every other slice."""
     category = slices["category"].combine_chunks()
     complete_cpu = pc.and_(pc.fill_null(pc.equal(slices["phase"].combine_chunks(), "X"), False),
-                           pa.array(~is_gpu, pa.bool_()))
+                           arrow_array(~is_gpu, pa.bool_()))
     is_nvtx = pc.fill_null(pc.starts_with(category, "nvtx"), False)
     user = pc.fill_null(pc.equal(category, "user_annotation"), False)
     push_pop = pc.fill_null(pc.equal(category, "nvtx"), False)
@@ -241,7 +242,7 @@ def _paths_by_level(parent_row: np.ndarray, names: pa.ChunkedArray | pa.Array) -
         above = path_id[parent_row[rows]] if level else np.full(rows.size, -1, np.int64)
         # One integer per (parent path, name) pair: both are below len(name_text) + known.
         width = len(name_text) + 1
-        keys, inverse = np.unique((above + 1) * width + (name_id[rows] + 1), return_inverse=True)
+        keys, inverse = distinct_inverse((above + 1) * width + (name_id[rows] + 1))
         path_id[rows] = known + inverse.reshape(-1)
         own = _lookup(name_text, keys % width - 1)
         if level == 0:
@@ -255,12 +256,12 @@ def _paths_by_level(parent_row: np.ndarray, names: pa.ChunkedArray | pa.Array) -
         known += keys.size
     if not texts:
         return pa.array([], pa.string())
-    return pa.concat_arrays(texts).take(pa.array(path_id))
+    return pa.concat_arrays(texts).take(arrow_array(path_id))
 
 
 def _lookup(values: pa.Array, index: np.ndarray) -> pa.Array:
     """``values[index]``, NULL where ``index`` is -1."""
-    return values.take(pa.array(index, pa.int64(), mask=index < 0))
+    return values.take(arrow_array(index, pa.int64(), mask=index < 0))
 
 
 def _one_array(values: pa.ChunkedArray) -> pa.Array:
@@ -300,4 +301,4 @@ def _lineages(parent_row: np.ndarray, slice_ids: np.ndarray) -> pa.Array:
         rows, position = parent_row[rows], position - 1
         keep = rows >= 0
         rows, position = rows[keep], position[keep]
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, pa.int64()))
+    return pa.ListArray.from_arrays(arrow_array(offsets), arrow_array(values, pa.int64()))

@@ -37,6 +37,7 @@ import pyarrow.compute as pc
 from . import schema
 from .json_numbers import NotANumber, raws_to_ns
 from .nesting import Nesting, bind_flow_endpoints, nest_slices
+from .numpy_arrow import arrow_array, distinct
 from .trace_types import ParsedTrace, TraceError, TraceFile, display_path
 
 INT64_MAX = 2**63 - 1
@@ -418,7 +419,7 @@ def _typed_columns(n: int, rows: np.ndarray, decoded: list[Args]) -> dict[str, p
             if indices is None:
                 take = np.full(n, -1, dtype=np.int64)
                 take[rows] = np.arange(len(rows), dtype=np.int64)
-                indices = pa.array(take, mask=take < 0)
+                indices = arrow_array(take, mask=take < 0)
             columns[column] = compact.take(indices)
     return columns
 
@@ -430,7 +431,7 @@ def _scatter_ints(compact: pa.Array, rows: np.ndarray, n: int) -> pa.Array:
     values[rows] = compact.fill_null(0).to_numpy()
     valid = np.zeros(n, dtype=bool)
     valid[rows] = compact.is_valid().to_numpy(zero_copy_only=False)
-    return pa.array(values, mask=~valid)
+    return arrow_array(values, mask=~valid)
 
 
 def _column(values: Sequence[object], type_: pa.DataType, column: str) -> pa.Array:
@@ -455,7 +456,7 @@ def _json_column(raws: Sequence[msgspec.Raw], column: str,
     offsets = np.zeros(lengths.size + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     present = lengths > 0
-    validity = None if present.all() else pa.array(present).buffers()[1]
+    validity = None if present.all() else arrow_array(present).buffers()[1]
     binary = pa.LargeBinaryArray.from_buffers(
         pa.large_binary(), lengths.size,
         [validity, pa.py_buffer(offsets), pa.py_buffer(b"".join(raws))],
@@ -538,7 +539,7 @@ class _Columns:
         self.track.append(track)
         self.steps.update(_profiler_steps(name))
         gpu = pc.fill_null(pc.is_in(category, _GPU_CATEGORY_ARRAY), False)
-        self.gpu_tracks.update(np.unique(track[gpu.to_numpy(zero_copy_only=False)]).tolist())
+        self.gpu_tracks.update(distinct(track[gpu.to_numpy(zero_copy_only=False)]).tolist())
         arrow = self.arrow
         arrow["phase"].append(pa.array(["X" if p == "X" else "i" for p in phs], pa.string()))
         arrow["category"].append(category)
@@ -659,16 +660,16 @@ def parse_kineto(data: bytes, source: TraceFile, *, trace_id: str, content_hash:
             "run_id": _repeat(run_id, n, pa.string()),
             "rank": _repeat(rank, n, pa.int64()),
             "trace_id": _repeat(trace_id, n, pa.string()),
-            "slice_id": pa.array(np.arange(n, dtype=np.int64)),
-            "ts": pa.array(ts_ns),
-            "dur": pa.array(dur_ns),
+            "slice_id": arrow_array(np.arange(n, dtype=np.int64)),
+            "ts": arrow_array(ts_ns),
+            "dur": arrow_array(dur_ns),
             "phase": chunked("phase", pa.string()),
             "category": chunked("category", pa.string()),
             "name": chunked("name", pa.string()),
-            "track_id": pa.array(track_arr),
-            "depth": pa.array(nested.depth),
-            "parent_id": pa.array(nested.parent, mask=nested.parent < 0),
-            "is_partial_overlap": pa.array(nested.partial),
+            "track_id": arrow_array(track_arr),
+            "depth": arrow_array(nested.depth),
+            "parent_id": arrow_array(nested.parent, mask=nested.parent < 0),
+            "is_partial_overlap": arrow_array(nested.partial),
             **{column: chunked(column, type_) for _, column, type_ in _TYPED_COLUMNS},
             "args": chunked("args", pa.string()),
         },
@@ -898,12 +899,12 @@ def _flows(columns: _Columns, track_arr, ts_ns, dur_ns, nested: Nesting, run_id,
             "run_id": _repeat(run_id, k, pa.string()),
             "rank": _repeat(rank, k, pa.int64()),
             "trace_id": _repeat(trace_id, k, pa.string()),
-            "flow_id": pa.array(flow_id[out_rows], mask=~id_is_int[out_rows]),
+            "flow_id": arrow_array(flow_id[out_rows], mask=~id_is_int[out_rows]),
             "category": [category_names[c] for c in category[out_rows].tolist()],
-            "slice_out": pa.array(slice_out[bound]),
-            "slice_in": pa.array(slice_in[bound]),
-            "ts_out": pa.array(ts[out_rows]),
-            "ts_in": pa.array(ts[in_rows]),
+            "slice_out": arrow_array(slice_out[bound]),
+            "slice_in": arrow_array(slice_in[bound]),
+            "ts_out": arrow_array(ts[out_rows]),
+            "ts_in": arrow_array(ts[in_rows]),
         },
         schema.FLOWS,
     )
@@ -947,8 +948,8 @@ def _threads_and_processes(columns: _Columns, track_arr, run_id, rank, trace_id)
             "tid": [_str_or_none(tid) for _, tid in keys],
             "thread_name": [thread_names.get(key) for key in keys],
             "thread_sort_index": [thread_sort.get(key) for key in keys],
-            "is_gpu": pa.array(is_gpu),
-            "slice_count": pa.array(counts.astype(np.int64)),
+            "is_gpu": arrow_array(is_gpu),
+            "slice_count": arrow_array(counts.astype(np.int64)),
         },
         schema.THREADS,
     )

@@ -37,6 +37,7 @@ from .kineto import (
     _typed_columns,
     modern_categories,
 )
+from .numpy_arrow import arrow_array, distinct
 from .trace_types import TraceError
 
 INT64_MIN = -INT64_MAX - 1
@@ -67,7 +68,7 @@ def _strings(parts: tuple[bytes, bytes, bytes]) -> pa.Array:
     n = len(valid)
     present = np.frombuffer(valid, dtype=np.bool_)
     nulls = n - int(present.sum())
-    bitmap = pa.array(present).buffers()[1] if nulls else None
+    bitmap = arrow_array(present).buffers()[1] if nulls else None
     return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(data), bitmap,
                                        nulls)
 
@@ -136,9 +137,9 @@ def _columns(out: dict, base_ns: int) -> _Columns | None:
     name = _strings(out["name"])
     columns.steps.update(_profiler_steps(name))
     gpu = pc.fill_null(pc.is_in(category, _GPU_CATEGORY_ARRAY), False)
-    columns.gpu_tracks.update(np.unique(track[gpu.to_numpy(zero_copy_only=False)]).tolist())
+    columns.gpu_tracks.update(distinct(track[gpu.to_numpy(zero_copy_only=False)]).tolist())
     arrow = columns.arrow
-    arrow["phase"].append(pc.if_else(pa.array(_flags(out["is_x"])), "X", "i"))
+    arrow["phase"].append(pc.if_else(arrow_array(_flags(out["is_x"])), "X", "i"))
     arrow["category"].append(category)
     arrow["name"].append(name)
     args = _strings(out["args"])
@@ -164,9 +165,11 @@ def _columns(out: dict, base_ns: int) -> _Columns | None:
     return columns
 
 
-#: The scanner's key of each typed column (ingest.kineto.Args' JSON names).
-_SCANNED_KEYS = {attr: msgspec.structs.fields(Args)[Args.__struct_fields__.index(attr)].encode_name
-                 for attr, _, _ in _TYPED_COLUMNS}
+#: The scanner's key of each typed column (ingest.kineto.Args' JSON names). One call of
+#: ``fields``: each resolves Args' string annotations anew (~190 ``compile`` calls,
+#: 0.4 ms), and this module is imported inside a trace's load (ingest.kineto).
+_ARGS_FIELDS = {field.name: field.encode_name for field in msgspec.structs.fields(Args)}
+_SCANNED_KEYS = {attr: _ARGS_FIELDS[attr] for attr, _, _ in _TYPED_COLUMNS}
 
 
 def _scanned_typed_columns(typed: dict) -> dict[str, pa.Array]:
@@ -176,13 +179,13 @@ def _scanned_typed_columns(typed: dict) -> dict[str, pa.Array]:
         parts = typed[_SCANNED_KEYS[attr]]
         if pa.types.is_integer(type_):
             values, valid = parts
-            columns[column] = pa.array(_i64(values), mask=~_flags(valid))
+            columns[column] = arrow_array(_i64(values), mask=~_flags(valid))
         elif pa.types.is_list(type_):
             offsets, values, valid = parts
             present = _flags(valid)
             columns[column] = pa.ListArray.from_arrays(
-                pa.array(np.frombuffer(offsets, dtype=np.int32)), pa.array(_i64(values)),
-                type=type_, mask=pa.array(~present))
+                arrow_array(np.frombuffer(offsets, dtype=np.int32)), arrow_array(_i64(values)),
+                type=type_, mask=arrow_array(~present))
         else:
             columns[column] = _strings(parts)
     return columns
@@ -194,6 +197,6 @@ def _decoded_typed_columns(category: pa.Array, args: pa.Array) -> dict[str, pa.A
     untyped = pc.fill_null(pc.is_in(category, _UNTYPED_CATEGORY_ARRAY), False)
     rows = np.flatnonzero(pc.and_(pc.is_valid(args), pc.invert(untyped))
                           .to_numpy(zero_copy_only=False))
-    raws = [msgspec.Raw(text) for text in args.take(pa.array(rows)).cast(pa.binary())
+    raws = [msgspec.Raw(text) for text in args.take(arrow_array(rows)).cast(pa.binary())
             .to_pylist()]
     return _typed_columns(len(args), rows, _decode_args_batch(raws))

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .numpy_arrow import distinct
+
 try:
     from ._nesting import nest as _nest
 except ImportError:  # built without a C compiler: the numpy version
@@ -59,7 +61,7 @@ def _range_max(levels: list[np.ndarray], lo: np.ndarray, hi: np.ndarray) -> np.n
     length = hi - lo + 1
     k = np.floor(np.log2(np.maximum(length, 1))).astype(np.int64)
     out = np.empty(lo.size, dtype=levels[0].dtype)
-    for level in np.unique(k).tolist():
+    for level in distinct(k).tolist():
         sel = k == level
         table = levels[level]
         out[sel] = np.maximum(table[hi[sel]], table[lo[sel] + (1 << level) - 1])

@@ -52,6 +52,7 @@ import pyarrow.compute as pc
 
 from .annotation_context import ANNOTATION_FIELDS, PROFILER_STEP_PATTERN, annotation_context
 from .name_match import per_name
+from .numpy_arrow import arrow_array
 
 #: The flow category of a CPU launch -> GPU work edge (Kineto's and the Nsight loader's).
 LAUNCH_FLOW_CATEGORY = "ac2g"
@@ -76,7 +77,7 @@ CONTEXT_FIELDS: list[tuple[str, pa.DataType]] = [
 def with_context(slices: pa.Table, flows: pa.Table, threads: pa.Table) -> pa.Table:
     """``slices`` (one trace, the parsers' columns) with :data:`CONTEXT_FIELDS` appended."""
     is_gpu = _gpu_rows(slices, threads)
-    columns = {"is_gpu": pa.array(is_gpu, pa.bool_())}
+    columns = {"is_gpu": arrow_array(is_gpu, pa.bool_())}
     columns.update(_frames(slices["name"]))
     row_of = _row_lookup(_numpy(slices["slice_id"]))
     launches, launch_row = _launches(slices, flows, is_gpu, row_of)
@@ -96,7 +97,7 @@ def _has_role(names: pa.ChunkedArray, is_gpu: np.ndarray,
         return pc.or_(collective, pc.match_substring_regex(text, PROFILER_STEP_PATTERN))
 
     named = pc.fill_null(per_name(names, is_named), False)
-    return pc.or_(pc.or_(pa.array(is_gpu, pa.bool_()), pc.is_valid(frame_kind)), named)
+    return pc.or_(pc.or_(arrow_array(is_gpu, pa.bool_()), pc.is_valid(frame_kind)), named)
 
 
 def _numpy(column: pa.ChunkedArray | pa.Array, fill: int = 0) -> np.ndarray:
@@ -215,15 +216,15 @@ def _launches(slices: pa.Table, flows: pa.Table, is_gpu: np.ndarray,
     found[found] = launcher[launch_row[found]]
     rows = np.where(found, launch_row, 0)
     mask = ~found
-    indices = pa.array(rows, pa.int64(), mask=mask)  # NULL: no launch, so NULL columns
-    flow_or_not = pa.array(use_flow.astype(np.int8), mask=mask)
+    indices = arrow_array(rows, pa.int64(), mask=mask)  # NULL: no launch, so NULL columns
+    flow_or_not = arrow_array(use_flow.astype(np.int8), mask=mask)
     launch_sources = pa.array(["correlation", "flow"]).take(flow_or_not)
 
     def launch_of(column: str) -> pa.ChunkedArray:
         return pc.take(slices[column], indices)
 
     return {
-        "launch_slice_id": pa.array(slice_ids[rows], pa.int64(), mask=mask),
+        "launch_slice_id": arrow_array(slice_ids[rows], pa.int64(), mask=mask),
         "launch_source": launch_sources,
         "launch_name": launch_of("name"),
         "launch_track_id": launch_of("track_id"),
