@@ -11,7 +11,10 @@ Two kinds of row (``row_kind``), each read by a SQL view of its own:
   then each scenario of int_whatif_work_scaled with its nodes' durations
   and delays replaced (fct_what_if; tracehouse.core.replay_scenarios.
   apply_scenario gives each to the right weight). Each rank's GPU span in
-  each iteration (first GPU start to last GPU end) is kept, with what the
+  each iteration (first GPU start to last GPU end; on a trace without GPU
+  ops, its thread's compute pieces and c10d calls,
+  int_replay_host_ops_listed, stand in for them: `gpu_op_count` counts
+  those) is kept, with what the
   replay does not explain, counted (scenario-independent: the graph's
   weights): the GPU ops' start delays, GPU ops without a launch (anchored
   at the iteration start), nodes whose measured times broke an edge,
@@ -69,15 +72,20 @@ from tracehouse.core.replay_scenarios import apply_scenario
 #: The plain replay, with every node's measured work.
 AS_MEASURED = "as_measured"
 
+#: The nodes whose span is a rank's replayed step: GPU ops, or on a trace
+#: without any, the thread's compute pieces and c10d calls
+#: (int_replay_host_ops_listed).
+WORK_KINDS = "(node_kind like 'gpu_%' or node_kind like 'host_%')"
+
 #: Every node of a rank (collective instances have none) with its group:
 #: one per run x rank x iteration, numbered 0.. in that order.
-GROUPED_NODES = """
+GROUPED_NODES = f"""
     select
         node_id,
         run_id,
         rank,
         iteration,
-        node_kind like 'gpu_%' as is_gpu,
+        {WORK_KINDS} as is_gpu,
         start_ns,
         end_ns,
         dense_rank() over (order by run_id, rank, iteration) - 1 as group_index
@@ -105,8 +113,14 @@ def model(dbt, session):
     graph, part, cut = without_cycles(nodes, node_id, graph)
     # Only step_start edges leave a root: into a rank's first runtime call
     # and into every GPU op whose launch the trace lacks.
+    # (On a trace without GPU ops the root's edge into its first compute
+    # piece or c10d call is the thread's start, not a missing launch.)
+    flags = node_flags(nodes, node_id, graph.size, is_gpu="node_kind like 'gpu_%'",
+                       is_comm="node_kind like '%_communication'",
+                       is_instance="node_kind = 'collective'")
     is_unlaunched = np.zeros(graph.size, dtype=bool)
     is_unlaunched[graph.dst[graph.is_root[graph.src]]] = True
+    is_unlaunched &= flags["is_gpu"]
     facts = nodes.query("nodes", GROUPED_NODES).to_arrow_table()
     facts = facts.filter(pa.array(~np.isin(
         part[node_indices(node_id, np.asarray(facts["node_id"], dtype=np.int64))], cut)))
@@ -120,7 +134,8 @@ def model(dbt, session):
         "start_delay_ns": groups.gpu_sum(graph.delay),
         "unlaunched_op_count": groups.gpu_sum(is_unlaunched),
         "inconsistent_node_count": groups.node_count(graph.is_inconsistent),
-        "rank_local_comm_count": groups.gpu_sum(rank_local_comm(nodes, node_id, graph)),
+        "rank_local_comm_count": groups.gpu_sum(
+            rank_local_comm(graph, flags["is_comm"], flags["is_instance"])),
     }
     # NULL (keep the replay's weight) as -1: apply_scenario's "keep".
     scaled = dbt.ref("int_whatif_work_scaled").select(
@@ -180,24 +195,30 @@ def without_cycles(nodes, node_id: np.ndarray, graph):
     return graph, part, np.asarray(sorted(cut), dtype=np.int64)
 
 
-def rank_local_comm(nodes, node_id: np.ndarray, graph) -> np.ndarray:
+def node_flags(nodes, node_id: np.ndarray, size: int, **conditions: str) -> dict:
+    """Per graph index, one boolean array per SQL condition on the node list
+    (``name=condition``), e.g. the GPU ops or the collective instances."""
+    columns = nodes.select(", ".join(
+        ["node_id"] + [f"({sql}) as {name}" for name, sql in conditions.items()])).fetchnumpy()
+    index = node_indices(node_id, np.asarray(columns["node_id"], dtype=np.int64))
+    flags = {}
+    for name in conditions:
+        flags[name] = np.zeros(size, dtype=bool)
+        flags[name][index] = np.asarray(columns[name], dtype=bool)
+    return flags
+
+
+def rank_local_comm(graph, is_comm: np.ndarray, is_instance: np.ndarray) -> np.ndarray:
     """Per node: a communication op that no collective instance with another
-    member ties to other ranks (int_replay_members_paired left it out, or
-    found it alone), so the replay keeps its measured time, waits included,
-    as its own. Read from the graph's edges, the one place that says what
-    the replay tied: a member's start -> its instance, the instance -> each
-    member's end."""
-    kinds = nodes.select(
-        "node_id, node_kind like '%_communication' as is_comm, "
-        "node_kind = 'collective' as is_instance").fetchnumpy()
-    index = node_indices(node_id, np.asarray(kinds["node_id"], dtype=np.int64))
-    is_comm = np.zeros(graph.size, dtype=bool)
-    is_instance = np.zeros(graph.size, dtype=bool)
-    is_comm[index] = np.asarray(kinds["is_comm"], dtype=bool)
-    is_instance[index] = np.asarray(kinds["is_instance"], dtype=bool)
+    member ties to other ranks (int_replay_members_paired left it out, found
+    it alone, or its group has one rank), so the replay keeps its measured
+    time, waits included, as its own. Read from the graph's edges, the one
+    place that says what the replay tied: a member's start -> its instance
+    (every member has one; the instance -> its end, only a member that
+    waited)."""
     members = np.bincount(graph.dst[is_instance[graph.dst]], minlength=graph.size)
     tied = np.zeros(graph.size, dtype=bool)
-    tied[graph.dst[is_instance[graph.src] & (members[graph.src] > 1)]] = True
+    tied[graph.src[is_instance[graph.dst] & (members[graph.dst] > 1)]] = True
     return is_comm & ~tied
 
 
@@ -226,7 +247,7 @@ def critical_paths(session, nodes, node_id: np.ndarray, graph, start: np.ndarray
     value = np.empty(2 * graph.size, dtype=np.int64)
     value[0::2], value[1::2] = start, end
     ends = session.from_arrow(pa.table({"node_id": node_id, "replayed_end_ns": end}))
-    sinks = (nodes.filter("node_kind like 'gpu_%'").select("node_id, run_id, iteration")
+    sinks = (nodes.filter(WORK_KINDS).select("node_id, run_id, iteration")
              .join(ends, "node_id")
              .aggregate("run_id, iteration, "
                         "arg_max(node_id, (replayed_end_ns, node_id)) as sink_node_id",
