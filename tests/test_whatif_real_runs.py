@@ -175,3 +175,21 @@ def test_cpu_only_runs_answer_the_standard_scenarios(warehouse: Path, run: str) 
     for _, scenario, saved_ns in saved:
         if scenario in ("perfect_overlap", "no_host_gaps"):
             assert saved_ns >= 0, (run, scenario)
+
+
+def test_a_users_scenario_replays_a_cpu_only_run(warehouse: Path) -> None:
+    """``tracehouse whatif`` on tp2_pp2_dp2: the measured replay predicts the
+    measured step (its spans are the thread's compute and c10d calls), and
+    halving every compute piece predicts a shorter one."""
+    from tracehouse.core.warehouse import Warehouse
+    from tracehouse.query.whatif import whatif_rows
+    from tracehouse.query.whatif_scale import parse_scale
+
+    rows = whatif_rows(Warehouse(warehouse), [parse_scale("kind=compute:0.5")],
+                       run="tp2_pp2_dp2")
+    by_scenario = {row[1]: row for row in rows}
+    # (run_id, scenario, iterations, step_ns, predicted_step_ns, ...)
+    measured = by_scenario["as_measured"]
+    assert measured[4] == measured[3] > 0
+    halved = by_scenario["kind=compute:0.5"]
+    assert halved[7] > 0 and 0 < halved[4] < measured[3]
