@@ -143,7 +143,8 @@ SPANS_BY_SQL = """
         count(*) filter (where is_inconsistent) as inconsistent_node_count,
         count(*) filter (where is_gpu and is_comm and not is_tied) as rank_local_comm_count
     from (
-        select node_id, run_id, rank, iteration, node_kind like 'gpu_%' as is_gpu,
+        select node_id, run_id, rank, iteration,
+            node_kind like 'gpu_%' or node_kind like 'host_%' as is_gpu,
             node_kind like '%_communication' as is_comm,
             node_id in (select src_node_id from arrivals where member_count > 1) as is_tied,
             start_ns, end_ns
@@ -172,6 +173,10 @@ def test_spans_equal_the_sql_aggregation_of_every_replayed_node(warehouse: Path)
                                              con.table("intermediate.int_replay_edges_typed"))
         is_unlaunched = np.zeros(base.size, dtype=bool)
         is_unlaunched[base.dst[base.is_root[base.src]]] = True
+        # (A CPU-only trace's first compute piece or c10d call is no lost launch.)
+        is_unlaunched &= np.isin(node_id, con.sql(
+            "select node_id from intermediate.int_replay_nodes_listed "
+            "where node_kind like 'gpu_%'").fetchnumpy()["node_id"])
         scaled = con.sql("select scenario, node_id, coalesce(work_ns, -1) as work_ns, "
                          "coalesce(delay_ns, -1) as delay_ns "
                          "from intermediate.int_whatif_work_scaled").df()
