@@ -29,8 +29,10 @@ One command, prints figures (benchmarks/README.md, "whatif.py"):
    with the var on. Per run: its iterations' error (|replayed - measured| /
    measured, the step being the slowest rank's, fct_step_replay), mean
    and max, the worst rank x iteration, and what the replay could not
-   explain (inconsistent nodes, unlaunched GPU ops, runs without recorded
-   sync events).
+   explain (inconsistent nodes, unlaunched GPU ops, communication ops no
+   collective tied to another rank, runs without recorded sync events).
+   The megatron_cpu runs (no GPU ops) replay from their threads' compute
+   pieces and c10d calls.
 
     python benchmarks/whatif.py --check [--schedule 1f1b|interleaved]
     python benchmarks/whatif.py --errors [--keep DIR]
@@ -143,6 +145,12 @@ REAL_RUNS = {
     **{f"sampled_128rank_job_rank-{rank}":
        SHARED_DATA / f"kineto/single_rank/sampled_128rank_job_rank-{rank}.json.gz"
        for rank in (0, 1)},
+    # Both ranks as one run: no process-group args, and in one iteration
+    # the ranks issue their collectives in different orders (the replay
+    # keeps those rank-local, int_replay_members_paired).
+    "sampled_128rank_job": tuple(
+        SHARED_DATA / f"kineto/single_rank/sampled_128rank_job_rank-{rank}.json.gz"
+        for rank in (0, 1)),
     "h200_gpt_step": REPO_ROOT / "tests/data/captured/h200_gpt_step",
     "h200_gpt_step_fused_adamw": REPO_ROOT / "tests/data/captured/h200_gpt_step_fused_adamw",
     "h200_megatron_tp1": REPO_ROOT / "tests/data/captured/h200_megatron_tp1",
@@ -175,6 +183,7 @@ ERRORS_BY_RUN = """
             max(error_ratio) as worst_rank_error_ratio,
             sum(inconsistent_node_count) as inconsistent,
             sum(unlaunched_op_count) as unlaunched,
+            sum(rank_local_comm_count) as rank_local_comm,
             bool_or(has_recorded_syncs) as has_recorded_syncs
         from main.fct_step_replay
         group by 1, 2
@@ -187,6 +196,7 @@ ERRORS_BY_RUN = """
         round(100 * max(worst_rank_error_ratio), 2) as worst_rank_pct,
         sum(inconsistent) as inconsistent_nodes,
         sum(unlaunched) as unlaunched_ops,
+        sum(rank_local_comm) as rank_local_comm_ops,
         bool_or(has_recorded_syncs) as recorded_syncs
     from iterations
     group by 1
@@ -204,10 +214,11 @@ def errors(tmp: Path) -> None:
         simulate_run(SimConfig(**config), folder, jobs=1)
         sources[run] = folder
     for run, path in sources.items():
-        if not path.exists():
+        paths = list(path) if isinstance(path, tuple) else [path]
+        if not all(one.exists() for one in paths):
             print(f"{run}: {path} not found, left out")
             continue
-        result = ingest_paths([path], warehouse=warehouse, run=run, progress=False)
+        result = ingest_paths(paths, warehouse=warehouse, run=run, progress=False)
         assert not result.failed, result.failed
     build_warehouse(warehouse, WHATIF_VARS)
     con = duckdb.connect(str(Warehouse(warehouse).database), read_only=True)
@@ -218,9 +229,11 @@ def errors(tmp: Path) -> None:
                 .fetchall()}
     missing = sorted(set(sources) - replayed)
     if missing:
-        # The graph's nodes are CUDA runtime calls and GPU ops
-        # (int_replay_ops_listed): a CPU-only (gloo) trace has none.
-        print("runs without a replayed step (no GPU work, or no steps): " + ", ".join(missing))
+        # A GPU trace replays its runtime calls and GPU ops, a CPU-only
+        # (gloo) one its thread's compute pieces and c10d calls
+        # (int_replay_host_ops_listed); a run with neither, or no steps, is here.
+        print("runs without a replayed step (no steps, or nothing to replay): "
+              + ", ".join(missing))
 
 
 def scale(args: argparse.Namespace, tmp: Path) -> None:

@@ -26,7 +26,8 @@ TOLERANCE = 0.03
 def test_parse_scale_reads_selectors_ranges_and_the_factor() -> None:
     scale = parse_scale("rank=4-6,9,kind=compute,phase=backward:0.5")
     assert scale.factor == 0.5
-    assert scale.selectors == {"rank": ("4", "5", "6", "9"), "kind": ("gpu_compute",),
+    assert scale.selectors == {"rank": ("4", "5", "6", "9"),
+                               "kind": ("gpu_compute", "host_compute"),
                                "phase": ("backward",)}
     assert parse_scale("kind=cpu,group=dp:2").selectors == {
         "kind": ("cpu_call", "cpu_sync"), "group": ("dp",)}

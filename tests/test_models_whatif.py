@@ -118,8 +118,16 @@ def test_replay_reproduces_the_simulated_run(warehouse: Path) -> None:
 
 #: int_replay_steps_replayed's spans as the plain SQL aggregation of every
 #: node's replayed times states them (the model computes them per group in
-#: NumPy, for its cost): the check that the two agree.
+#: NumPy, for its cost): the check that the two agree. A communication op is
+#: tied to other ranks when its start feeds an instance with another member.
 SPANS_BY_SQL = """
+    with arrivals as (
+        select edges.src_node_id, count(*) over (partition by edges.dst_node_id) as member_count
+        from intermediate.int_replay_edges_typed as edges
+        inner join intermediate.int_replay_nodes_listed as instances
+            on edges.dst_node_id = instances.node_id
+        where edges.edge_type = 'collective' and instances.node_kind = 'collective'
+    )
     select
         scenario,
         run_id,
@@ -132,9 +140,14 @@ SPANS_BY_SQL = """
             as replayed_span_ns,
         coalesce(sum(start_delay_ns) filter (where is_gpu), 0)::bigint as start_delay_ns,
         count(*) filter (where is_gpu and is_unlaunched) as unlaunched_op_count,
-        count(*) filter (where is_inconsistent) as inconsistent_node_count
+        count(*) filter (where is_inconsistent) as inconsistent_node_count,
+        count(*) filter (where is_gpu and is_comm and not is_tied) as rank_local_comm_count
     from (
-        select node_id, run_id, rank, iteration, node_kind like 'gpu_%' as is_gpu, start_ns, end_ns
+        select node_id, run_id, rank, iteration,
+            node_kind like 'gpu_%' or node_kind like 'host_%' as is_gpu,
+            node_kind like '%_communication' as is_comm,
+            node_id in (select src_node_id from arrivals where member_count > 1) as is_tied,
+            start_ns, end_ns
         from intermediate.int_replay_nodes_listed
         where rank is not null
     ) as nodes
@@ -160,6 +173,10 @@ def test_spans_equal_the_sql_aggregation_of_every_replayed_node(warehouse: Path)
                                              con.table("intermediate.int_replay_edges_typed"))
         is_unlaunched = np.zeros(base.size, dtype=bool)
         is_unlaunched[base.dst[base.is_root[base.src]]] = True
+        # (A CPU-only trace's first compute piece or c10d call is no lost launch.)
+        is_unlaunched &= np.isin(node_id, con.sql(
+            "select node_id from intermediate.int_replay_nodes_listed "
+            "where node_kind like 'gpu_%'").fetchnumpy()["node_id"])
         scaled = con.sql("select scenario, node_id, coalesce(work_ns, -1) as work_ns, "
                          "coalesce(delay_ns, -1) as delay_ns "
                          "from intermediate.int_whatif_work_scaled").df()

@@ -10,7 +10,16 @@ import numpy as np
 import pytest
 
 from tracehouse.core import replay as replay_module
-from tracehouse.core.replay import END, START, ReplayGraph, node_indices, replay, weigh
+from tracehouse.core.replay import (
+    END,
+    START,
+    ReplayCycleError,
+    ReplayGraph,
+    drop_cyclic_parts,
+    node_indices,
+    replay,
+    weigh,
+)
 
 COMPILED = pytest.param(True, id="compiled", marks=pytest.mark.skipif(
     replay_module._walk is None, reason="tracehouse/core/_replay_walk.c is not built"))
@@ -61,6 +70,51 @@ def test_cycle_and_unrooted_vertex_are_refused(compiled: bool) -> None:
                    own=[0, 0, 0], roots={0: 0})
     with pytest.raises(ValueError, match="no root"):
         replay(stray, compiled=compiled)
+
+
+def _crossed_and_clean_parts() -> tuple[ReplayGraph, np.ndarray]:
+    """Two parts (labels 7 and 9). Part 7: two ranks (roots 0, 3) each run
+    collectives A then B in thread order, rank 0 as A (1) -> B (2), rank 1
+    as B (4) -> A (5); instances A (6) and B (7) matched by op across them,
+    as an inferred group matches them: A waits for rank 1's A, which
+    follows its B, which waits for rank 0's B, which follows its A, a
+    cycle. Part 9: a root (8) and a kernel (9, delay 2, work 10)."""
+    edges = [
+        (0, END, 1, START), (1, END, 2, START), (3, END, 4, START), (4, END, 5, START),
+        (1, START, 6, START), (5, START, 6, START), (6, END, 1, END), (6, END, 5, END),
+        (2, START, 7, START), (4, START, 7, START), (7, END, 2, END), (7, END, 4, END),
+        (8, END, 9, START),
+    ]
+    graph = _graph(10, edges, delay=[0, 1, 1, 0, 1, 1, 0, 0, 0, 2],
+                   work=[0, 0, 0, 0, 0, 0, 0, 0, 0, 10], own=[0, 3, 3, 0, 3, 3, 0, 0, 0, 0],
+                   roots={0: 0, 3: 0, 8: 50})
+    return graph, np.array([7, 7, 7, 7, 7, 7, 7, 7, 9, 9])
+
+
+@pytest.mark.parametrize("compiled", IMPLEMENTATIONS)
+def test_a_cycle_names_its_nodes(compiled: bool) -> None:
+    graph, _ = _crossed_and_clean_parts()
+    with pytest.raises(ReplayCycleError) as raised:
+        replay(graph, compiled=compiled)
+    assert set(raised.value.nodes.tolist()) <= set(range(8))
+    assert {1, 2, 4, 5, 6, 7} <= set(raised.value.nodes.tolist())
+
+
+def test_a_cyclic_part_is_cut_loose_and_the_rest_replays() -> None:
+    """drop_cyclic_parts cuts part 7 (naming the nodes of its cycle) and
+    leaves part 9 as it replays alone: root at 50, kernel 52..62."""
+    graph, part = _crossed_and_clean_parts()
+    acyclic, cut = drop_cyclic_parts(graph, part)
+    assert list(cut) == [7]
+    assert {1, 2, 4, 5, 6, 7} <= set(cut[7].tolist())
+    start, end = replay(acyclic)
+    assert (start[8], end[8], start[9], end[9]) == (50, 50, 52, 62)
+    assert not (np.isin(acyclic.src, np.arange(8)) | np.isin(acyclic.dst, np.arange(8))).any()
+    # A graph without a cycle comes back whole.
+    clean = _graph(2, [(0, END, 1, START)], delay=[0, 2], work=[0, 10], own=[0, 0],
+                   roots={0: 50})
+    same, none_cut = drop_cyclic_parts(clean, np.zeros(2, dtype=np.int64))
+    assert none_cut == {} and same.src.tolist() == clean.src.tolist()
 
 
 def test_compiled_and_numpy_agree_on_random_graphs() -> None:

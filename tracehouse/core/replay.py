@@ -38,6 +38,17 @@ except ImportError:  # built without a C compiler: the numpy frontier sweep
 START, END = 0, 1
 
 
+class ReplayCycleError(ValueError):
+    """The replay graph has a cycle (or vertices only a cycle reaches):
+    ``nodes`` holds the indices of the nodes left unresolved, ascending, so
+    that a caller can drop the part of the graph they belong to
+    (``drop_cyclic_parts``) rather than lose the whole replay."""
+
+    def __init__(self, message: str, nodes: np.ndarray):
+        super().__init__(message)
+        self.nodes = nodes
+
+
 @dataclass(frozen=True)
 class ReplayGraph:
     """Nodes ``0..n-1`` and their edges, as arrays.
@@ -87,8 +98,9 @@ def replay(graph: ReplayGraph, work: np.ndarray | None = None,
     them). ``compiled``: walk with the C extension (``_replay_walk.c``, one
     pass) or the numpy frontier sweep (one loop step per level of the
     graph); ``None``: the extension where it is built. Both give the same
-    answer (tests). Raises ValueError naming the nodes left when the graph
-    has a cycle or a node no root reaches.
+    answer (tests). Raises ReplayCycleError (a ValueError) naming the nodes
+    left when the graph has a cycle, ValueError when a node has no
+    dependency and is no root.
     """
     vertices = 2 * graph.size
     src_v, dst_v, weight = vertex_edges(graph, work)
@@ -137,9 +149,58 @@ def replay(graph: ReplayGraph, work: np.ndarray | None = None,
         value[frontier] = best[frontier] + add[frontier]
     if resolved != vertices:
         left = np.flatnonzero(indegree > 0)
-        raise ValueError(f"the replay graph has a cycle: {left.size} vertices never resolved "
-                         f"(first nodes: {(left[:5] // 2).tolist()})")
+        raise ReplayCycleError(
+            f"the replay graph has a cycle: {left.size} vertices never resolved "
+            f"(first nodes: {(left[:5] // 2).tolist()})", np.unique(left // 2))
     return value[0::2], value[1::2]
+
+
+def drop_cyclic_parts(graph: ReplayGraph, part: np.ndarray,
+                      ) -> tuple[ReplayGraph, dict[int, np.ndarray]]:
+    """``graph`` with every part that holds a cycle cut loose, and what was cut.
+
+    ``part`` labels each node with its independent part of the graph (the
+    replay models: run x iteration; edges never cross parts). Why: one odd
+    run whose traces give crossing edges (two ranks' collectives matched in
+    orders that disagree) must not take every run's replay down. A cut
+    part's nodes keep their places (the arrays stay aligned with the node
+    ids) but lose every edge and become roots at 0, so they replay
+    trivially and the caller leaves their rows out. Returns the graph and,
+    per cut part label, the nodes the walk could not resolve in it (the
+    cycle and what hangs on it), ascending. Raises ValueError where the
+    walk fails for another reason (a node with no dependency that is no
+    root).
+    """
+    part = np.asarray(part, dtype=np.int64)
+    cut: dict[int, np.ndarray] = {}
+    while True:
+        try:
+            replay(graph)
+        except ReplayCycleError as cycle:
+            labels = np.unique(part[cycle.nodes])
+            for label in labels.tolist():
+                cut[label] = cycle.nodes[part[cycle.nodes] == label]
+            graph = _cut_loose(graph, np.isin(part, labels))
+            continue
+        return graph, cut
+
+
+def _cut_loose(graph: ReplayGraph, dropped: np.ndarray) -> ReplayGraph:
+    """``graph`` without the edges that touch a ``dropped`` node, those nodes
+    made roots anchored at 0 with no delay (drop_cyclic_parts)."""
+    kept = ~(dropped[graph.src] | dropped[graph.dst])
+    return ReplayGraph(
+        delay=np.where(dropped, 0, graph.delay),
+        work=graph.work,
+        own=graph.own,
+        anchor=np.where(dropped, 0, graph.anchor),
+        is_root=graph.is_root | dropped,
+        src=graph.src[kept],
+        src_point=graph.src_point[kept],
+        dst=graph.dst[kept],
+        dst_point=graph.dst_point[kept],
+        is_inconsistent=graph.is_inconsistent,
+    )
 
 
 def weigh(start: np.ndarray, end: np.ndarray, is_root: np.ndarray, src: np.ndarray,

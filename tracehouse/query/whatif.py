@@ -24,7 +24,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from tracehouse.core.replay import ReplayGraph, graph_from_relations, replay
+from tracehouse.core.replay import ReplayGraph, drop_cyclic_parts, graph_from_relations, replay
 from tracehouse.core.replay_scenarios import scale_durations
 from tracehouse.core.warehouse import Warehouse
 from tracehouse.query.whatif_scale import Scale, selection_sql
@@ -85,6 +85,11 @@ def load_run_graph(con: duckdb.DuckDBPyConnection, run: str) -> RunGraph:
         "inner join run_nodes as src on edges.src_node_id = src.warehouse_node_id "
         "inner join run_nodes as dst on edges.dst_node_id = dst.warehouse_node_id")
     node_id, graph = graph_from_relations(con.table("run_nodes"), edges)
+    # An iteration whose graph has a cycle is cut loose, as the replay model
+    # does (it has no fct_step_replay row, so no prediction either).
+    parts = con.sql("select dense_rank() over (order by iteration) as part from run_nodes "
+                    "order by node_id").fetchnumpy()["part"]
+    graph, _cut = drop_cyclic_parts(graph, np.asarray(parts, dtype=np.int64))
     return RunGraph(run_id=run, node_id=node_id, graph=graph)
 
 
@@ -114,7 +119,8 @@ def predicted_steps(con: duckdb.DuckDBPyConnection, run: RunGraph,
             "with spans as (select nodes.rank, nodes.iteration, "
             "max(replayed.replayed_end_ns) - min(replayed.replayed_start_ns) as span_ns "
             "from run_nodes as nodes inner join replayed using (node_id) "
-            "where nodes.node_kind like 'gpu_%' group by 1, 2) "
+            "where nodes.node_kind like 'gpu_%' or nodes.node_kind like 'host_%' "
+            "group by 1, 2) "
             "select steps.iteration, max(steps.measured_step_ns), "
             "max(spans.span_ns + steps.window_tail_ns)::bigint "
             "from fct_step_replay as steps inner join spans "

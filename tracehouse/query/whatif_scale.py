@@ -15,8 +15,9 @@ is one more value of the selector before it:
 * ``stage=1``: pipeline stages (int_ranks_placed.pp_stage; a run without
   stages is stage 0), ranges as for ranks;
 * ``kind=compute``: the node's kind: ``compute``, ``memory``,
-  ``communication`` (GPU ops), ``cpu`` (runtime calls), or a replay
-  node_kind as listed (``gpu_compute``, ``cpu_sync``, ...);
+  ``communication`` (GPU ops; on a trace without any, its thread's compute
+  pieces and c10d calls), ``cpu`` (runtime calls), or a replay node_kind
+  as listed (``gpu_compute``, ``cpu_sync``, ``host_compute``, ...);
 * ``phase=backward``: a GPU op's training phase (int_kernels_classified);
 * ``name=gemm``: a regular expression found in the GPU op's kernel name
   (case-insensitive; a comma after it belongs to the pattern, so give
@@ -36,13 +37,16 @@ import re
 from dataclasses import dataclass
 
 #: node_kind values a ``kind=`` shorthand stands for.
+#: (A trace without GPU ops has its thread's compute pieces and c10d calls,
+#: int_replay_host_ops_listed: compute and communication take them in too.)
 KIND_SHORTHANDS = {
-    "compute": ("gpu_compute",),
+    "compute": ("gpu_compute", "host_compute"),
     "memory": ("gpu_memory",),
-    "communication": ("gpu_communication",),
+    "communication": ("gpu_communication", "host_communication"),
     "cpu": ("cpu_call", "cpu_sync"),
 }
-NODE_KINDS = ("cpu_call", "cpu_sync", "gpu_compute", "gpu_memory", "gpu_communication")
+NODE_KINDS = ("cpu_call", "cpu_sync", "gpu_compute", "gpu_memory", "gpu_communication",
+              "host_compute", "host_communication")
 SELECTORS = ("rank", "stage", "kind", "phase", "name", "group")
 
 
@@ -165,7 +169,7 @@ def selection_sql(scale: Scale) -> tuple[str, list[object]]:
         "and nodes.node_kind like 'gpu_%' "
         "left join intermediate.int_collective_members_aligned as members "
         "on nodes.trace_id = members.trace_id and nodes.slice_id = members.slice_id "
-        "and nodes.node_kind = 'gpu_communication' "
+        "and nodes.node_kind in ('gpu_communication', 'host_communication') "
         "where " + " and ".join(conditions)
     )
     return sql, parameters

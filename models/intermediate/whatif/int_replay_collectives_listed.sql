@@ -31,7 +31,7 @@ ops as (
         slice_id,
         ts_ns
     from {{ ref('int_replay_ops_listed') }}
-    where node_kind = 'gpu_communication'
+    where node_kind in ('gpu_communication', 'host_communication')
 ),
 
 instances as (

@@ -11,10 +11,14 @@ Two kinds of row (``row_kind``), each read by a SQL view of its own:
   then each scenario of int_whatif_work_scaled with its nodes' durations
   and delays replaced (fct_what_if; tracehouse.core.replay_scenarios.
   apply_scenario gives each to the right weight). Each rank's GPU span in
-  each iteration (first GPU start to last GPU end) is kept, with what the
+  each iteration (first GPU start to last GPU end; on a trace without GPU
+  ops, its thread's compute pieces and c10d calls,
+  int_replay_host_ops_listed, stand in for them: `gpu_op_count` counts
+  those) is kept, with what the
   replay does not explain, counted (scenario-independent: the graph's
   weights): the GPU ops' start delays, GPU ops without a launch (anchored
-  at the iteration start), nodes whose measured times broke an edge.
+  at the iteration start), nodes whose measured times broke an edge,
+  communication ops that no collective instance ties to another rank.
 * ``path`` (int_critical_path_walked): one per vertex on each run x
   iteration's critical path, HTA's critical_path_analysis over the whole
   replay graph: from the GPU op that ends last in the iteration (any rank)
@@ -27,6 +31,14 @@ Two kinds of row (``row_kind``), each read by a SQL view of its own:
   collective's last arrival, the GPU op a host sync waited for), its own
   transfer or return after that (`wait`). The segments add up to the
   path's length.
+
+A run x iteration whose graph has a cycle (edges that cannot all hold:
+collectives matched across ranks in orders that cross, which
+int_replay_members_paired refuses where it can tell) is cut loose
+(tracehouse.core.replay.drop_cyclic_parts) and named in a dbt warning with
+a few of its nodes; it has no span and no path rows, every other run x
+iteration is replayed (one odd run must not take every run's what-if and
+findings down).
 
 Why one model for both: dbt-duckdb charges each Python model 1.2-2.9 s
 of its own (compiling, importing, creating and renaming the table) where
@@ -49,6 +61,7 @@ import pyarrow as pa
 
 from tracehouse.core.replay import (
     binding_predecessors,
+    drop_cyclic_parts,
     graph_from_relations,
     node_indices,
     replay,
@@ -59,20 +72,35 @@ from tracehouse.core.replay_scenarios import apply_scenario
 #: The plain replay, with every node's measured work.
 AS_MEASURED = "as_measured"
 
+#: The nodes whose span is a rank's replayed step: GPU ops, or on a trace
+#: without any, the thread's compute pieces and c10d calls
+#: (int_replay_host_ops_listed).
+WORK_KINDS = "(node_kind like 'gpu_%' or node_kind like 'host_%')"
+
 #: Every node of a rank (collective instances have none) with its group:
 #: one per run x rank x iteration, numbered 0.. in that order.
-GROUPED_NODES = """
+GROUPED_NODES = f"""
     select
         node_id,
         run_id,
         rank,
         iteration,
-        node_kind like 'gpu_%' as is_gpu,
+        {WORK_KINDS} as is_gpu,
         start_ns,
         end_ns,
         dense_rank() over (order by run_id, rank, iteration) - 1 as group_index
     from nodes
     where rank is not null
+"""
+
+#: Every node's run x iteration, numbered 0..: the graph's independent parts.
+NODE_PARTS = """
+    select
+        node_id,
+        run_id,
+        iteration,
+        dense_rank() over (order by run_id, iteration) - 1 as part
+    from nodes
 """
 
 
@@ -82,11 +110,20 @@ def model(dbt, session):
     dbt.config(materialized="table")
     nodes = dbt.ref("int_replay_nodes_listed")
     node_id, graph = graph_from_relations(nodes, dbt.ref("int_replay_edges_typed"))
+    graph, part, cut = without_cycles(nodes, node_id, graph)
     # Only step_start edges leave a root: into a rank's first runtime call
     # and into every GPU op whose launch the trace lacks.
+    # (On a trace without GPU ops the root's edge into its first compute
+    # piece or c10d call is the thread's start, not a missing launch.)
+    flags = node_flags(nodes, node_id, graph.size, is_gpu="node_kind like 'gpu_%'",
+                       is_comm="node_kind like '%_communication'",
+                       is_instance="node_kind = 'collective'")
     is_unlaunched = np.zeros(graph.size, dtype=bool)
     is_unlaunched[graph.dst[graph.is_root[graph.src]]] = True
+    is_unlaunched &= flags["is_gpu"]
     facts = nodes.query("nodes", GROUPED_NODES).to_arrow_table()
+    facts = facts.filter(pa.array(~np.isin(
+        part[node_indices(node_id, np.asarray(facts["node_id"], dtype=np.int64))], cut)))
     groups = RankGroups.of(facts, node_id)
     spans = groups.keys.append_column(
         "gpu_op_count", pa.array(groups.gpu_op_count, pa.int64())
@@ -97,6 +134,8 @@ def model(dbt, session):
         "start_delay_ns": groups.gpu_sum(graph.delay),
         "unlaunched_op_count": groups.gpu_sum(is_unlaunched),
         "inconsistent_node_count": groups.node_count(graph.is_inconsistent),
+        "rank_local_comm_count": groups.gpu_sum(
+            rank_local_comm(graph, flags["is_comm"], flags["is_instance"])),
     }
     # NULL (keep the replay's weight) as -1: apply_scenario's "keep".
     scaled = dbt.ref("int_whatif_work_scaled").select(
@@ -119,7 +158,8 @@ def model(dbt, session):
     for scenario, weighed in scenarios.items():
         start, end = replay(weighed)
         if scenario == AS_MEASURED:
-            path = critical_paths(session, nodes, node_id, graph, start, end)
+            path = critical_paths(session, nodes, node_id, graph, start, end,
+                                  skipped=np.isin(part, cut))
         table = spans.append_column("replayed_span_ns", pa.array(groups.span(
             start[groups.gpu_nodes], end[groups.gpu_nodes]), pa.int64()))
         for name, values in fixed.items():
@@ -131,22 +171,83 @@ def model(dbt, session):
         [_with_kind(spans, "span"), _with_kind(path, "path")], promote_options="permissive")
 
 
+def without_cycles(nodes, node_id: np.ndarray, graph):
+    """(graph, part per node, cut parts): ``graph`` with every run x iteration
+    whose replay graph has a cycle cut loose (tracehouse.core.replay.
+    drop_cyclic_parts), each named in a dbt warning with a few of its nodes.
+    Why not fail: one odd run (collectives matched in orders that cross)
+    would take every run's what-if and findings down; its spans and
+    critical path are left out, the warning says so."""
+    parts = nodes.query("nodes", NODE_PARTS).to_arrow_table()
+    part = np.empty(graph.size, dtype=np.int64)
+    part[node_indices(node_id, np.asarray(parts["node_id"], dtype=np.int64))] = np.asarray(
+        parts["part"], dtype=np.int64)
+    graph, cut = drop_cyclic_parts(graph, part)
+    labels = np.asarray(parts["part"], dtype=np.int64)
+    for label, left in cut.items():
+        row = int(np.flatnonzero(labels == label)[0])
+        _warn(f"int_replay_graph_walked: run {parts['run_id'][row].as_py()!r} iteration "
+              f"{parts['iteration'][row].as_py()}: the replay graph has a cycle "
+              f"({left.size} nodes never resolved; first node_ids "
+              f"{node_id[left[:5]].tolist()}, int_replay_nodes_listed); that run x "
+              "iteration is left out of the replay (fct_step_replay, fct_critical_path, "
+              "fct_what_if), every other one is replayed")
+    return graph, part, np.asarray(sorted(cut), dtype=np.int64)
+
+
+def node_flags(nodes, node_id: np.ndarray, size: int, **conditions: str) -> dict:
+    """Per graph index, one boolean array per SQL condition on the node list
+    (``name=condition``), e.g. the GPU ops or the collective instances."""
+    columns = nodes.select(", ".join(
+        ["node_id"] + [f"({sql}) as {name}" for name, sql in conditions.items()])).fetchnumpy()
+    index = node_indices(node_id, np.asarray(columns["node_id"], dtype=np.int64))
+    flags = {}
+    for name in conditions:
+        flags[name] = np.zeros(size, dtype=bool)
+        flags[name][index] = np.asarray(columns[name], dtype=bool)
+    return flags
+
+
+def rank_local_comm(graph, is_comm: np.ndarray, is_instance: np.ndarray) -> np.ndarray:
+    """Per node: a communication op that no collective instance with another
+    member ties to other ranks (int_replay_members_paired left it out, found
+    it alone, or its group has one rank), so the replay keeps its measured
+    time, waits included, as its own. Read from the graph's edges, the one
+    place that says what the replay tied: a member's start -> its instance
+    (every member has one; the instance -> its end, only a member that
+    waited)."""
+    members = np.bincount(graph.dst[is_instance[graph.dst]], minlength=graph.size)
+    tied = np.zeros(graph.size, dtype=bool)
+    tied[graph.src[is_instance[graph.dst] & (members[graph.dst] > 1)]] = True
+    return is_comm & ~tied
+
+
+def _warn(message: str) -> None:
+    """A dbt warning (as Jinja's ``exceptions.warn``), shown in the run's log
+    and summary; ``--warn-error`` makes it an error, as for any warning."""
+    from dbt.events.types import JinjaLogWarning
+    from dbt_common.events.functions import warn_or_error
+
+    warn_or_error(JinjaLogWarning(msg=message))
+
+
 def _with_kind(table: pa.Table, kind: str) -> pa.Table:
     """``table`` with a leading ``row_kind`` column of ``kind``."""
     return table.add_column(0, "row_kind", pa.array([kind] * table.num_rows, pa.string()))
 
 
 def critical_paths(session, nodes, node_id: np.ndarray, graph, start: np.ndarray,
-                   end: np.ndarray) -> pa.Table:
+                   end: np.ndarray, skipped: np.ndarray) -> pa.Table:
     """Every run x iteration's critical path in the replay ``start``/``end`` of
     ``graph``: walked back from the GPU op ending last (ties: the highest node
     id), one row per vertex (run_id, iteration, path_step, node_id, point,
-    segment, segment_ns)."""
+    segment, segment_ns). Run x iterations whose nodes ``skipped`` flags
+    (cut for a cycle) have none."""
     predecessor = binding_predecessors(graph, start, end)
     value = np.empty(2 * graph.size, dtype=np.int64)
     value[0::2], value[1::2] = start, end
     ends = session.from_arrow(pa.table({"node_id": node_id, "replayed_end_ns": end}))
-    sinks = (nodes.filter("node_kind like 'gpu_%'").select("node_id, run_id, iteration")
+    sinks = (nodes.filter(WORK_KINDS).select("node_id, run_id, iteration")
              .join(ends, "node_id")
              .aggregate("run_id, iteration, "
                         "arg_max(node_id, (replayed_end_ns, node_id)) as sink_node_id",
@@ -156,6 +257,8 @@ def critical_paths(session, nodes, node_id: np.ndarray, graph, start: np.ndarray
         "run_id", "iteration", "path_step", "node_id", "point", "segment", "segment_ns")}
     for run_id, iteration, sink_node_id in sinks:
         sink = int(node_indices(node_id, [sink_node_id])[0])
+        if skipped[sink]:
+            continue
         path = walk_back(predecessor, 2 * sink + 1)
         previous = np.concatenate([[path[0]], path[:-1]])
         is_end = path % 2 == 1

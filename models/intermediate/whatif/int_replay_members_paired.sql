@@ -27,11 +27,25 @@
     member of two instances and ends after both. A peerless P2P call whose
     frame or stage is unknown stays as int_collective_members_matched left
     it. A table rebuilt each time (it crosses ranks).
+
+    Matching by order is only trusted where the ranks agree on the order:
+    an `inferred` group (int_collective_members_matched: the trace names no
+    group, so an instance is op + sequence number) ties the k-th all_reduce
+    of every rank together even where one rank issued it before an
+    all_gather and another after. Such crossing instances give the replay
+    graph a cycle (the sampled 128-rank job's ranks 0 and 1, issue 33). The
+    rule: per run x iteration x inferred group, every rank's ops in call
+    order (op names by arrival) must be the same sequence; where they are
+    not, none of that group's members in that iteration is listed, so the
+    replay keeps them as rank-local ops (their measured time, waits
+    included, as their own work) and fct_step_replay counts them
+    (rank_local_comm_count). Groups the trace names, kinds and P2P peers
+    are matched by their own sequence and kept.
 #}
 
 with
 
-members as (
+aligned as (
     select
         run_id,
         collective_id,
@@ -41,10 +55,58 @@ members as (
         iteration,
         offset_ns,
         arrival_ns,
+        match_basis,
+        process_group_key,
+        seq_scope,
         is_p2p
         and peer_rank is null
         and ranks_matched = 1 as is_peerless_p2p
     from {{ ref('int_collective_members_aligned') }}
+),
+
+{# Each rank's ops in an inferred group and iteration, in call order. #}
+inferred_orders as (
+    select
+        run_id,
+        process_group_key,
+        iteration,
+        rank,
+        {{ string_agg_ordered('seq_scope', "','", 'arrival_ns, slice_id') }} as op_order
+    from aligned
+    where match_basis = 'inferred'
+    group by 1, 2, 3, 4
+),
+
+{# Where the ranks disagree: matching by op and sequence would cross. #}
+disordered as (
+    select
+        run_id,
+        process_group_key,
+        iteration
+    from inferred_orders
+    group by 1, 2, 3
+    having count(distinct op_order) > 1
+),
+
+members as (
+    select
+        aligned.run_id,
+        aligned.collective_id,
+        aligned.rank,
+        aligned.trace_id,
+        aligned.slice_id,
+        aligned.iteration,
+        aligned.offset_ns,
+        aligned.arrival_ns,
+        aligned.is_peerless_p2p
+    from aligned
+    left join disordered
+        on
+            aligned.run_id = disordered.run_id
+            and aligned.process_group_key = disordered.process_group_key
+            and aligned.iteration is not distinct from disordered.iteration
+            and aligned.match_basis = 'inferred'
+    where disordered.run_id is null
 ),
 
 peerless as (

@@ -19,7 +19,10 @@
         copy and fill (int_kernels_classified, by its kind: a collective
         or P2P member is a communication kernel);
       * `iteration_start`: one per trace and iteration, the start of its
-        first listed runtime call, the only measured time the replay reads.
+        first listed runtime call, the only measured time the replay reads;
+      * `host_compute`, `host_communication` (and their iteration starts):
+        a trace without GPU ops, replayed from its thread's compute pieces
+        and c10d calls (int_replay_host_ops_listed).
     node_id is a 63-bit hash of the node's trace, kind, slice and iteration,
     not a row number over every run: a trace's nodes keep their ids when
     other traces come and go, so the model is per trace (macros/per_trace.sql,
@@ -210,7 +213,26 @@ all_nodes as (
     select * from iteration_starts
 ),
 
-final as (
+{# A trace without GPU ops: its thread's compute and c10d calls. #}
+host_nodes as (
+    select
+        node_id,
+        run_id,
+        rank,
+        iteration,
+        node_kind,
+        trace_id,
+        slice_id,
+        device,
+        gpu_stream,
+        launch_slice_id,
+        ts_ns,
+        end_ns
+    from {{ ref('int_replay_host_ops_listed') }}
+    where {{ new_traces }}
+),
+
+listed as (
     select
         {{ replay_node_id('trace_id', 'node_kind', 'slice_id', 'iteration') }} as node_id,
         run_id,
@@ -225,6 +247,12 @@ final as (
         ts_ns,
         end_ns
     from all_nodes
+),
+
+final as (
+    select * from listed
+    union all
+    select * from host_nodes
 )
 
 select * from final

@@ -22,7 +22,8 @@ walked as (
         replayed_span_ns,
         start_delay_ns,
         unlaunched_op_count,
-        inconsistent_node_count
+        inconsistent_node_count,
+        rank_local_comm_count
     from {{ ref('int_replay_graph_walked') }}
     where row_kind = 'span'
 ),

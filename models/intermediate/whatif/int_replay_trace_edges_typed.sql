@@ -7,10 +7,12 @@
     a point of its source (src_point: `start` or `end`) to a point of its
     target (dst_point): the target's point cannot come before the source's.
 
-      * step_start: a rank's iteration start -> its first runtime call; also
+      * step_start: a rank's iteration start -> its first runtime call (on
+        a trace without GPU ops, its first compute piece or c10d call); also
         -> any GPU op whose launch the trace lacks (counted: they are gaps
         the replay cannot explain, anchored where they were);
-      * cpu_order: a rank's runtime calls in the order they began, over all
+      * cpu_order: a rank's runtime calls (or, without GPU ops, its compute
+        pieces and c10d calls) in the order they began, over all
         its threads (PyTorch's main thread blocks in backward while the
         autograd thread launches, as HTA remaps them onto one); end -> start,
         or start -> start where the two overlap (threads running at once);
@@ -97,9 +99,11 @@ recorded_syncs as (
     where src_slice_id is not null and {{ new_traces }}
 ),
 
+{# A trace without GPU ops has its thread's work instead (host_compute,
+   host_communication: int_replay_host_ops_listed), chained the same way. #}
 cpu_nodes as (
     select * from nodes
-    where node_kind in ('cpu_call', 'cpu_sync')
+    where node_kind in ('cpu_call', 'cpu_sync') or node_kind like 'host_%'
 ),
 
 gpu_nodes as (

@@ -53,6 +53,14 @@
         every GPU op starts as soon as its launch, stream and cross-stream
         dependencies are met (delay 0: no launch latency). GPU durations,
         transfers and waits for other ranks stay.
+    On a trace without GPU ops (int_replay_host_ops_listed) the same
+    rules read its thread's compute pieces (`host_compute`) as compute
+    kernels, in position order, and its c10d calls (`host_communication`,
+    their group kind from int_cpu_collectives_placed) as communication
+    kernels (ideal_communication only where the call's bytes are known:
+    the megatron_cpu captures' c10d calls carry none, and their transfers
+    stay as measured); no_host_gaps takes the gaps between them away (the Python
+    and host work outside the step frames), the pieces and calls stay.
     A table rebuilt each time.
 #}
 
@@ -70,7 +78,7 @@ nodes as (
         start_ns,
         end_ns - start_ns as work_ns
     from {{ ref('int_replay_nodes_listed') }}
-    where node_kind like 'gpu_%' or node_kind like 'cpu_%'
+    where node_kind like 'gpu_%' or node_kind like 'cpu_%' or node_kind like 'host_%'
 ),
 
 ranks as (
@@ -100,6 +108,13 @@ comm_kernels as (
         comm_group_kind
     from {{ ref('int_kernels_placed') }}
     where kind = 'communication'
+    union all
+    select
+        trace_id,
+        slice_id,
+        comm_group_kind
+    from {{ ref('int_cpu_collectives_placed') }}
+    where event_type = 'call'
 ),
 
 bus_factors as (
@@ -123,7 +138,7 @@ compute_kernels as (
         on
             nodes.run_id = ranks.run_id
             and nodes.rank = ranks.rank
-    where nodes.node_kind = 'gpu_compute'
+    where nodes.node_kind in ('gpu_compute', 'host_compute')
 ),
 
 no_straggler as (
@@ -175,7 +190,9 @@ ideal_communication as (
             and members.collective_id = instances.collective_id
     left join bus_factors
         on instances.op = bus_factors.op
-    where nodes.node_kind = 'gpu_communication'
+    where
+        nodes.node_kind = 'gpu_communication'
+        or nodes.node_kind = 'host_communication' and instances.bytes is not null
 ),
 
 perfect_overlap as (
@@ -186,7 +203,7 @@ perfect_overlap as (
         cast(0 as bigint) as work_ns,
         cast(null as bigint) as delay_ns
     from nodes
-    where node_kind = 'gpu_communication'
+    where node_kind in ('gpu_communication', 'host_communication')
 ),
 
 perfect_dp_overlap as (
@@ -202,7 +219,7 @@ perfect_dp_overlap as (
             nodes.trace_id = comm_kernels.trace_id
             and nodes.slice_id = comm_kernels.slice_id
     where
-        nodes.node_kind = 'gpu_communication'
+        nodes.node_kind in ('gpu_communication', 'host_communication')
         and comm_kernels.comm_group_kind in ('dp', 'dp_cp', 'edp')
 ),
 

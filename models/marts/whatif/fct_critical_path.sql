@@ -44,6 +44,52 @@ kernels as (
     from {{ ref('int_kernels_classified') }}
 ),
 
+{# A trace without GPU ops (int_replay_host_ops_listed): a compute
+   piece's phase is its step frame's, a c10d call's the innermost step
+   frame around it (pp_p2p, dp_sync, forward...). #}
+host_frames as (
+    select
+        trace_id,
+        slice_id,
+        phase,
+        ts_ns,
+        end_ns
+    from {{ ref('int_cpu_steps_classified') }}
+    where is_outermost
+),
+
+host_calls as (
+    select
+        calls.trace_id,
+        calls.slice_id,
+        min(calls.name) as call_name,
+        arg_max(host_frames.phase, host_frames.ts_ns) as phase
+    from {{ ref('int_cpu_collectives_placed') }} as calls
+    left join host_frames
+        on
+            calls.trace_id = host_frames.trace_id
+            and calls.ts_ns >= host_frames.ts_ns
+            and calls.ts_ns < host_frames.end_ns
+    where calls.event_type = 'call'
+    group by 1, 2
+),
+
+host_ops as (
+    select
+        trace_id,
+        slice_id,
+        call_name,
+        phase
+    from host_calls
+    union all
+    select
+        trace_id,
+        slice_id,
+        null as call_name,
+        phase
+    from host_frames
+),
+
 ops as (
     select
         run_id,
@@ -75,8 +121,8 @@ final as (
         ops.path_order,
         nodes.rank,
         nodes.node_kind,
-        coalesce(kernels.phase, 'host') as phase,
-        kernels.name as kernel_name,
+        coalesce(kernels.phase, host_ops.phase, 'host') as phase,
+        coalesce(kernels.name, host_ops.call_name) as kernel_name,
         nodes.collective_id,
         ops.path_ns,
         ops.delay_ns,
@@ -95,6 +141,11 @@ final as (
         on
             nodes.trace_id = kernels.trace_id
             and nodes.slice_id = kernels.slice_id
+    left join host_ops
+        on
+            nodes.trace_id = host_ops.trace_id
+            and nodes.slice_id = host_ops.slice_id
+            and nodes.node_kind like 'host_%'
 )
 
 select * from final

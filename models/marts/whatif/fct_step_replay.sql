@@ -15,7 +15,11 @@
     being met and their start (launch latency, and any wait the graph has
     no edge for); unlaunched_op_count ops without a launch in the trace
     (anchored at the iteration start); inconsistent_node_count nodes whose
-    measured times break an edge (a clock offset the alignment missed).
+    measured times break an edge (a clock offset the alignment missed);
+    rank_local_comm_count communication ops that no collective instance
+    ties to another rank (their group's op order disagrees across ranks,
+    or no peer was found: int_replay_members_paired), replayed with their
+    measured time, waits included, as their own work.
     edge_types lists the kinds of dependency edge the replay had into the
     rank's nodes in the iteration, has_recorded_syncs whether any came from
     the waits Kineto recorded (cuda_sync events: cuda_event_wait,
@@ -45,7 +49,8 @@ replays as (
         replayed_span_ns,
         start_delay_ns,
         unlaunched_op_count,
-        inconsistent_node_count
+        inconsistent_node_count,
+        rank_local_comm_count
     from {{ ref('int_replay_steps_replayed') }}
     where scenario = 'as_measured'
 ),
@@ -84,6 +89,7 @@ compared as (
         replays.start_delay_ns,
         replays.unlaunched_op_count,
         replays.inconsistent_node_count,
+        replays.rank_local_comm_count,
         edge_kinds.edge_types,
         coalesce(edge_kinds.has_recorded_syncs, false) as has_recorded_syncs
     from steps
@@ -117,6 +123,7 @@ final as (
         start_delay_ns,
         unlaunched_op_count,
         inconsistent_node_count,
+        rank_local_comm_count,
         edge_types,
         has_recorded_syncs
     from compared
