@@ -52,23 +52,8 @@
     same restriction did not prune: DuckDB still scanned every trace's
     runtime calls and materialised every kernel (2.1 CPU s of a 256 x 2
     lake without a sync event, against the ~0.3 s of the category scan;
-    benchmarks/README.md, "On by default"). Only while dbt builds: a
-    compile (the linter's) or a unit test renders the whole query. -#}
-{%- if execute and model.resource_type != 'unit_test' and target.type == 'duckdb'
-    and flags.WHICH in ('build', 'run') %}
-    {%- set with_sync_events -%}
-        (
-            select distinct
-                slices.trace_id,
-                slices.run_id
-            from {{ lake_scan('slices', pending) }} as slices
-            where slices.category = 'cuda_sync' and {{ trace_filter(pending, 'slices.trace_id') }}
-        )
-    {%- endset %}
-    {%- set traces_with_syncs = loaded_trace_ids(with_sync_events, 'true') %}
-{%- else %}
-    {%- set traces_with_syncs = pending %}
-{%- endif %}
+    benchmarks/README.md, "On by default"). -#}
+{%- set traces_with_syncs = traces_with_rows('slices', pending, "category = 'cuda_sync'") %}
 {%- set traces_with_syncs_filter = trace_filter(traces_with_syncs) %}
 
 with
