@@ -7,7 +7,11 @@
     a relation in one of the project's schemas, named like a project model
     (stg_, int_, fct_, dim_), that no model, seed or snapshot of the graph
     builds is dropped, and the hook says which. Other names are left alone
-    (a user's own tables). The hook's own statement is a one-row select,
+    (a user's own tables). A disabled model is not in the graph either, so
+    a build that leaves the what-if models out (`--vars '{whatif: false}'`,
+    dbt_project.yml) drops the tables an earlier build made of them, which
+    would otherwise answer with a stale replay; the next build without the
+    var builds them again. The hook's own statement is a one-row select,
     as the other hooks' are.
 #}
 {% macro drop_retired_models() -%}

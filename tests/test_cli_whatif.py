@@ -53,7 +53,8 @@ def test_selection_binds_every_value(tmp_path: Path) -> None:
 
 def test_a_warehouse_without_what_if_tables_says_how_to_build_them(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """A real DuckDB warehouse holding marts but no what-if tables (a plain build)."""
+    """A real DuckDB warehouse holding marts but no what-if tables (a build with the
+    var off)."""
     root = tmp_path / "wh"
     root.mkdir()
     con = duckdb.connect(str(root / "tracehouse.duckdb"))
@@ -61,7 +62,8 @@ def test_a_warehouse_without_what_if_tables_says_how_to_build_them(
     con.close()
     assert main(["whatif", "--warehouse", str(root), "--scale", "rank=0:0.5"]) == 1
     err = capsys.readouterr().err
-    assert "fct_what_if" in err and "tracehouse build --vars '{whatif: true}'" in err
+    assert "fct_what_if" in err and "--vars '{whatif: false}'" in err
+    assert err.rstrip().endswith("build it again without that var: `tracehouse build`")
     assert str(root) in err
 
 

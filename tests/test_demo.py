@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import html
 import io
 import re
 import shlex
@@ -48,6 +49,7 @@ def test_demo_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     finally:
         con.close()
     assert (traces, ranks) == (32, 16)
+    _assert_what_would_help_most(index, warehouse, "demo_run")
     # The straggler line names the report's straggler (fct_run_summary), not another rank.
     assert straggler is not None
     assert f"straggler (fct_stragglers, as the report names it): rank {straggler}," in out
@@ -73,6 +75,38 @@ def test_demo_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     out = capsys.readouterr().out
     assert "lake tables changed since the last build: " in out, out[-2000:]
     assert "building every model" not in out and "--full-refresh" not in out
+
+
+#: The standard what-if scenarios (fct_what_if; int_whatif_work_scaled's docstring).
+STANDARD_SCENARIOS = {"no_straggler", "ideal_communication", "perfect_overlap",
+                      "perfect_dp_overlap", "balanced_stages", "no_host_gaps"}
+
+
+def _assert_what_would_help_most(index: Path, warehouse: Path, run_id: str) -> None:
+    """The demo's plain build makes the what-if marts, so its report has the "What would
+    help most" section: both charts, and the caption ranking every standard scenario
+    with fct_what_if's figures (means over the iterations; share a ratio of sums),
+    most time saved first."""
+    page = index.read_text()
+    start = page.index('<section id="family-whatif">')
+    section = html.unescape(page[start:page.index("</section>", start)])
+    assert "<h2>What would help most</h2>" in section
+    assert 'id="chart-whatif_savings"' in section and 'id="chart-whatif_table"' in section
+    con = duckdb.connect(str(warehouse / "tracehouse.duckdb"), read_only=True)
+    try:
+        rows = con.execute("""
+            select scenario, avg(saved_ns), avg(step_ns), sum(saved_ns), sum(step_ns)
+            from fct_what_if where run_id = ? group by scenario""", [run_id]).fetchall()
+    finally:
+        con.close()
+    assert {row[0] for row in rows} == STANDARD_SCENARIOS
+    ranked = sorted(rows, key=lambda row: (-row[1], row[0]))
+    lines = [f"{scenario}: saves {saved / 1e6:.3f} ms of {step / 1e6:.3f} ms "
+             f"({100 * saved_sum / step_sum:.1f} %)"
+             for scenario, saved, step, saved_sum, step_sum in ranked]
+    assert "Ranked: " + "; ".join(lines) + "." in section, section[:3000]
+    # The injected straggler (rank 5, 1.5x) is worth something to remove.
+    assert dict((row[0], row[1]) for row in rows)["no_straggler"] > 0
 
 
 def test_suggested_command_quotes_hostile_run_names(tmp_path: Path) -> None:

@@ -198,6 +198,44 @@ def test_evidence_equals_the_marts_cited(reference: ReferenceWarehouse) -> None:
     assert checked == len(rows)
 
 
+#: The rules the replay prices (seed finding_rules.whatif_scenario) and their scenarios.
+PRICED_BY_REPLAY = {"straggler": "no_straggler", "stage_imbalance": "balanced_stages",
+                    "exposed_dp_comm": "perfect_dp_overlap",
+                    "host_bound_launches": "no_host_gaps"}
+
+
+def test_time_at_stake_is_the_replays_saving_where_it_prices(
+        reference: ReferenceWarehouse) -> None:
+    """The what-if models are built by default, so each evaluated finding of a rule
+    with a scenario is priced by fct_what_if's saved_ns of that scenario (floored at 0)
+    wherever fct_what_if has the iteration, and directly, saying why, where it has
+    not; every other rule is priced directly."""
+    scenarios = dict(query_warehouse(reference.root, """
+        select rule_id, whatif_scenario from seeds.finding_rules
+        where whatif_scenario is not null"""))
+    assert scenarios == PRICED_BY_REPLAY
+    rows = [row for row in _findings(reference.root) if row["status"] != "not_evaluated"]
+    by_replay = 0
+    for row in rows:
+        saved = query_warehouse(reference.root, """
+            select saved_ns from fct_what_if
+            where run_id = $run and iteration = $iteration and scenario = $scenario""",
+                                {"run": row["run_id"], "iteration": row["iteration"],
+                                 "scenario": scenarios.get(row["rule_id"], "")})
+        if saved:
+            by_replay += 1
+            assert row["priced_by"] == "what_if", row
+            assert row["time_at_stake_ns"] == max(saved[0][0], 0), (row, saved)
+            assert _close(row["share_of_step"], row["time_at_stake_ns"] / row["step_ns"])
+        else:
+            assert row["priced_by"] == "direct", row
+            if row["rule_id"] in scenarios:
+                assert row["reason"] == (f"priced directly: fct_what_if has no "
+                                         f"{scenarios[row['rule_id']]} row for this iteration")
+    # The replay prices rules on the GPU runs (the simulated pipelines, dlrm_8rank).
+    assert by_replay > 0
+
+
 def test_fired_on_each_real_run(reference: ReferenceWarehouse,
                                 capsys: pytest.CaptureFixture[str]) -> None:
     """What fired on each shared real run (printed for the note): a real pipeline

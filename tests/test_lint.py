@@ -46,14 +46,13 @@ def compiled_sql(tmp_path_factory: pytest.TempPathFactory) -> Path:
     Tests of dbt's built-in generic tests (not_null, unique, ...) are dbt's
     SQL and left out. Compiling needs no lake: with the cache not populated
     dbt finds no table, so every per-trace model compiles as a full build.
-    The what-if models, off by default (dbt_project.yml, var ``whatif``),
-    are turned on so that their SQL is linted too.
+    The what-if models are on by default (dbt_project.yml, var ``whatif``),
+    so their SQL is linted too.
     """
     from tracehouse.build.dbt import run_dbt
 
     warehouse = tmp_path_factory.mktemp("compiled")
-    assert run_dbt(["compile", "--no-populate-cache", "--vars", "{whatif: true}"],
-                   warehouse) == 0, (
+    assert run_dbt(["compile", "--no-populate-cache"], warehouse) == 0, (
         "dbt compile failed; see its output")
     manifest = json.loads((warehouse / "dbt" / "target" / "manifest.json").read_text())
     project_tests = {macro["name"].removeprefix("test_")

@@ -2,8 +2,8 @@
 lengthened kernel moves exactly what depends on it.
 
 Read from a copy of the shared reference warehouse with the what-if models
-built on it (they build only with the var ``whatif`` on, dbt_project.yml),
-from its ``sim_straggler_skew`` run (tp2
+built again on it with their data tests (the plain build leaves the
+intermediate models' tests out), from its ``sim_straggler_skew`` run (tp2
 pp2 dp2, rank 5 slowed 1.5x, 200 us of clock skew between nodes): the
 replay graph there is replayed again in memory with one kernel of rank 5
 made longer, and every op's new start and end is compared with the
@@ -30,15 +30,16 @@ pytestmark = pytest.mark.slow
 SIM = "sim_straggler_skew"
 #: How much longer the chosen kernel is made: a sixth of the simulated step.
 LENGTHEN_NS = 1_000_000
-#: dbt arguments that turn the what-if models on (off by default: dbt_project.yml).
+#: dbt arguments that ask for the what-if models (on by default: dbt_project.yml).
 WHATIF_VARS = ["--vars", "{whatif: true}"]
 
 
 @pytest.fixture(scope="module")
 def warehouse(reference_warehouse: ReferenceWarehouse,
               tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A copy of the reference warehouse with the what-if models (and their data
-    tests) built on it: the shared one's plain build leaves them out."""
+    """A copy of the reference warehouse with the what-if models built again on it
+    with their data tests: the shared one's plain build leaves the intermediate
+    models' tests out (tag internal)."""
     from tracehouse.build.dbt import build_warehouse
 
     root = copy_warehouse(reference_warehouse.root,
@@ -48,17 +49,21 @@ def warehouse(reference_warehouse: ReferenceWarehouse,
     return root
 
 
-def test_plain_build_leaves_the_what_if_models_out(
+def test_plain_build_makes_the_what_if_models(
         reference_warehouse: ReferenceWarehouse) -> None:
-    """The shared warehouse was built plainly: no what-if table is there (the
-    gate's default), though the marts beside them are."""
+    """The shared warehouse was built plainly, and the what-if models are on by
+    default: their tables are there beside the other marts, with rows (the
+    opt-out, `{whatif: false}`, is tests/test_dbt_vars.py's)."""
     tables = {name for (name,) in query_warehouse(
         reference_warehouse.root,
         "select table_name from information_schema.tables "
         "where table_name like 'fct_%' or table_name like 'int_%'")}
     assert "fct_rank_iterations" in tables
-    assert not tables & {"fct_what_if", "fct_step_replay", "fct_critical_path",
-                         "int_replay_nodes_listed", "int_replay_edges_typed"}, tables
+    assert tables >= {"fct_what_if", "fct_step_replay", "fct_critical_path",
+                      "int_replay_nodes_listed", "int_replay_edges_typed"}, tables
+    [(replayed,)] = query_warehouse(reference_warehouse.root,
+                                    "select count(*) from fct_step_replay")
+    assert replayed > 0
 
 
 @pytest.fixture(scope="module")

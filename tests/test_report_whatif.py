@@ -34,10 +34,12 @@ def _svg_texts(path: Path) -> list[str]:
 
 
 def test_without_what_if_marts_it_says_how_to_build_them(tmp_path: Path) -> None:
-    """A real DuckDB warehouse built without the var: marts, but no fct_what_if."""
+    """A real DuckDB warehouse built with the var off: marts, but no fct_what_if."""
     con = duckdb.connect(str(tmp_path / "tracehouse.duckdb"))
     con.execute("create table fct_rank_iterations (run_id varchar, step_ns bigint)")
-    with pytest.raises(NothingToShow, match=re.escape("--vars '{whatif: true}'")):
+    said = re.escape("`--vars '{whatif: false}'` leaves them out); build it again with "
+                     "`tracehouse build`")
+    with pytest.raises(NothingToShow, match=said):
         FAMILY.render(ChartContext(con=con, run_id="r", out_dir=tmp_path / "out"))
     con.close()
     assert not (tmp_path / "out").exists()

@@ -1,5 +1,7 @@
 """The same models on Spark: the README's "At cluster scale" commands, run as written,
-and the marts they build on Spark equal row for row to DuckDB's.
+and the marts they build on Spark equal row for row to DuckDB's (but the
+what-if marts, which Spark does not build, and the pricing of fct_findings that
+they decide on DuckDB: spark_marts.PRICED_BY_REPLAY).
 
 One warehouse serves every test here (one Spark build costs a JVM start and
 a second per model, whatever the data): it holds the real ``dlrm_8rank`` job
@@ -151,6 +153,27 @@ def test_spark_ingest_shard_loaded_its_files(cluster: ClusterRun) -> None:
 def test_marts_equal_on_spark_and_duckdb(cluster: ClusterRun) -> None:
     differences = compare_marts(cluster.warehouse)
     assert not differences, "\n".join(d.line() for d in differences)
+
+
+def test_findings_priced_directly_on_duckdb_equal_spark(cluster: ClusterRun) -> None:
+    """Spark builds no what-if model, so its fct_findings prices every rule by its own
+    figure; DuckDB's rows priced that way too (rules without a scenario, iterations the
+    replay has no row for) hold the same status, time at stake and severity."""
+    files = sorted(str(p) for p in
+                   spark_table_dir(cluster.warehouse, "fct_findings").glob("*.parquet"))
+    assert files, "no fct_findings on Spark"
+    spark = f"read_parquet({files!r})"
+    [(spark_pricing,)] = query_warehouse(
+        cluster.warehouse, f"select list(distinct priced_by) from {spark}")
+    assert spark_pricing == ["direct"]
+    [(direct, differing)] = query_warehouse(cluster.warehouse, f"""
+        select count(*), count(*) filter (where
+            (duck.status, duck.time_at_stake_ns, duck.severity)
+            is distinct from (spark.status, spark.time_at_stake_ns, spark.severity))
+        from fct_findings as duck
+        inner join {spark} as spark using (run_id, iteration, rule_id)
+        where duck.priced_by = 'direct'""")
+    assert direct > 0 and differing == 0, (direct, differing)
 
 
 @pytest.mark.parametrize("run_id", ["dlrm_8rank", "cluster_run"])

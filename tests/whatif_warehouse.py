@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-#: dbt arguments that turn the what-if models on (off by default: dbt_project.yml).
+#: dbt arguments that ask for the what-if models (on by default: dbt_project.yml).
 WHATIF_VARS = ["--vars", "{whatif: true}"]
 
 #: The configuration every run shares (tracehouse.simulate.SimConfig fields).

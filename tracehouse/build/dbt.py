@@ -48,6 +48,7 @@ from tracehouse.build.dbt_arguments import (
     stdout_is_a_terminal,
     target_name,
     wants_colours_decided,
+    without_option,
     without_target,
 )
 from tracehouse.build.dbt_import import import_dbt
@@ -211,8 +212,13 @@ def run_dbt(args: Sequence[str] = (), warehouse: Path | None = None) -> int:
         if "use_colors_file" in accepted and not wants_colours_decided(argv, "_FILE"):
             added.append("--use-colors-file")
     target = target_name(argv)
-    # Options that change only dbt's output (`--quiet`) leave a build plain.
-    is_plain_build = build_arguments(without_target(argv)) == ["build"]
+    # Options that change only dbt's output (`--quiet`) leave a build plain, and so
+    # do `--vars`: they change what the models compute, not what a plain build
+    # selects, so `build --vars '{whatif: false}'` (the what-if models left out, for
+    # very large builds) is not made dearer by every unit and lake test. The vars
+    # are in the build state's fingerprints, so such a build never skips or narrows
+    # on a build with other vars, and rebuilds with --full-refresh after one.
+    is_plain_build = build_arguments(without_option(without_target(argv), "--vars")) == ["build"]
     selection = list(PLAIN_BUILD_EXCLUDES) if is_plain_build else []
 
     if target == "spark" and not spark_installed():

@@ -73,18 +73,23 @@ def target_name(argv: Sequence[str]) -> str | None:
 
 
 
-def without_target(argv: Sequence[str]) -> list[str]:
-    """``argv`` less its target option (so ``build --target spark`` is a plain build)."""
+def without_option(argv: Sequence[str], *names: str) -> list[str]:
+    """``argv`` less every option of ``names`` with its value (``--vars V``, ``--vars=V``)."""
     kept: list[str] = []
     skip = False
     for arg in argv:
         if skip:
             skip = False
-        elif arg in ("--target", "-t"):
+        elif arg in names:
             skip = True
-        elif not arg.startswith("--target="):
+        elif not ("=" in arg and arg.split("=", 1)[0] in names):
             kept.append(arg)
     return kept
+
+
+def without_target(argv: Sequence[str]) -> list[str]:
+    """``argv`` less its target option (so ``build --target spark`` is a plain build)."""
+    return without_option(argv, "--target", "-t")
 
 
 

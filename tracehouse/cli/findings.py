@@ -26,7 +26,9 @@ def add_parser(sub: Any) -> None:
             "Megatron-LM change and where the report and viewer show it. Without --iteration "
             "each run's rules are summed over its iterations (share of the run's steps). "
             "Rules that could not be evaluated are listed with the reason. Time at stake "
-            "comes from the what-if replay when built (--vars '{whatif: true}')."
+            "comes from the what-if replay where it prices the rule (straggler, stage "
+            "imbalance, exposed DP communication, host-bound launches), else from the rule's "
+            "own figure, as after a build with --vars '{whatif: false}'."
         ),
     )
     findings.add_argument("--run", type=name, metavar="NAME", help="one run (default: all)")

@@ -44,8 +44,8 @@ def add_parser(sub: Any) -> None:
             "process-group kind: tp, dp, pp, ...); the factor after the last ':' multiplies "
             "their durations (a collective member's transfer after the last arrival, never "
             "its wait). Figures are means over the run's iterations; saved_ratio is saved / "
-            "step over all of them. Needs a warehouse built with the what-if models: "
-            "tracehouse build --vars '{whatif: true}'."
+            "step over all of them. Reads the what-if models, which every tracehouse build "
+            "makes unless given --vars '{whatif: false}'."
         ),
     )
     whatif.add_argument("--scale", type=_scale, action="append", default=[],

@@ -29,16 +29,21 @@ from tracehouse.core.replay_scenarios import scale_durations
 from tracehouse.core.warehouse import Warehouse
 from tracehouse.query.whatif_scale import Scale, selection_sql
 
-#: The tables a what-if answer needs; absent unless the build had the var on.
+#: The tables a what-if answer needs: every DuckDB build makes them, but one with
+#: ``--vars '{whatif: false}'`` (or one from before they were on by default).
 REQUIRED_TABLES = ("fct_what_if", "fct_step_replay", "int_replay_nodes_listed",
                    "int_replay_edges_typed")
-BUILD_HINT = "tracehouse build --vars '{whatif: true}'"
+#: The build that makes them: a plain one, without the opt-out.
+BUILD_HINT = "tracehouse build"
+#: Why a warehouse lacks them.
+LEFT_OUT = ("the warehouse was built without the what-if models (`--vars '{whatif: false}'` "
+            "leaves them out)")
 COLUMNS = ("run_id", "scenario", "iterations", "step_ns", "predicted_step_ns", "saved_ns",
            "saved_ratio", "scaled_node_count")
 
 
 class WhatifUnavailable(RuntimeError):
-    """The warehouse has no what-if tables (built without the var), or no such run."""
+    """The warehouse has no what-if tables (built with the var off), or no such run."""
 
 
 class SelectionError(ValueError):
@@ -63,8 +68,8 @@ def check_tables(con: duckdb.DuckDBPyConnection, place: Warehouse) -> None:
     missing = [name for name in REQUIRED_TABLES if name not in present]
     if missing:
         raise WhatifUnavailable(
-            f"{place.root}: no what-if tables ({', '.join(missing)}): the warehouse was built "
-            f"without the what-if models; build them with `{BUILD_HINT}`")
+            f"{place.root}: no what-if tables ({', '.join(missing)}): {LEFT_OUT}; "
+            f"build it again without that var: `{BUILD_HINT}`")
 
 
 def runs(con: duckdb.DuckDBPyConnection) -> list[str]:

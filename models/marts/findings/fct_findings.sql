@@ -6,9 +6,10 @@
     Each rule reads the marts whose figures it cites (so they equal what
     those marts show), which is why the rules live here and not in an
     intermediate model: one CTE block per rule, all returning the same
-    columns. Time at stake comes from fct_what_if when the what-if models
-    are built (var whatif) and the rule's scenario is there, else from the
-    direct figure (priced_by says which). Shares are ratios of sums over the
+    columns. Time at stake comes from fct_what_if (the what-if models are
+    built by default on DuckDB; `--vars '{whatif: false}'` and Spark leave
+    them out) where it has the rule's scenario for the iteration, else from
+    the direct figure (priced_by says which, and reason why). Shares are ratios of sums over the
     iteration's ranks (share_of_sums), priced at the iteration's step, but
     for exposed communication, which is priced on the rank that sets the
     step (its CTE block says why). A
@@ -153,7 +154,7 @@ idle_categories as (
     from {{ ref('fct_idle_breakdown') }}
 ),
 
-{% if (var('whatif', false) | string | lower) == 'true' %}
+{% if what_if_models_built() %}
     what_if as (
         select
             run_id,
@@ -181,8 +182,8 @@ idle_categories as (
 -- take off the step. A mean over ranks would dilute a cost that only some ranks pay
 -- (Megatron's 1F1B overlaps only the first stage's gradient reduce), and a max over ranks
 -- would count a last stage's reduce that the pipeline's drain already hides.
--- Priced directly: fct_what_if's perfect_overlap hides every transfer (TP, P2P and DP
--- alike), so it cannot price one group kind, and the seed gives these rules no scenario.
+-- This is the direct price: exposed_tp_comm's always (no scenario hides TP alone),
+-- exposed_dp_comm's where fct_what_if has no perfect_dp_overlap row (its seed scenario).
 comm_transfers as (
     select
         kernels.run_id,
@@ -712,9 +713,14 @@ final as (
             when not is_evaluated then not_evaluated_reason
             when priced_by = 'direct' and whatif_scenario is not null
                 then
-                    'priced directly: fct_what_if has no ' || whatif_scenario
-                    -- double quotes: Spark SQL reads '' inside a string as two quotes
-                    || ' row (tracehouse build --vars "{whatif: true}")'
+                    {%- if what_if_models_built() %}
+                        'priced directly: fct_what_if has no ' || whatif_scenario
+                        || ' row for this iteration'
+                    {%- else %}
+                        'priced directly: the what-if models were left out of this build'
+                        || ' (var whatif false, or the spark target), so fct_what_if has no '
+                        || whatif_scenario || ' row'
+                    {%- endif %}
         end as reason,
         case
             when not is_fired then null
