@@ -248,7 +248,7 @@ def scale(args: argparse.Namespace, tmp: Path) -> None:
     result = ingest_paths([tmp / "run"], warehouse=warehouse, run="run", jobs=2, progress=False)
     assert not result.failed, result.failed
     print(f"ingest: {time.perf_counter() - began:.1f} s")
-    for label, dbt_args in (("plain build (what-if off)", ["build"]),
+    for label, dbt_args in (("plain build (what-if off)", ["build", "--vars", "{whatif: false}"]),
                             ("what-if folders alone (dbt build, var on)",
                              ["build", *WHATIF_SELECTION, *WHATIF_VARS])):
         figures = _timed_dbt(dbt_args, warehouse)
