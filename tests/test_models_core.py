@@ -33,6 +33,7 @@ CORE_MODELS = [
     "int_step_windows_resolved",
     "int_slices_contextualized",
     "int_kernel_names_classified",
+    "int_kernel_phases_matched",
     "int_kernels_classified",
     "int_kernel_intervals_merged",
     "int_rank_iterations_swept",

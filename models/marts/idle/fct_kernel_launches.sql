@@ -32,7 +32,7 @@ traces as (
     select
         trace_id,
         coalesce(base_time_ns, 0) as base_time_ns
-    from {{ ref('stg_lake__traces') }}
+    from {{ ref('int_traces_loaded') }}
 ),
 
 {% set unit = var('kernel_time_unit_ns') %}
