@@ -114,8 +114,9 @@ def test_faster_weights_never_predict_a_slower_step(whatif_wh) -> None:
         _step, overlap = _predicted(whatif_wh.root, run, "perfect_overlap")
         _step, ideal = _predicted(whatif_wh.root, run, "ideal_communication")
         _step, no_gaps = _predicted(whatif_wh.root, run, "no_host_gaps")
+        _step, no_straggler = _predicted(whatif_wh.root, run, "no_straggler")
         assert overlap <= ideal
-        assert overlap < replayed and no_gaps <= replayed
+        assert overlap < replayed and no_gaps <= replayed and no_straggler <= replayed
 
 
 @pytest.mark.parametrize(("run", "baseline", "scenario"), [

@@ -9,13 +9,21 @@
     `delay_ns` its start delay after its dependencies are met. NULL keeps
     the replay's weight. Nodes a scenario leaves alone have no row.
 
-      * no_straggler: every compute kernel at the median, over the ranks
-        of its pipeline stage (int_ranks_placed; a run without stages is
-        one), of the same kernel: the same iteration and position among
+      * no_straggler: no compute kernel slower than the median, over the
+        ranks of its pipeline stage (int_ranks_placed; a run without stages
+        is one), of the same kernel: the same iteration and position among
         the rank's compute kernels (ranks of a stage run the same program).
         The straggler what-if paper's rule (ByteDance, OSDI 2025) with the
         median its artifact uses for communication; delays and transfers
-        stay as measured.
+        stay as measured. A kernel already faster than the median keeps its
+        time: the scenario removes slowness, it never adds any, so it can
+        only shorten the step. On a CPU-only trace, whose compute pieces
+        are cut around c10d calls that fall at different points on a
+        stage's ranks (pieces at one position differ 2-4x), each rank's
+        pieces are scaled by (its stage's median rank compute) / (its own
+        compute) where that is below 1 (the inverse of fct_stragglers'
+        compute over the median); the plain per-position median made the
+        megatron_cpu runs' steps 2-8% longer.
       * ideal_communication: every collective member's transfer (its time
         after the last arrival) at the bus bandwidth
         var('whatif_bus_bandwidth_gbps'): bytes x bus factor / busbw, the
@@ -128,6 +136,7 @@ compute_kernels as (
         nodes.rank,
         nodes.iteration,
         nodes.work_ns,
+        nodes.node_kind,
         coalesce(ranks.pp_stage, 0) as pp_stage,
         row_number() over (
             partition by nodes.run_id, nodes.rank, nodes.iteration
@@ -141,18 +150,57 @@ compute_kernels as (
     where nodes.node_kind in ('gpu_compute', 'host_compute')
 ),
 
+{# A CPU-only trace's compute pieces are cut around its c10d calls, which
+   fall at different points on a stage's ranks, so pieces do not line up by
+   position: each rank's pieces are scaled by its stage's median rank
+   compute over its own, where that is below 1. #}
+host_rank_factors as (
+    select
+        run_id,
+        iteration,
+        rank,
+        pp_stage,
+        least(
+            1.0,
+            median(sum(work_ns)) over (partition by run_id, pp_stage, iteration)
+            / nullif(sum(work_ns), 0)
+        ) as factor
+    from compute_kernels
+    where node_kind = 'host_compute'
+    group by 1, 2, 3, 4
+),
+
 no_straggler as (
     select
         'no_straggler' as scenario,
-        node_id,
-        run_id,
-        cast(
-            median(work_ns) over (partition by run_id, pp_stage, iteration, kernel_position)
-            as bigint
-        ) as work_ns,
+        compute_kernels.node_id,
+        compute_kernels.run_id,
+        case
+            when compute_kernels.node_kind = 'host_compute'
+                then cast(round(compute_kernels.work_ns * host_rank_factors.factor) as bigint)
+            else least(
+                compute_kernels.work_ns,
+                cast(
+                    median(compute_kernels.work_ns) over (
+                        partition by
+                            compute_kernels.run_id,
+                            compute_kernels.node_kind,
+                            compute_kernels.pp_stage,
+                            compute_kernels.iteration,
+                            compute_kernels.kernel_position
+                    ) as bigint
+                )
+            )
+        end as work_ns,
         cast(null as bigint) as delay_ns
     from compute_kernels
+    left join host_rank_factors
+        on
+            compute_kernels.run_id = host_rank_factors.run_id
+            and compute_kernels.iteration = host_rank_factors.iteration
+            and compute_kernels.rank = host_rank_factors.rank
 ),
+
 
 {# One instance's payload: the members' largest, as fct_collectives. #}
 instances as (
