@@ -15,6 +15,7 @@ from tracehouse.core.replay import (
     START,
     ReplayCycleError,
     ReplayGraph,
+    ReplayStrayNodeError,
     drop_cyclic_parts,
     node_indices,
     replay,
@@ -104,8 +105,8 @@ def test_a_cyclic_part_is_cut_loose_and_the_rest_replays() -> None:
     """drop_cyclic_parts cuts part 7 (naming the nodes of its cycle) and
     leaves part 9 as it replays alone: root at 50, kernel 52..62."""
     graph, part = _crossed_and_clean_parts()
-    acyclic, cut = drop_cyclic_parts(graph, part)
-    assert list(cut) == [7]
+    acyclic, cut, why = drop_cyclic_parts(graph, part)
+    assert list(cut) == [7] and why == {7: "has a cycle"}
     assert {1, 2, 4, 5, 6, 7} <= set(cut[7].tolist())
     start, end = replay(acyclic)
     assert (start[8], end[8], start[9], end[9]) == (50, 50, 52, 62)
@@ -113,8 +114,8 @@ def test_a_cyclic_part_is_cut_loose_and_the_rest_replays() -> None:
     # A graph without a cycle comes back whole.
     clean = _graph(2, [(0, END, 1, START)], delay=[0, 2], work=[0, 10], own=[0, 0],
                    roots={0: 50})
-    same, none_cut = drop_cyclic_parts(clean, np.zeros(2, dtype=np.int64))
-    assert none_cut == {} and same.src.tolist() == clean.src.tolist()
+    same, none_cut, none_why = drop_cyclic_parts(clean, np.zeros(2, dtype=np.int64))
+    assert none_cut == {} and none_why == {} and same.src.tolist() == clean.src.tolist()
 
 
 def test_compiled_and_numpy_agree_on_random_graphs() -> None:
@@ -164,3 +165,21 @@ def test_node_ids_map_to_positions_and_collisions_are_refused() -> None:
         node_indices(ids, [8])
     with pytest.raises(ValueError, match="collide"):
         node_indices(np.array([1, 3, 3, 9]), [1])
+
+
+def test_a_part_with_a_stray_node_is_cut_loose_and_the_rest_replays() -> None:
+    """A node with no dependency that is no root (nothing says when it may
+    start: an edge kind the SQL missed for an unusual trace) cuts its part
+    loose, named with the node, and the other part replays; replay() alone
+    raises naming it."""
+    edges = [(0, END, 1, START), (2, END, 3, START), (4, END, 5, START)]
+    graph = _graph(6, edges, delay=[0, 1, 0, 1, 0, 2], work=[5, 5, 5, 5, 0, 10],
+                   own=[0, 0, 0, 0, 0, 0], roots={0: 0, 4: 50})
+    with pytest.raises(ReplayStrayNodeError) as raised:
+        replay(graph)
+    assert raised.value.nodes.tolist() == [2]
+    kept, cut, why = drop_cyclic_parts(graph, np.array([1, 1, 1, 1, 2, 2]))
+    assert list(cut) == [1] and cut[1].tolist() == [2]
+    assert why == {1: "has nodes with no dependency that are no root"}
+    start, end = replay(kept)
+    assert (start[4], end[4], start[5], end[5]) == (50, 50, 52, 62)

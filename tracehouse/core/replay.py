@@ -38,15 +38,31 @@ except ImportError:  # built without a C compiler: the numpy frontier sweep
 START, END = 0, 1
 
 
-class ReplayCycleError(ValueError):
-    """The replay graph has a cycle (or vertices only a cycle reaches):
-    ``nodes`` holds the indices of the nodes left unresolved, ascending, so
-    that a caller can drop the part of the graph they belong to
-    (``drop_cyclic_parts``) rather than lose the whole replay."""
+class UnreplayableGraphError(ValueError):
+    """The replay graph cannot be walked: ``nodes`` holds the indices of the
+    nodes at fault, ascending, so that a caller can drop the part of the
+    graph they belong to (``drop_cyclic_parts``) rather than lose the whole
+    replay; ``what`` says what is wrong, for a warning."""
+
+    what = "cannot be replayed"
 
     def __init__(self, message: str, nodes: np.ndarray):
         super().__init__(message)
         self.nodes = nodes
+
+
+class ReplayCycleError(UnreplayableGraphError):
+    """The replay graph has a cycle (or vertices only a cycle reaches)."""
+
+    what = "has a cycle"
+
+
+class ReplayStrayNodeError(UnreplayableGraphError):
+    """A node has no dependency and is no root: nothing says when it may
+    start (an edge kind the graph's SQL missed for an unusual trace, e.g. an
+    Nsight export without NVTX or runtime rows)."""
+
+    what = "has nodes with no dependency that are no root"
 
 
 @dataclass(frozen=True)
@@ -99,8 +115,8 @@ def replay(graph: ReplayGraph, work: np.ndarray | None = None,
     pass) or the numpy frontier sweep (one loop step per level of the
     graph); ``None``: the extension where it is built. Both give the same
     answer (tests). Raises ReplayCycleError (a ValueError) naming the nodes
-    left when the graph has a cycle, ValueError when a node has no
-    dependency and is no root.
+    left when the graph has a cycle, ReplayStrayNodeError naming the nodes
+    that have no dependency and are no root.
     """
     vertices = 2 * graph.size
     src_v, dst_v, weight = vertex_edges(graph, work)
@@ -113,8 +129,9 @@ def replay(graph: ReplayGraph, work: np.ndarray | None = None,
     frontier = np.flatnonzero(indegree == 0)
     stray = np.setdiff1d(frontier, root_start)
     if stray.size:
-        raise ValueError(f"{stray.size} replay vertices have no dependency and are no root "
-                         f"(first nodes: {(stray[:5] // 2).tolist()})")
+        raise ReplayStrayNodeError(
+            f"{stray.size} replay vertices have no dependency and are no root "
+            f"(first nodes: {(stray[:5] // 2).tolist()})", np.unique(stray // 2))
     value[frontier] = graph.anchor[frontier // 2]
     if compiled is None:
         compiled = _walk is not None
@@ -156,8 +173,9 @@ def replay(graph: ReplayGraph, work: np.ndarray | None = None,
 
 
 def drop_cyclic_parts(graph: ReplayGraph, part: np.ndarray,
-                      ) -> tuple[ReplayGraph, dict[int, np.ndarray]]:
-    """``graph`` with every part that holds a cycle cut loose, and what was cut.
+                      ) -> tuple[ReplayGraph, dict[int, np.ndarray], dict[int, str]]:
+    """``graph`` with every part that holds a cycle, or a node with no
+    dependency that is no root, cut loose, and what was cut.
 
     ``part`` labels each node with its independent part of the graph (the
     replay models: run x iteration; edges never cross parts). Why: one odd
@@ -165,24 +183,26 @@ def drop_cyclic_parts(graph: ReplayGraph, part: np.ndarray,
     orders that disagree) must not take every run's replay down. A cut
     part's nodes keep their places (the arrays stay aligned with the node
     ids) but lose every edge and become roots at 0, so they replay
-    trivially and the caller leaves their rows out. Returns the graph and,
-    per cut part label, the nodes the walk could not resolve in it (the
-    cycle and what hangs on it), ascending. Raises ValueError where the
-    walk fails for another reason (a node with no dependency that is no
-    root).
+    trivially and the caller leaves their rows out. Returns the graph,
+    per cut part label the nodes at fault in it (the cycle and what hangs
+    on it, or the stray nodes), ascending, and per cut part label what was
+    wrong (the error's ``what``: "has a cycle", "has nodes with no
+    dependency that are no root"), for the caller's warning.
     """
     part = np.asarray(part, dtype=np.int64)
     cut: dict[int, np.ndarray] = {}
+    reasons: dict[int, str] = {}
     while True:
         try:
             replay(graph)
-        except ReplayCycleError as cycle:
-            labels = np.unique(part[cycle.nodes])
+        except UnreplayableGraphError as fault:
+            labels = np.unique(part[fault.nodes])
             for label in labels.tolist():
-                cut[label] = cycle.nodes[part[cycle.nodes] == label]
+                cut[label] = fault.nodes[part[fault.nodes] == label]
+                reasons[label] = fault.what
             graph = _cut_loose(graph, np.isin(part, labels))
             continue
-        return graph, cut
+        return graph, cut, reasons
 
 
 def _cut_loose(graph: ReplayGraph, dropped: np.ndarray) -> ReplayGraph:

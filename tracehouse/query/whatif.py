@@ -90,11 +90,11 @@ def load_run_graph(con: duckdb.DuckDBPyConnection, run: str) -> RunGraph:
         "inner join run_nodes as src on edges.src_node_id = src.warehouse_node_id "
         "inner join run_nodes as dst on edges.dst_node_id = dst.warehouse_node_id")
     node_id, graph = graph_from_relations(con.table("run_nodes"), edges)
-    # An iteration whose graph has a cycle is cut loose, as the replay model
+    # An iteration whose graph has a cycle or a stray node is cut loose, as the replay model
     # does (it has no fct_step_replay row, so no prediction either).
     parts = con.sql("select dense_rank() over (order by iteration) as part from run_nodes "
                     "order by node_id").fetchnumpy()["part"]
-    graph, _cut = drop_cyclic_parts(graph, np.asarray(parts, dtype=np.int64))
+    graph, _cut, _why = drop_cyclic_parts(graph, np.asarray(parts, dtype=np.int64))
     return RunGraph(run_id=run, node_id=node_id, graph=graph)
 
 

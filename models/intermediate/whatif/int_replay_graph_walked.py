@@ -173,7 +173,8 @@ def model(dbt, session):
 
 def without_cycles(nodes, node_id: np.ndarray, graph):
     """(graph, part per node, cut parts): ``graph`` with every run x iteration
-    whose replay graph has a cycle cut loose (tracehouse.core.replay.
+    whose replay graph has a cycle, or a node with no dependency that is no
+    root, cut loose (tracehouse.core.replay.
     drop_cyclic_parts), each named in a dbt warning with a few of its nodes.
     Why not fail: one odd run (collectives matched in orders that cross)
     would take every run's what-if and findings down; its spans and
@@ -182,13 +183,13 @@ def without_cycles(nodes, node_id: np.ndarray, graph):
     part = np.empty(graph.size, dtype=np.int64)
     part[node_indices(node_id, np.asarray(parts["node_id"], dtype=np.int64))] = np.asarray(
         parts["part"], dtype=np.int64)
-    graph, cut = drop_cyclic_parts(graph, part)
+    graph, cut, why = drop_cyclic_parts(graph, part)
     labels = np.asarray(parts["part"], dtype=np.int64)
     for label, left in cut.items():
         row = int(np.flatnonzero(labels == label)[0])
         _warn(f"int_replay_graph_walked: run {parts['run_id'][row].as_py()!r} iteration "
-              f"{parts['iteration'][row].as_py()}: the replay graph has a cycle "
-              f"({left.size} nodes never resolved; first node_ids "
+              f"{parts['iteration'][row].as_py()}: the replay graph {why[label]} "
+              f"({left.size} nodes at fault; first node_ids "
               f"{node_id[left[:5]].tolist()}, int_replay_nodes_listed); that run x "
               "iteration is left out of the replay (fct_step_replay, fct_critical_path, "
               "fct_what_if), every other one is replayed")
