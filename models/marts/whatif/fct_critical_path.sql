@@ -96,10 +96,11 @@ ops as (
         iteration,
         node_id,
         min(path_step) as path_order,
-        sum(segment_ns) as path_ns,
-        coalesce(sum(segment_ns) filter (where segment = 'delay'), 0) as delay_ns,
-        coalesce(sum(segment_ns) filter (where segment = 'work'), 0) as work_ns,
-        coalesce(sum(segment_ns) filter (where segment = 'wait'), 0) as wait_ns
+        cast(sum(segment_ns) as bigint) as path_ns,
+        cast(coalesce(sum(segment_ns) filter (where segment = 'delay'), 0) as bigint)
+            as delay_ns,
+        cast(coalesce(sum(segment_ns) filter (where segment = 'work'), 0) as bigint) as work_ns,
+        cast(coalesce(sum(segment_ns) filter (where segment = 'wait'), 0) as bigint) as wait_ns
     from walked
     group by 1, 2, 3
 ),
@@ -108,7 +109,7 @@ lengths as (
     select
         run_id,
         iteration,
-        sum(segment_ns) as path_length_ns
+        cast(sum(segment_ns) as bigint) as path_length_ns
     from walked
     group by 1, 2
 ),
