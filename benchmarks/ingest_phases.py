@@ -36,16 +36,16 @@ from pathlib import Path
 PHASES: list[tuple[str, str, str]] = [
     ("tracehouse.ingest.lake", "init_lake", "init lake"),
     ("tracehouse.ingest.runner", "read_trace_bytes", "read file"),
-    ("tracehouse.ingest.runner", "gunzip", "gunzip"),
+    ("tracehouse.ingest.kineto.read", "gunzip", "gunzip"),
     ("hashlib", "blake2b", "content hash"),
     ("tracehouse.ingest._kineto_scan", "scan", "scan (C)"),
-    ("tracehouse.ingest.kineto_fast", "_header", "header"),
-    ("tracehouse.ingest.kineto_fast", "_columns", "columns to Arrow"),
-    ("tracehouse.ingest.kineto", "nest_slices", "nesting"),
-    ("tracehouse.ingest.kineto", "_flows", "flows"),
-    ("tracehouse.ingest.kineto", "_threads_and_processes", "threads, processes"),
-    ("tracehouse.ingest.kineto", "_process_groups", "process groups"),
-    ("tracehouse.ingest.kineto", "has_op_shapes", "op shapes"),
+    ("tracehouse.ingest.kineto.scan", "_header", "header"),
+    ("tracehouse.ingest.kineto.scan", "_columns", "columns to Arrow"),
+    ("tracehouse.ingest.kineto.native", "nest_slices", "nesting"),
+    ("tracehouse.ingest.kineto.native", "_flows", "flows"),
+    ("tracehouse.ingest.kineto.native", "_threads_and_processes", "threads, processes"),
+    ("tracehouse.ingest.kineto.native", "process_groups", "process groups"),
+    ("tracehouse.ingest.kineto.native", "has_op_shapes", "op shapes"),
     ("tracehouse.ingest.runner", "parse_kineto", "parse, rest"),
     ("tracehouse.ingest.lake", "with_context", "slice context"),
     ("tracehouse.ingest.lake", "annotation_ranges", "annotation ranges"),
@@ -136,7 +136,7 @@ STARTS = {
     "+ what an ingest imports later": (
         "from tracehouse.ingest.no_pandas import keep_pandas_out; keep_pandas_out(); "
         "from tracehouse.ingest.runner import ingest_paths; "
-        "import tracehouse.ingest.kineto_fast, pyarrow.parquet"),
+        "import tracehouse.ingest.kineto.scan, pyarrow.parquet"),
     "HTA imports": "from hta.trace_analysis import TraceAnalysis",
 }
 

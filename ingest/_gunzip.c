@@ -1,7 +1,7 @@
 /* Gunzip a single-member gzip file into one buffer of its known size (ingest/runner.py).
  *
  * Why in C: Python's one-shot zlib.decompress stops after the first gzip member
- * and says nothing of the bytes after it, so runner.gunzip had to recompute the
+ * and says nothing of the bytes after it, so ingest.kineto.read.gunzip had to recompute the
  * text's CRC-32 to tell a single-member file (what PyTorch writes) from one
  * with more members: ~1 ms per MB of JSON, 10 % of a large trace's ingest.
  * Here zlib checks the member's CRC-32 and length itself (wbits 31) and the

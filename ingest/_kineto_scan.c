@@ -5,9 +5,9 @@
  * (~19 ms per MB of JSON). This scanner walks the bytes once, converts ts/dur
  * to exact integer nanoseconds from their digits, interns thread tracks,
  * flow categories and string flow ids, and hands back flat buffers that
- * ingest/kineto.py wraps as numpy and Arrow arrays.
+ * ingest/kineto/scan.py wraps as numpy and Arrow arrays.
  *
- * Contract with the Python fallback (msgspec, ingest/kineto.py): for every
+ * Contract with the Python fallback (msgspec, ingest/kineto/columns.py): for every
  * input this scanner accepts, the lake tables are identical; on anything it
  * does not fully understand (invalid JSON or UTF-8, escapes in keys, a field
  * of an unexpected type, ints beyond int64, duplicate keys, ...) scan()
@@ -470,7 +470,7 @@ static int strcol_push(StrCol *c, const char *p, size_t n, int valid) {
 
 static void strcol_free(StrCol *c) { buf_free(&c->off); buf_free(&c->data); buf_free(&c->valid); }
 
-/* The typed args columns (ingest.kineto.Args' keys that become slice columns). */
+/* The typed args columns (ingest.kineto.decode.Args' keys that become slice columns). */
 enum { TI_N = 7, TS_N = 4, TS_PG_NAME = 1 };
 static const char *TI_KEYS[TI_N] = {"correlation", "External id", "device", "stream",
                                     "Group size", "In msg nelems", "Out msg nelems"};
@@ -590,7 +590,7 @@ static int numval(Sc *sc, Val *v) {
 /* ------------------------------------------------------------------ typed args */
 
 /* Process Group Ranks as PyTorch writes it, "[0, 1, 2]": the ints, or -1 where
- * the text is anything else (ingest.kineto._parse_ranks then decides). */
+ * the text is anything else (ingest.kineto.decode.parse_ranks then decides). */
 static int ranks_text(const unsigned char *p, size_t n, Buf *out) {
     size_t b = 0, e = n;
     while (b < e && p[b] == ' ') b++;
@@ -644,7 +644,7 @@ static int match_key(const char **keys, int n, const unsigned char *p, size_t le
 }
 
 /* Read one slice's typed args (the object at s[args_b], already validated; 0: none)
- * and push a row to every typed column. The rules are ingest.kineto._decode_args':
+ * and push a row to every typed column. The rules are ingest.kineto.decode.decode_args':
  * a value of another type than its key's is NULL. What this does not decide
  * exactly (an int beyond int64, a duplicate or escaped key, odd rank lists)
  * marks the columns unclean: the Python decoder then reads every args object.
@@ -1171,7 +1171,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_kineto_scan",
-    "Compiled one-pass scanner of Kineto JSON (see ingest/kineto.py).", -1, methods,
+    "Compiled one-pass scanner of Kineto JSON (see ingest/kineto/scan.py).", -1, methods,
     NULL, NULL, NULL, NULL,
 };
 

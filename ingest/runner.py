@@ -18,7 +18,6 @@ from __future__ import annotations
 import collections
 import datetime as dt
 import fcntl
-import gzip
 import hashlib
 import os
 import signal
@@ -26,7 +25,6 @@ import sys
 import time
 import traceback
 import uuid
-import zlib
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from contextlib import ExitStack, contextmanager
@@ -40,7 +38,17 @@ from tracehouse.core.warehouse import Warehouse
 from . import lake
 from .comm_log import load_comm_log_file, read_comm_log_manifest
 from .discover import Discovery, discover
-from .kineto import parse_kineto, scanner_available
+from .kineto.engine import (
+    DECODER_ENV,
+    KinetoEngine,
+    decoder_override,
+    native_decoder,
+    scanner_built,
+)
+from .kineto.native import parse_kineto
+from .kineto.perfetto import parse_with_trace_processor, resolve_backend
+from .kineto.read import read_trace_bytes
+from .kineto.trace_rows import LoadedFile
 from .memory import system_arrow_pool
 from .model_config import load_model_config_file, read_model_config_manifest
 from .no_pandas import keep_pandas_out
@@ -50,13 +58,6 @@ from .shard import STALE_AFTER_S, Shard
 from .spark_tasks import run_tasks_in_spark
 from .topology import load_topology_file, read_topology_manifest
 from .trace_types import TraceError, TraceFile, display_path
-
-try:
-    from ._gunzip import single_member as _single_member
-except ImportError:  # built without a C compiler or zlib's headers: Python's zlib below
-    _single_member = None
-
-ENGINES = ("native", "perfetto", "spark")
 
 
 @dataclass
@@ -131,7 +132,8 @@ class _Task:
     warehouse_root: str
     token: str
     known_hash: str | None
-    engine: str
+    #: The engine a worker runs (KinetoEngine.parser: never SPARK).
+    engine: KinetoEngine
     trace_processor_bin: str | None
 
 
@@ -158,65 +160,6 @@ class _Outcome:
     counted: bool = False
 
 
-def read_trace_bytes(path: Path) -> tuple[bytes, bytes, str]:
-    """Raw file bytes, the JSON text (gunzipped if gzip), and the file format."""
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise TraceError("unreadable", f"cannot read the file: {exc.strerror}",
-                         "check the path and its permissions") from exc
-    if raw[:2] != b"\x1f\x8b" and path.name.endswith(".gz"):
-        raise TraceError("invalid_gzip", "not gzip data: the name ends in .gz but the file "
-                         "does not start with the gzip header",
-                         "the file is damaged or misnamed; copy it again, or rename it "
-                         "to .json if it is plain JSON")
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            return raw, gunzip(raw), "kineto_json_gz"
-        except EOFError as exc:
-            raise TraceError("truncated", "the gzip stream ends early (truncated file)",
-                             "the copy or the profiler's write was cut short; copy it "
-                             "again") from exc
-        except (gzip.BadGzipFile, zlib.error) as exc:
-            raise TraceError("invalid_gzip", f"corrupt gzip data: {exc}",
-                             "the file is damaged; copy it again") from exc
-    return raw, raw, "kineto_json"
-
-
-def gunzip(raw: bytes) -> bytes:
-    """Decompress a gzip file into one buffer of its final size.
-
-    The gzip trailer holds the size (mod 2^32) and CRC-32 of the last member;
-    ``zlib.decompress`` with that size as its buffer writes the text into a
-    single allocation (``gzip.decompress`` grows a list of blocks and joins
-    them: twice the text at its peak, 53 MB more on a 53 MB trace) and is
-    ~1.5x faster. ``zlib`` stops after the first member, so the text is used
-    only when its size and CRC match the trailer (a single-member file, which
-    is what PyTorch writes; the CRC costs ~2 ms per 10 MB); anything else
-    (several members, trailing bytes, damage, truncation) goes to
-    ``gzip.decompress``, which reads every member and raises the errors the
-    caller words. With the compiled ``_gunzip`` (ingest/_gunzip.c) zlib
-    itself checks the member's CRC and that no byte follows it, which saves
-    the second CRC pass (~1 ms per MB of JSON).
-    """
-    size = int.from_bytes(raw[-4:], "little") if len(raw) >= 18 else -1
-    # Deflate expands at most ~1032x: a damaged trailer must not size a 4 GiB buffer.
-    if 0 <= size <= len(raw) * 1032 and _single_member is not None:
-        # Compiled: zlib checks the CRC and tells a single member apart itself.
-        text = _single_member(raw, size)
-        if text is not None:
-            return text
-    elif 0 <= size <= len(raw) * 1032:
-        crc = int.from_bytes(raw[-8:-4], "little")
-        try:
-            text = zlib.decompress(raw, 31, max(size, 1))
-        except zlib.error:
-            text = None
-        if text is not None and len(text) % 2**32 == size and zlib.crc32(text) == crc:
-            return text
-    return gzip.decompress(raw)
-
-
 def trace_id_for(run_id: str, content_hash: str) -> str:
     """Stable id of a file's content within a run: reloading the same bytes is idempotent."""
     return hashlib.blake2b(f"{run_id}\0{content_hash}".encode(), digest_size=8).hexdigest()
@@ -241,25 +184,19 @@ def _load_kineto(task: _Task, started: float) -> _Outcome:
         if task.known_hash == content_hash:
             return _Outcome(source, "unchanged", content_hash=content_hash)
         trace_id = trace_id_for(source.run_id, content_hash)
-        ingested_at = dt.datetime.now(dt.timezone.utc)
-        size = len(text)
-        if task.engine == "perfetto":
-            from .perfetto_engine import parse_with_trace_processor
-
+        loaded = LoadedFile(trace_id=trace_id, content_hash=content_hash,
+                            uncompressed_bytes=len(text), file_format=file_format,
+                            ingested_at=dt.datetime.now(dt.timezone.utc))
+        if task.engine is KinetoEngine.PERFETTO:
             del text  # the engine reads the file itself
-            parsed = parse_with_trace_processor(
-                source, trace_id=trace_id, content_hash=content_hash,
-                uncompressed_bytes=size, file_format=file_format,
-                ingested_at=ingested_at, bin_path=task.trace_processor_bin,
-            )
+            parsed = parse_with_trace_processor(source, loaded,
+                                                bin_path=task.trace_processor_bin)
         else:
             # Hand the only reference to the parser, which drops the text as soon
             # as it is decoded: it is the biggest object while the tables are built.
             handed = [text]
             del text
-            parsed = parse_kineto(handed.pop(), source, trace_id=trace_id,
-                                  content_hash=content_hash, uncompressed_bytes=size,
-                                  file_format=file_format, ingested_at=ingested_at)
+            parsed = parse_kineto(handed.pop(), source, loaded, task.engine)
         pending = lake.write_trace_tmp(Warehouse(Path(task.warehouse_root)), source.run_id,
                                        trace_id, parsed.tables, task.token)
         return _Outcome(
@@ -508,7 +445,7 @@ def ingest_paths(
     jobs: int = 1,
     force: bool = False,
     progress: bool = True,
-    engine: str = "native",
+    engine: KinetoEngine | str = KinetoEngine.NATIVE,
     trace_processor_bin: str | None = None,
     stream: TextIO | None = None,
     shard: Shard | None = None,
@@ -516,17 +453,23 @@ def ingest_paths(
     """Load every trace under ``paths`` into the warehouse's lake.
 
     ``shard``: load only that shard's files (:mod:`ingest.shard`), safely
-    beside the other shards writing the same lake. ``engine="spark"``
+    beside the other shards writing the same lake. ``engine``: a
+    :class:`~ingest.kineto.engine.KinetoEngine` or its name; ``spark``
     parses with tracehouse's own parser in Spark tasks
     (:mod:`ingest.spark_tasks`) instead of local worker processes; the
     driver commits, as for the other engines.
 
-    Raises :class:`ingest.discover.DiscoveryError` for unusable arguments;
+    Raises :class:`ingest.discover.DiscoveryError` for unusable arguments,
+    :class:`~ingest.kineto.engine.UnknownEngine` for an engine (or a
+    ``$TRACEHOUSE_DECODER``) that is none of the choices, and
+    :class:`EngineUnavailable` for one that cannot run here;
     per-file problems are returned in ``IngestResult.failed`` (and recorded
     in ``ingest_errors``), never raised.
     """
-    if engine not in ENGINES:
-        raise ValueError(f"engine must be one of {ENGINES}, not {engine!r}")
+    engine = KinetoEngine.parse(engine)
+    parser = engine.parser
+    # Decided once, here: a bad $TRACEHOUSE_DECODER is a usage error before any file.
+    decoder = None if parser is KinetoEngine.PERFETTO else native_decoder(parser)
     stream = stream or sys.stderr
     wh = warehouse if isinstance(warehouse, Warehouse) else Warehouse.at(warehouse)
     started = time.perf_counter()
@@ -540,7 +483,6 @@ def ingest_paths(
     result = IngestResult(skipped=[(display_path(p), why) for p, why in found.skipped],
                           empty_paths=empty_paths)
     token = uuid.uuid4().hex[:12]
-    parser = "native" if engine == "spark" else engine
 
     # The pool is set before workers fork, so they inherit it (and _load_one sets it
     # again for workers started otherwise).
@@ -561,20 +503,21 @@ def ingest_paths(
                   trace_processor_bin)
             for s in todo
         ]
-        if engine == "perfetto" and tasks:
-            _check_engine_once(tasks)
+        if tasks:
+            _check_engine_once(engine, decoder, tasks)
         bar = Progress(len(todo), sum(s.size_bytes for s in todo), stream, enabled=progress)
-        if engine != "perfetto" and tasks and not scanner_available():
-            print("note: the compiled Kineto scanner is not in use (not built at install: no "
-                  "C compiler?); ingest runs the pure-Python decoder, about 2-3x slower",
-                  file=stream, flush=True)
+        if parser is KinetoEngine.NATIVE and decoder is KinetoEngine.MSGSPEC and tasks:
+            why = (f"${DECODER_ENV} asks for msgspec" if decoder_override() is not None
+                   else "not built at install: no C compiler?")
+            print(f"note: the compiled Kineto scanner is not in use ({why}); ingest runs "
+                  "the pure-Python decoder, about 2-3x slower", file=stream, flush=True)
         deferred: list[_Outcome] = []
         # A run the lake holds no job of yet is decided when its last file is
         # parsed: one job lands, several are refused together (_NewRun).
         unparsed = collections.Counter(task.source.run_id for task in tasks)
         new_runs: dict[str, _NewRun] = {}
         try:
-            outcomes = (_run_tasks(tasks, jobs) if engine != "spark"
+            outcomes = (_run_tasks(tasks, jobs) if engine is not KinetoEngine.SPARK
                         else run_tasks_in_spark(_load_one, tasks, stream))
             for outcome in outcomes:
                 run_id = outcome.source.run_id
@@ -712,24 +655,29 @@ def _shard_files(found: Discovery, shard: Shard) -> Discovery:
 
 
 class EngineUnavailable(Exception):
-    """The engine asked for (``--engine perfetto``) cannot run here: a usage error
-    (exit 2), about the command and not about any file, so no file is blamed,
-    recorded in ``ingest_errors`` or counted."""
+    """The engine asked for (``--engine perfetto``, ``--engine scanner``) cannot run
+    here: a usage error (exit 2), about the command and not about any file, so no
+    file is blamed, recorded in ``ingest_errors`` or counted."""
 
-    def __init__(self, error: TraceError, files: int):
-        super().__init__(f"--engine perfetto: {error.message}; {files} file(s) not loaded "
-                         f"(hint: {error.hint})")
+    def __init__(self, engine: KinetoEngine, error: TraceError, files: int):
+        super().__init__(f"--engine {engine.value}: {error.message}; {files} file(s) not "
+                         f"loaded (hint: {error.hint})")
 
 
-def _check_engine_once(tasks: list[_Task]) -> None:
-    """Find the trace processor before starting: without one, every file would
-    fail the same way, so raise :class:`EngineUnavailable` once, before any file."""
-    from .perfetto_engine import resolve_backend
-
+def _check_engine_once(engine: KinetoEngine, decoder: KinetoEngine | None,
+                       tasks: list[_Task]) -> None:
+    """Find the trace processor (or the compiled scanner) before starting: without
+    one, every file would fail the same way, so raise :class:`EngineUnavailable`
+    once, before any file."""
     try:
-        resolve_backend(tasks[0].trace_processor_bin)
+        if engine is KinetoEngine.PERFETTO:
+            resolve_backend(tasks[0].trace_processor_bin)
+        elif decoder is KinetoEngine.SCANNER and not scanner_built():
+            raise TraceError("engine_unavailable", "the compiled Kineto scanner is not built "
+                             "(no C compiler at install?)", "reinstall with a C compiler "
+                             "(pip install -e .), or use --engine native or msgspec")
     except TraceError as exc:
-        raise EngineUnavailable(exc, len(tasks)) from exc
+        raise EngineUnavailable(engine, exc, len(tasks)) from exc
 
 
 def _settle_single_process(deferred: list[_Outcome], committer: _Committer,

@@ -49,10 +49,11 @@ def test_an_ingest_splits_into_phases_that_add_up() -> None:
     phases._remember()
     got = phases.measure([SAMPLED], repeat=1)
     named = {phase for _, _, phase in phases.PHASES}
-    from tracehouse.ingest.kineto import scanner_available
+    from tracehouse.ingest.kineto.engine import KinetoEngine, native_decoder
 
     assert got["Parquet write"] > 0 and got["gunzip"] > 0
-    assert (got["scan (C)"] > 0) == scanner_available()
+    native = native_decoder(KinetoEngine.NATIVE)
+    assert (got["scan (C)"] > 0) == (native is KinetoEngine.SCANNER)
     assert abs(sum(v for k, v in got.items() if k in named or k == phases.REST)
                - got["total"]) < 1e-9
     # Every wrapper is taken off again: the next ingest in this process is untimed.

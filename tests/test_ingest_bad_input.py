@@ -423,7 +423,7 @@ def test_random_bytes_named_gz_are_reported_as_not_gzip(tmp_path: Path) -> None:
 def test_multi_member_gzip_loads_whole(tmp_path: Path) -> None:
     """A gzip file of several members (some writers flush in pieces) is read to the
     end, not cut after the first member."""
-    from tracehouse.ingest.runner import read_trace_bytes
+    from tracehouse.ingest.kineto.read import read_trace_bytes
 
     text = _encode(_doc(0))
     half = len(text) // 2
@@ -441,7 +441,7 @@ def test_gzip_trailer_claiming_a_huge_size_is_not_trusted(tmp_path: Path) -> Non
     """The trailer sizes the output buffer only when deflate could reach that size:
     a damaged trailer claiming ~4 GiB costs no 4 GiB allocation, and the file is
     reported as damaged."""
-    from tracehouse.ingest.runner import read_trace_bytes
+    from tracehouse.ingest.kineto.read import read_trace_bytes
     from tracehouse.ingest.trace_types import TraceError
 
     data = gzip.compress(_encode(_doc(0)))

@@ -237,11 +237,11 @@ def _interrupt_on_second_parse(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     calls: list[str] = []
     real = runner.parse_kineto
 
-    def parse(data: bytes, source, **kwargs):
+    def parse(data: bytes, source, *args, **kwargs):
         calls.append(str(source.path))
         if len(calls) == 2:
             raise KeyboardInterrupt
-        return real(data, source, **kwargs)
+        return real(data, source, *args, **kwargs)
 
     monkeypatch.setattr(runner, "parse_kineto", parse)
     return calls

@@ -21,7 +21,9 @@ from hypothesis import strategies as st
 from test_ingest_property import BASE_TRACE, Case, mutated_traces
 
 from conftest import SHARED_DATA
-from tracehouse.ingest import kineto
+from tracehouse.ingest.kineto.engine import KinetoEngine, scanner_built
+from tracehouse.ingest.kineto.native import parse_kineto
+from tracehouse.ingest.kineto.trace_rows import LoadedFile
 from tracehouse.ingest.runner import ingest_paths
 from tracehouse.ingest.trace_types import TraceError, TraceFile
 
@@ -31,30 +33,29 @@ KINETO = SHARED_DATA / "kineto"
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 
 needs_scanner = pytest.mark.skipif(
-    not kineto.scanner_available(),
-    reason="the compiled scanner is not built (pip install -e . needs a C compiler) "
-           "or TRACEHOUSE_DECODER=python turned it off",
+    not scanner_built(),
+    reason="the compiled scanner is not built (pip install -e . needs a C compiler)",
 )
 
 
-def _parse(data: bytes, decoder: str, name: str = "rank-0.json"):
+def _parse(data: bytes, engine: KinetoEngine, name: str = "rank-0.json"):
     source = TraceFile(path=Path("/nowhere") / name, run_id="r", layout="hta", rank_hint=None,
                        iteration_hint=None, size_bytes=len(data), mtime_ns=0)
-    return kineto.parse_kineto(data, source, trace_id="t", content_hash="h",
-                               uncompressed_bytes=len(data), file_format="kineto_json",
-                               ingested_at=NOW, decoder=decoder)
+    loaded = LoadedFile(trace_id="t", content_hash="h", uncompressed_bytes=len(data),
+                        file_format="kineto_json", ingested_at=NOW)
+    return parse_kineto(data, source, loaded, engine)
 
 
-def _outcome(data: bytes, decoder: str):
-    """The tables, or the error (kind, message) the decoder ends with."""
+def _outcome(data: bytes, engine: KinetoEngine):
+    """The tables, or the error (kind, message) the engine ends with."""
     try:
-        return _parse(data, decoder).tables
+        return _parse(data, engine).tables
     except TraceError as exc:
         return (exc.kind, exc.message)
 
 
 def assert_same(data: bytes) -> None:
-    fast, slow = _outcome(data, "c"), _outcome(data, "python")
+    fast, slow = _outcome(data, KinetoEngine.SCANNER), _outcome(data, KinetoEngine.MSGSPEC)
     if isinstance(slow, tuple) or isinstance(fast, tuple):
         assert fast == slow
         return
@@ -73,7 +74,7 @@ SHARED = sorted(KINETO.rglob("*.json.gz")) if KINETO.is_dir() else []
 @pytest.mark.skipif(not SHARED, reason=f"shared Kineto traces not found under {KINETO}")
 @pytest.mark.parametrize("path", SHARED, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_both_decoders_agree_on_every_shared_trace(path: Path) -> None:
-    from tracehouse.ingest.kineto_fast import scan_columns
+    from tracehouse.ingest.kineto.scan import scan_columns
 
     data = gzip.decompress(path.read_bytes())
     assert scan_columns(data) is not None, "the scanner handed a real trace over to msgspec"

@@ -24,8 +24,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import SHARED_DATA
-from tracehouse.ingest import kineto
 from tracehouse.ingest.json_numbers import json_number_to_ns
+from tracehouse.ingest.kineto.engine import KinetoEngine, scanner_built
+from tracehouse.ingest.kineto.native import parse_kineto
+from tracehouse.ingest.kineto.trace_rows import LoadedFile
 from tracehouse.ingest.trace_types import TraceFile
 
 pytestmark = pytest.mark.slow  # ingests or builds (README: the fast set is -m "not slow")
@@ -50,20 +52,22 @@ def _ns(text: Decimal) -> int:
 
 
 #: Both decoders must be exact: the compiled scanner (where built) and msgspec.
-DECODERS = ["python"] + (["c"] if kineto.scanner_available() else [])
+DECODERS = [KinetoEngine.MSGSPEC] + ([KinetoEngine.SCANNER] if scanner_built() else [])
 
 
-def _parse(data: bytes, name: str = "rank-0.json", decoder: str | None = None):
+def _parse(data: bytes, name: str = "rank-0.json",
+           decoder: KinetoEngine = KinetoEngine.NATIVE):
     source = TraceFile(path=Path("/nowhere") / name, run_id="r", layout="hta", rank_hint=0,
                        iteration_hint=None, size_bytes=len(data), mtime_ns=0)
-    return kineto.parse_kineto(data, source, trace_id="t", content_hash="h",
-                               uncompressed_bytes=len(data), file_format="kineto_json",
-                               ingested_at=dt.datetime.now(dt.timezone.utc), decoder=decoder)
+    loaded = LoadedFile(trace_id="t", content_hash="h", uncompressed_bytes=len(data),
+                        file_format="kineto_json", ingested_at=dt.datetime.now(dt.timezone.utc))
+    return parse_kineto(data, source, loaded, decoder)
 
 
 @pytest.mark.skipif(not A100.is_file(), reason=f"shared trace {A100} not found")
 @pytest.mark.parametrize("decoder", DECODERS)
-def test_epoch_microseconds_with_fractional_ns_match_the_relative_form(decoder: str) -> None:
+def test_epoch_microseconds_with_fractional_ns_match_the_relative_form(
+        decoder: KinetoEngine) -> None:
     """The real A100 trace, rewritten with absolute epoch µs (fractional ns) and no
     ``baseTimeNanoseconds``, gives the very same slices as the original: every ts,
     dur, parent and depth (a float64 reading moves hundreds of parents)."""
@@ -161,8 +165,8 @@ def _reference_nesting(slices: list[tuple[int, int, int]]) -> tuple[list[int], l
 def test_every_number_form_lands_exact(trace: tuple[bytes, list[tuple[int, int, int]]]) -> None:
     data, expected = trace
     for decoder in DECODERS:
-        if decoder == "c":  # the scanner reads these itself, not via msgspec
-            from tracehouse.ingest.kineto_fast import scan_columns
+        if decoder is KinetoEngine.SCANNER:  # the scanner reads these itself, not via msgspec
+            from tracehouse.ingest.kineto.scan import scan_columns
 
             assert scan_columns(data) is not None
         _check_exact(_parse(data, decoder=decoder).tables["slices"], expected)

@@ -15,9 +15,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from tracehouse.ingest import kineto
+from tracehouse.ingest.kineto.engine import scanner_built
 
-pytestmark = pytest.mark.skipif(not kineto.scanner_available(),
+pytestmark = pytest.mark.skipif(not scanner_built(),
                                 reason="the compiled scanner is not built")
 
 TEXT = (b'{"traceEvents": [' + b",".join(

@@ -1,7 +1,7 @@
 """The scanner's typed args columns equal msgspec's on any args object (issue 30).
 
 The compiled scanner decides ``correlation``, ``Process Group Ranks`` and the
-other typed keys itself, by the rules of ``ingest.kineto._decode_args`` (a
+other typed keys itself, by the rules of ``ingest.kineto.decode.decode_args`` (a
 value of another type is NULL); what it does not decide exactly (an int
 beyond int64, a duplicate or escaped key, an odd rank list) it hands to
 msgspec. Either way the lake must equal the msgspec decoder's: checked here

@@ -40,10 +40,11 @@ import pytest
 from conftest import SHARED_DATA
 from tracehouse.cli import main
 from tracehouse.core.warehouse import Warehouse
-from tracehouse.ingest import perfetto_engine
 from tracehouse.ingest.discover import discover
-from tracehouse.ingest.kineto import parse_kineto
-from tracehouse.ingest.runner import read_trace_bytes
+from tracehouse.ingest.kineto import perfetto as perfetto_engine
+from tracehouse.ingest.kineto.native import parse_kineto
+from tracehouse.ingest.kineto.read import read_trace_bytes
+from tracehouse.ingest.kineto.trace_rows import LoadedFile
 from tracehouse.ingest.trace_types import TraceError
 
 DLRM = SHARED_DATA / "kineto" / "dlrm_8rank"
@@ -181,10 +182,10 @@ def _source(path: Path):
 
 
 def _call(source, bin_path: str | None = None):
-    return perfetto_engine.parse_with_trace_processor(
-        source, trace_id="t", content_hash="h", uncompressed_bytes=0,
-        file_format="kineto_json_gz", ingested_at=dt.datetime.now(dt.timezone.utc),
-        bin_path=bin_path)
+    loaded = LoadedFile(trace_id="t", content_hash="h", uncompressed_bytes=0,
+                        file_format="kineto_json_gz",
+                        ingested_at=dt.datetime.now(dt.timezone.utc))
+    return perfetto_engine.parse_with_trace_processor(source, loaded, bin_path=bin_path)
 
 
 def test_missing_binary_is_detected_before_anything_else(tmp_path: Path) -> None:
@@ -429,11 +430,11 @@ def test_engine_reads_the_same_metadata_as_native(tmp_path: Path, trace_processo
     _use(monkeypatch, trace_processor)
     source = _source(small_trace(tmp_path / "rank-1.json.gz"))
     raw, text, file_format = read_trace_bytes(source.path)
-    kwargs = dict(trace_id="t", content_hash="h", uncompressed_bytes=len(text),
-                  file_format=file_format, ingested_at=dt.datetime.now(dt.timezone.utc))
-    native = parse_kineto(text, source, **kwargs)
-    perfetto = perfetto_engine.parse_with_trace_processor(source, bin_path=None, data=text,
-                                                          **kwargs)
+    loaded = LoadedFile(trace_id="t", content_hash="h", uncompressed_bytes=len(text),
+                        file_format=file_format, ingested_at=dt.datetime.now(dt.timezone.utc))
+    native = parse_kineto(text, source, loaded)
+    perfetto = perfetto_engine.parse_with_trace_processor(source, loaded, bin_path=None,
+                                                          data=text)
     assert perfetto.rank == native.rank == 1
     assert perfetto.profiler_steps == native.profiler_steps == (4,)
     assert perfetto.tables["process_groups"].equals(native.tables["process_groups"])

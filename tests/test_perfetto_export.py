@@ -28,7 +28,7 @@ from test_perfetto_engine import trace_processor  # noqa: F401 - the fixture, re
 from conftest import NASTY_NAME, SHARED_DATA, query_warehouse
 from tracehouse.build.dbt import EXIT_OK, run_dbt
 from tracehouse.core.warehouse import Warehouse
-from tracehouse.ingest import perfetto_engine
+from tracehouse.ingest.kineto import perfetto as perfetto_engine
 from tracehouse.ingest.runner import ingest_paths
 from tracehouse.ingest.trace_types import TraceFile
 from tracehouse.reports.kernel_names import short_kernel_name

@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from tracehouse.cli.arguments import EXIT_USAGE, name, path, warehouse_parent
+from tracehouse.ingest.kineto.engine import DECODER_ENV, KinetoEngine, choices
 
 __all__ = ["add_parser"]
 
@@ -35,10 +36,13 @@ def add_parser(sub: Any) -> None:
                         help="worker processes (default: number of CPUs, at most 8)")
     ingest.add_argument("--force", action="store_true",
                         help="reload files even if they are already loaded and unchanged")
-    ingest.add_argument("--engine", choices=("native", "perfetto", "spark"), default="native",
-                        help="parser: tracehouse's own (default), Perfetto trace processor, "
-                             "or tracehouse's own in Spark tasks ($TRACEHOUSE_SPARK_MASTER, "
-                             "default local[2]; needs the spark extra)")
+    ingest.add_argument("--engine", choices=choices(), default=KinetoEngine.NATIVE.value,
+                        help="parser: tracehouse's own (native, the default: the compiled "
+                             "scanner where built, else msgspec; scanner or msgspec to pick "
+                             f"one; ${DECODER_ENV}=python makes native msgspec), Perfetto's "
+                             "trace processor (perfetto), or tracehouse's own in Spark tasks "
+                             "(spark: $TRACEHOUSE_SPARK_MASTER, default local[2]; needs the "
+                             "spark extra)")
     ingest.add_argument("--shard", metavar="I/N", default=None,
                         help="load only shard I (0-based) of N: a deterministic 1/N of the "
                              "files, so N ingests on N machines (e.g. a Slurm array) fill one "
@@ -55,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
     """Handler of ``tracehouse ingest``."""
     from tracehouse.core.warehouse import Warehouse
     from tracehouse.ingest.discover import DiscoveryError
+    from tracehouse.ingest.kineto.engine import UnknownEngine
     from tracehouse.ingest.runner import EngineUnavailable, default_jobs, ingest_paths
 
     jobs = args.jobs if args.jobs is not None else default_jobs()
@@ -70,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_USAGE
-    if args.engine == "spark":
+    engine = KinetoEngine.parse(args.engine)
+    if engine is KinetoEngine.SPARK:
         import importlib.util
 
         if importlib.util.find_spec("pyspark") is None:
@@ -86,11 +92,11 @@ def run(args: argparse.Namespace) -> int:
             jobs=jobs,
             force=args.force,
             progress=not args.quiet,
-            engine=args.engine,
+            engine=engine,
             trace_processor_bin=args.trace_processor_bin,
             shard=shard,
         )
-    except (DiscoveryError, EngineUnavailable) as exc:
+    except (DiscoveryError, EngineUnavailable, UnknownEngine) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     for empty in result.empty_paths:

@@ -1,6 +1,6 @@
 """``--engine perfetto``: the same lake tables, extracted by Perfetto's trace processor.
 
-The native parser (:mod:`ingest.kineto`) is the default and the reference.
+The native parser (:mod:`ingest.kineto.native`) is the default and the reference.
 This engine loads each file into ``perfetto.trace_processor.TraceProcessor``
 and reads Perfetto's own tables back (``slice``, ``args``, ``thread_track``,
 ``thread``, ``process``, ``flow``, ``stats``), so the two engines can be
@@ -96,27 +96,23 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import schema
-from .kineto import (
-    _GPU_CATEGORIES,
-    KinetoFile,
-    _decode_args,
-    _decode_distributed,
-    _json_column,
-    _lengths,
-    _process_groups,
-    _profiler_steps,
-    _repeat,
-    _str_or_none,
-    _table,
-    _to_ns,
-    _typed_args,
-    decode_kineto,
+from .. import schema
+from ..trace_types import ParsedTrace, TraceError, TraceFile
+from .arrow_tables import json_column, lake_table, raw_lengths, repeat
+from .columns import GPU_CATEGORIES, profiler_steps, typed_args
+from .decode import KinetoFile, decode_args, decode_distributed, decode_kineto, to_ns
+from .engine import KinetoEngine
+from .read import read_trace_bytes
+from .trace_rows import (
+    LoadedFile,
+    TraceSummary,
     has_op_shapes,
+    process_groups,
+    processes_table,
     resolve_rank,
+    threads_table,
     traces_row,
 )
-from .trace_types import ParsedTrace, TraceError, TraceFile
 
 ENV_BIN = "TRACE_PROCESSOR_BIN"
 ENV_REMOTE = "TRACE_PROCESSOR_REMOTE"
@@ -372,23 +368,23 @@ def _file_facts(trace: KinetoFile) -> _FileFacts:
         if ph in ("X", "i", "I"):
             keys.add(key)
             if ph != "X" and _has_value(ev.ts) and ev.name is not None:
-                instants[ev.name].append((int(_to_ns([ev.ts], 0, "ts")[0]), key))
+                instants[ev.name].append((int(to_ns([ev.ts], 0, "ts")[0]), key))
         elif ph in ("s", "f"):
             keys.add(key)
             if not _has_value(ev.ts) or ev.id is None:
                 continue
             flow_events += 1
-            ts = int(_to_ns([ev.ts], 0, "flow ts")[0])
+            ts = int(to_ns([ev.ts], 0, "flow ts")[0])
             (starts if ph == "s" else finishes)[(ev.cat, ev.id)].append((ts, key))
         elif ph == "M":
             if ev.name == "thread_name":
                 keys.add(key)
             elif ev.name == "thread_sort_index":
-                thread_sort[key] = _decode_args(ev.args).sort_index
+                thread_sort[key] = decode_args(ev.args).sort_index
             elif ev.name == "process_labels":
-                proc_labels[ev.pid] = _decode_args(ev.args).labels
+                proc_labels[ev.pid] = decode_args(ev.args).labels
             elif ev.name == "process_sort_index":
-                proc_sort[ev.pid] = _decode_args(ev.args).sort_index
+                proc_sort[ev.pid] = decode_args(ev.args).sort_index
     # k-th start with k-th finish of the same (cat, id), in time order (as the native engine).
     flow_pairs: dict[tuple[object, Key], list[tuple[int, int, object, Key]]] = (
         defaultdict(list))
@@ -507,8 +503,7 @@ def _args_by_set(tp: Any) -> dict[int, bytes]:
 # --------------------------------------------------------------------------- the engine
 
 
-def parse_with_trace_processor(source: TraceFile, *, trace_id: str, content_hash: str,
-                               uncompressed_bytes: int, file_format: str, ingested_at: object,
+def parse_with_trace_processor(source: TraceFile, loaded: LoadedFile, *,
                                bin_path: str | None, data: bytes | None = None) -> ParsedTrace:
     """Turn one Kineto trace into rows of every per-trace lake table, through Perfetto.
 
@@ -524,14 +519,12 @@ def parse_with_trace_processor(source: TraceFile, *, trace_id: str, content_hash
         raise TraceError("unreadable", f"cannot read the file: {exc.strerror}",
                          "check the path and its permissions") from exc
     if data is None:
-        from .runner import read_trace_bytes
-
         _, data, _ = read_trace_bytes(source.path)
     trace = decode_kineto(data)
     del data
     if not trace.traceEvents:
         raise TraceError("empty", "the trace has no events", "profile at least one step")
-    dist = _decode_distributed(trace.distributedInfo)
+    dist = decode_distributed(trace.distributedInfo)
     rank, rank_source = resolve_rank(dist, source)
     facts = _file_facts(trace)
 
@@ -551,18 +544,16 @@ def parse_with_trace_processor(source: TraceFile, *, trace_id: str, content_hash
         args_json = _args_by_set(tp)
 
     parsed = _assemble(source, trace, dist, rank, facts, slices_q, threads_q, flows_q,
-                       stats_q, args_json, trace_id=trace_id, content_hash=content_hash,
-                       uncompressed_bytes=uncompressed_bytes, file_format=file_format,
-                       ingested_at=ingested_at)
+                       stats_q, args_json, loaded)
     parsed.world_size = dist.world_size
     parsed.rank_source = rank_source
     return parsed
 
 
 def _assemble(source, trace, dist, rank, facts, slices_q, threads_q, flows_q, stats_q,
-              args_json, *, trace_id, content_hash, uncompressed_bytes, file_format,
-              ingested_at) -> ParsedTrace:
+              args_json, loaded: LoadedFile) -> ParsedTrace:
     run_id = source.run_id
+    trace_id = loaded.trace_id
     base_ns = trace.baseTimeNanoseconds or 0
     n = len(slices_q["id"])
 
@@ -610,17 +601,17 @@ def _assemble(source, trace, dist, rank, facts, slices_q, threads_q, flows_q, st
     raws = [args_json.get(int(a), b"") if a is not None else b"" for a in slices_q["arg_set_id"]]
     category = pa.array(slices_q["category"], type=pa.string())
     name = pa.array(slices_q["name"], type=pa.string())
-    lengths = _lengths(raws)
-    typed = _typed_args(category, raws, lengths)
+    lengths = raw_lengths(raws)
+    typed = typed_args(category, raws, lengths)
     # From the file, not from Perfetto's slices: Perfetto may drop ProfilerStep#N
     # slices (partial overlaps), and the steps identify the trace in the run.
-    steps = _profiler_steps(pa.array([ev.name for ev in trace.traceEvents if ev.ph == "X"],
+    steps = profiler_steps(pa.array([ev.name for ev in trace.traceEvents if ev.ph == "X"],
                                      type=pa.string()))
-    slices = _table(
+    slices = lake_table(
         {
-            "run_id": _repeat(run_id, n, pa.string()),
-            "rank": _repeat(rank, n, pa.int64()),
-            "trace_id": _repeat(trace_id, n, pa.string()),
+            "run_id": repeat(run_id, n, pa.string()),
+            "rank": repeat(rank, n, pa.int64()),
+            "trace_id": repeat(trace_id, n, pa.string()),
             "slice_id": pa.array(np.arange(n, dtype=np.int64)),
             "ts": pa.array(ts + base_ns),
             "dur": pa.array(dur),
@@ -632,7 +623,7 @@ def _assemble(source, trace, dist, rank, facts, slices_q, threads_q, flows_q, st
             "parent_id": pa.array(parent, mask=parent < 0),
             "is_partial_overlap": pa.array(partial),
             **typed,
-            "args": _json_column(raws, "args", lengths),
+            "args": json_column(raws, "args", lengths),
         },
         schema.PARSED_SLICES,
     )
@@ -641,7 +632,7 @@ def _assemble(source, trace, dist, rank, facts, slices_q, threads_q, flows_q, st
                    trace_id)
     threads, processes = _threads_and_processes(tracks, thread_name, process_name, facts,
                                                 category, track, run_id, rank, trace_id)
-    groups = _process_groups(dist, run_id, rank, trace_id, slices)
+    groups = process_groups(dist, run_id, rank, trace_id, slices)
 
     stats = dict(zip(stats_q["name"], stats_q["value"], strict=True))
     overlapping = int(stats.get(DROP_STAT) or 0) + int(stats.get(SPILL_STAT) or 0)
@@ -649,16 +640,14 @@ def _assemble(source, trace, dist, rank, facts, slices_q, threads_q, flows_q, st
         start, end = int(ts.min()) + base_ns, int((ts + dur).max()) + base_ns
     else:
         start = end = None
-    traces = traces_row(
-        source, trace, dist, engine="perfetto", trace_id=trace_id, rank=rank,
-        content_hash=content_hash, uncompressed_bytes=uncompressed_bytes,
-        file_format=file_format, ingested_at=ingested_at, steps=steps, start_ns=start,
+    traces = traces_row(source, trace, dist, loaded, TraceSummary(
+        engine=KinetoEngine.PERFETTO.lake_name, rank=rank, steps=steps, start_ns=start,
         end_ns=end, event_count=len(trace.traceEvents), slice_count=n,
         flow_count=flows.num_rows,
         unpaired_flow_events=max(facts.flow_events - 2 * flows.num_rows, 0),
         partial_overlap_count=overlapping,
-        op_shapes=has_op_shapes(trace.record_shapes, slices),
-    )
+        has_op_shapes=has_op_shapes(trace.record_shapes, slices),
+    ))
     return ParsedTrace(
         trace_id=trace_id,
         rank=rank,
@@ -721,11 +710,11 @@ def _flows(flows_q, facts, local_id, ts, dur, track, tracks, base_ns, run_id, ra
             ts_out.append(s_ts + base_ns)
             ts_in.append(f_ts + base_ns)
     k = len(outs)
-    return _table(
+    return lake_table(
         {
-            "run_id": _repeat(run_id, k, pa.string()),
-            "rank": _repeat(rank, k, pa.int64()),
-            "trace_id": _repeat(trace_id, k, pa.string()),
+            "run_id": repeat(run_id, k, pa.string()),
+            "rank": repeat(rank, k, pa.int64()),
+            "trace_id": repeat(trace_id, k, pa.string()),
             "flow_id": pa.array(ids, type=pa.int64()),
             "category": pa.array(cats, type=pa.string()),
             "slice_out": pa.array(outs, type=pa.int64()),
@@ -766,39 +755,15 @@ def _threads_and_processes(tracks, thread_name, process_name, facts, category, t
     counts = (np.bincount(track, minlength=n_tracks) if n_tracks
               else np.zeros(0, np.int64))
     is_gpu = np.zeros(n_tracks, dtype=bool)
-    gpu = pc.fill_null(pc.is_in(category, pa.array(sorted(_GPU_CATEGORIES))), False)
+    gpu = pc.fill_null(pc.is_in(category, pa.array(sorted(GPU_CATEGORIES))), False)
     gpu = np.asarray(gpu.to_numpy(zero_copy_only=False), dtype=bool)
     is_gpu[track[gpu]] = True
     keys = list(tracks)  # insertion order == track_id
-    threads = _table(
-        {
-            "run_id": _repeat(run_id, n_tracks, pa.string()),
-            "rank": _repeat(rank, n_tracks, pa.int64()),
-            "trace_id": _repeat(trace_id, n_tracks, pa.string()),
-            "track_id": list(range(n_tracks)),
-            "pid": [_str_or_none(pid) for pid, _ in keys],
-            "tid": [_str_or_none(tid) for _, tid in keys],
-            "thread_name": [thread_name.get(key) for key in keys],
-            "thread_sort_index": [facts.thread_sort.get(key) for key in keys],
-            "is_gpu": pa.array(is_gpu),
-            "slice_count": pa.array(counts.astype(np.int64)),
-        },
-        schema.THREADS,
-    )
+    threads = threads_table(run_id, rank, trace_id, keys, thread_name, facts.thread_sort,
+                            is_gpu, counts)
     pids = list(dict.fromkeys([pid for pid, _ in keys if pid is not None]
                               + [pid for pid in process_name
                                  if pid in facts.proc_labels or pid in facts.proc_sort]))
-    p = len(pids)
-    processes = _table(
-        {
-            "run_id": _repeat(run_id, p, pa.string()),
-            "rank": _repeat(rank, p, pa.int64()),
-            "trace_id": _repeat(trace_id, p, pa.string()),
-            "pid": [_str_or_none(pid) for pid in pids],
-            "process_name": [process_name.get(pid) for pid in pids],
-            "process_labels": [facts.proc_labels.get(pid) for pid in pids],
-            "process_sort_index": [facts.proc_sort.get(pid) for pid in pids],
-        },
-        schema.PROCESSES,
-    )
+    processes = processes_table(run_id, rank, trace_id, pids, process_name, facts.proc_labels,
+                                facts.proc_sort)
     return threads, processes

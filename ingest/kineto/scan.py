@@ -1,11 +1,11 @@
-"""Columns of a Kineto trace from the compiled scanner (``_kineto_scan.c``).
+"""Columns of a Kineto trace from the compiled scanner (``ingest/_kineto_scan.c``).
 
 Why a second decoder: building columns event by event in Python was most of
 ingest's time. The scanner walks the JSON once in C, converts ``ts``/``dur``
 to exact integer ns from their digits and interns tracks, flow categories
 and flow ids; this module wraps its flat buffers as the same
-:class:`ingest.kineto._Columns` the msgspec decoder fills, so everything
-after decoding (nesting, flows, tables) is shared code.
+:class:`ingest.kineto.columns.Columns` the msgspec decoder fills, so
+everything after decoding (nesting, flows, tables) is shared code.
 
 The contract: for an input the scanner accepts, the lake tables are
 identical to the msgspec decoder's (tests compare both on every shared
@@ -22,38 +22,26 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import _kineto_scan
-from .kineto import (
-    _GPU_CATEGORY_ARRAY,
-    _TYPED_COLUMNS,
-    _UNTYPED_CATEGORIES,
-    CHUNK_EVENTS,
-    INT64_MAX,
-    Args,
-    _Columns,
-    _decode_args,
-    _decode_args_batch,
-    _profiler_steps,
-    _typed_columns,
+from ..json_numbers import INT64_MAX, INT64_MIN
+from ..numpy_arrow import arrow_array, distinct
+from ..trace_types import TraceError
+from .columns import (
+    GPU_CATEGORY_ARRAY,
+    TYPED_COLUMNS,
+    UNTYPED_CATEGORIES,
+    Columns,
     modern_categories,
+    profiler_steps,
+    typed_columns,
 )
-from .numpy_arrow import arrow_array, distinct
-from .trace_types import TraceError
+from .decode import CHUNK_EVENTS, Args, KinetoHeader, decode_args, decode_args_batch
 
-INT64_MIN = -INT64_MAX - 1
-_UNTYPED_CATEGORY_ARRAY = pa.array(sorted(_UNTYPED_CATEGORIES))
+try:
+    from .. import _kineto_scan
+except ImportError:  # built without a C compiler: scan_columns says so, the engine falls back
+    _kineto_scan = None
 
-
-class KinetoHeader(msgspec.Struct):
-    """The top-level keys besides ``traceEvents``, typed as :class:`ingest.kineto.KinetoFile`."""
-
-    schemaVersion: int | None = None  # noqa: N815 (Kineto's key)
-    distributedInfo: msgspec.Raw = msgspec.Raw()  # noqa: N815 (empty when absent)
-    deviceProperties: msgspec.Raw = msgspec.Raw()  # noqa: N815
-    baseTimeNanoseconds: int | None = None  # noqa: N815
-    trace_id: str | None = None
-    host_name: str | None = None
-    record_shapes: msgspec.Raw = msgspec.Raw()
+_UNTYPED_CATEGORY_ARRAY = pa.array(sorted(UNTYPED_CATEGORIES))
 
 
 _HEADER_DECODER = msgspec.json.Decoder(KinetoHeader)
@@ -92,8 +80,12 @@ def _header(data: bytes, spans: list[tuple[str, int, int]]) -> KinetoHeader | No
         return None
 
 
-def scan_columns(data: bytes) -> tuple[KinetoHeader, _Columns, int] | None:
+def scan_columns(data: bytes) -> tuple[KinetoHeader, Columns, int] | None:
     """(header, columns, event count) of a trace, or ``None`` for the msgspec decoder."""
+    if _kineto_scan is None:
+        raise TraceError("engine_unavailable", "the compiled Kineto scanner is not built "
+                         "(no C compiler at install?)", "reinstall with a C compiler "
+                         "(pip install -e .), or use --engine native or msgspec")
     out = _kineto_scan.scan(data, CHUNK_EVENTS)
     if out is None or out["event_count"] == 0:
         return None
@@ -118,8 +110,8 @@ def _shift(values: np.ndarray, base_ns: int) -> np.ndarray | None:
     return values + np.int64(base_ns)
 
 
-def _columns(out: dict, base_ns: int) -> _Columns | None:
-    columns = _Columns(base_ns)
+def _columns(out: dict, base_ns: int) -> Columns | None:
+    columns = Columns(base_ns)
     ts = _shift(_i64(out["ts"]), base_ns)
     flow_ts = _shift(_i64(out["flow_ts"]), base_ns)
     if ts is None or flow_ts is None:
@@ -135,8 +127,8 @@ def _columns(out: dict, base_ns: int) -> _Columns | None:
     columns.track.append(track)
     category = modern_categories(_strings(out["cat"]))
     name = _strings(out["name"])
-    columns.steps.update(_profiler_steps(name))
-    gpu = pc.fill_null(pc.is_in(category, _GPU_CATEGORY_ARRAY), False)
+    columns.steps.update(profiler_steps(name))
+    gpu = pc.fill_null(pc.is_in(category, GPU_CATEGORY_ARRAY), False)
     columns.gpu_tracks.update(distinct(track[gpu.to_numpy(zero_copy_only=False)]).tolist())
     arrow = columns.arrow
     arrow["phase"].append(pc.if_else(arrow_array(_flags(out["is_x"])), "X", "i"))
@@ -145,14 +137,14 @@ def _columns(out: dict, base_ns: int) -> _Columns | None:
     args = _strings(out["args"])
     typed = out["typed"]
     if typed is None:  # args the scanner left to msgspec
-        typed_columns = _decoded_typed_columns(category, args)
+        typed_arrays = _decoded_typed_columns(category, args)
     else:
-        typed_columns = _scanned_typed_columns(typed)
-    for column, values in typed_columns.items():
+        typed_arrays = _scanned_typed_columns(typed)
+    for column, values in typed_arrays.items():
         arrow[column].append(values)
     arrow["args"].append(args)
 
-    columns.meta = [(name_, pid, tid, _decode_args(raw)) for name_, pid, tid, raw in out["meta"]]
+    columns.meta = [(name_, pid, tid, decode_args(raw)) for name_, pid, tid, raw in out["meta"]]
     columns.flow_categories = {c: i for i, c in enumerate(out["flow_categories"])}
     columns.flow_other_ids = {v: i for i, v in enumerate(out["flow_other_ids"])}
     columns.flow_category.append(_i64(out["flow_cat"]))
@@ -165,17 +157,17 @@ def _columns(out: dict, base_ns: int) -> _Columns | None:
     return columns
 
 
-#: The scanner's key of each typed column (ingest.kineto.Args' JSON names). One call of
+#: The scanner's key of each typed column (ingest.kineto.decode.Args' JSON names). One call of
 #: ``fields``: each resolves Args' string annotations anew (~190 ``compile`` calls,
-#: 0.4 ms), and this module is imported inside a trace's load (ingest.kineto).
+#: 0.4 ms).
 _ARGS_FIELDS = {field.name: field.encode_name for field in msgspec.structs.fields(Args)}
-_SCANNED_KEYS = {attr: _ARGS_FIELDS[attr] for attr, _, _ in _TYPED_COLUMNS}
+_SCANNED_KEYS = {attr: _ARGS_FIELDS[attr] for attr, _, _ in TYPED_COLUMNS}
 
 
 def _scanned_typed_columns(typed: dict) -> dict[str, pa.Array]:
     """The typed args columns as the scanner built them (every value decided in C)."""
     columns: dict[str, pa.Array] = {}
-    for attr, column, type_ in _TYPED_COLUMNS:
+    for attr, column, type_ in TYPED_COLUMNS:
         parts = typed[_SCANNED_KEYS[attr]]
         if pa.types.is_integer(type_):
             values, valid = parts
@@ -193,10 +185,10 @@ def _scanned_typed_columns(typed: dict) -> dict[str, pa.Array]:
 
 def _decoded_typed_columns(category: pa.Array, args: pa.Array) -> dict[str, pa.Array]:
     """The typed args columns by msgspec, where the scanner met args it does not decide
-    (an int beyond int64, a duplicate key, ...): the rules live in ingest.kineto."""
+    (an int beyond int64, a duplicate key, ...): the rules live in ingest.kineto.columns."""
     untyped = pc.fill_null(pc.is_in(category, _UNTYPED_CATEGORY_ARRAY), False)
     rows = np.flatnonzero(pc.and_(pc.is_valid(args), pc.invert(untyped))
                           .to_numpy(zero_copy_only=False))
     raws = [msgspec.Raw(text) for text in args.take(arrow_array(rows)).cast(pa.binary())
             .to_pylist()]
-    return _typed_columns(len(args), rows, _decode_args_batch(raws))
+    return typed_columns(len(args), rows, decode_args_batch(raws))
