@@ -82,35 +82,38 @@ NUMBERED = "replay_nodes_numbered"
 #: (int_replay_host_ops_listed).
 WORK_KINDS = "(node_kind like 'gpu_%' or node_kind like 'host_%')"
 
-#: Every node, numbered 0.. (node_index) in the order DuckDB reads them,
-#: with its run x iteration (part, numbered 0.. in that order: the graph's
-#: independent parts) and, for a rank's node (collective instances have
-#: none), its run x rank x iteration (group_index, 0.. in that order).
-#: The numbers of parts and groups come from their distinct keys joined
-#: back, not from windows over every node (a sort of 2 M rows each).
-NUMBER_NODES = f"""
+#: The temporary tables of this model's session: the runs x iterations
+#: (PARTS: part, numbered 0.. in that order: the graph's independent parts),
+#: the runs x ranks x iterations (GROUPS: group_index, 0.. in that order)
+#: and every node, numbered 0.. (node_index) in the order DuckDB reads
+#: them, with its part and group (NUMBERED; a collective instance has no
+#: rank, so no group). Numbers come from the distinct keys joined back, not
+#: from windows over every node (a sort of 2 M rows each); the node table
+#: carries only what the arrays need, the keys stay in the small ones.
+PARTS, GROUPS = "replay_parts_numbered", "replay_groups_numbered"
+NUMBER_NODES = [
+    f"""
+    create or replace temp table {PARTS} as
+    select
+        run_id,
+        iteration,
+        row_number() over (order by run_id, iteration) - 1 as part
+    from (select distinct run_id, iteration from nodes)
+    """,
+    f"""
+    create or replace temp table {GROUPS} as
+    select
+        run_id,
+        rank,
+        iteration,
+        row_number() over (order by run_id, rank, iteration) - 1 as group_index
+    from (select distinct run_id, rank, iteration from nodes where rank is not null)
+    """,
+    f"""
     create or replace temp table {NUMBERED} as
-    with parts as (
-        select
-            run_id,
-            iteration,
-            row_number() over (order by run_id, iteration) - 1 as part
-        from (select distinct run_id, iteration from nodes)
-    ),
-    groups as (
-        select
-            run_id,
-            rank,
-            iteration,
-            row_number() over (order by run_id, rank, iteration) - 1 as group_index
-        from (select distinct run_id, rank, iteration from nodes where rank is not null)
-    ),
-    placed as (
+    with placed as (
         select
             nodes.node_id,
-            nodes.run_id,
-            nodes.rank,
-            nodes.iteration,
             nodes.start_ns,
             nodes.end_ns,
             nodes.node_kind = 'iteration_start' as is_root,
@@ -118,28 +121,31 @@ NUMBER_NODES = f"""
             {WORK_KINDS.replace("node_kind", "nodes.node_kind")} as is_work,
             nodes.node_kind like '%_communication' as is_comm,
             nodes.node_kind = 'collective' as is_instance,
-            parts.part,
-            groups.group_index
+            parts.part::int as part,
+            coalesce(groups.group_index, -1)::int as group_index
         from nodes
-        inner join parts
+        inner join {PARTS} as parts
             on nodes.run_id = parts.run_id and nodes.iteration is not distinct from parts.iteration
-        left join groups
+        left join {GROUPS} as groups
             on
                 nodes.run_id = groups.run_id
                 and nodes.rank = groups.rank
                 and nodes.iteration is not distinct from groups.iteration
     )
     select
-        row_number() over () - 1 as node_index,
+        (row_number() over () - 1)::int as node_index,
         *
     from placed
-"""
+    """,
+]
 
-#: Every edge as two vertices (2 x node_index, + 1 for the node's end).
+#: Every edge by its nodes' node_index and points (1: the node's end).
 EDGE_VERTICES = f"""
     select
-        2 * src.node_index + (edges.src_point = 'end')::bigint as src_vertex,
-        2 * dst.node_index + (edges.dst_point = 'end')::bigint as dst_vertex
+        src.node_index as src,
+        (edges.src_point = 'end')::tinyint as src_point,
+        dst.node_index as dst,
+        (edges.dst_point = 'end')::tinyint as dst_point
     from edges
     inner join {NUMBERED} as src on edges.src_node_id = src.node_id
     inner join {NUMBERED} as dst on edges.dst_node_id = dst.node_id
@@ -156,7 +162,7 @@ SCENARIO_ROWS = f"""
         from (select distinct scenario from scaled)
     )
     select
-        names.scenario_code,
+        names.scenario_code::utinyint as scenario_code,
         numbered.node_index,
         coalesce(scaled.work_ns, -1) as work_ns,
         coalesce(scaled.delay_ns, -1) as delay_ns
@@ -171,12 +177,14 @@ def model(dbt, session):
     rank), walk the measured replay's critical path; one long table."""
     dbt.config(materialized="table")
     nodes = dbt.ref("int_replay_nodes_listed")
-    nodes.query("nodes", NUMBER_NODES)
     try:
+        for statement in NUMBER_NODES:
+            nodes.query("nodes", statement)
         table = _walked(session, ReplayNodes.of(session), dbt.ref("int_replay_edges_typed"),
                         dbt.ref("int_whatif_work_scaled"))
     finally:
-        session.execute(f"drop table if exists {NUMBERED}")
+        for temporary in (NUMBERED, GROUPS, PARTS):
+            session.execute(f"drop table if exists {temporary}")
     # (One return at the function's top level: dbt's parser asks for it.)
     return table
 
@@ -205,10 +213,8 @@ def _walked(session, nodes: ReplayNodes, edges, scaled) -> pa.Table:
         "rank_local_comm_count": groups.gpu_sum(
             rank_local_comm(graph, nodes.is_comm, nodes.is_instance)),
     }
-    rows = scaled.query("scaled", SCENARIO_ROWS).fetchnumpy()
-    if rows["node_index"].shape[0] != _count(scaled):
-        raise ValueError("int_whatif_work_scaled names nodes that int_replay_nodes_listed "
-                         "does not list")
+    rows = _fetched(scaled.query("scaled", SCENARIO_ROWS), _count(scaled),
+                    "int_whatif_work_scaled")
     names = scaled.query("scaled", "select distinct scenario from scaled order by scenario")
     code = np.asarray(rows["scenario_code"], dtype=np.int64)
     scenarios = [(AS_MEASURED, None)] + list(enumerate(
@@ -241,6 +247,30 @@ def _walked(session, nodes: ReplayNodes, edges, scaled) -> pa.Table:
 def _count(relation) -> int:
     """Rows of a relation."""
     return int(relation.aggregate("count(*)").fetchall()[0][0])
+
+
+def _fetched(relation, count: int, source: str) -> dict[str, np.ndarray]:
+    """Every column of ``relation`` (``count`` rows: one per row of
+    ``source``, which it joins to the numbered nodes) as a NumPy array,
+    streamed batch by batch into arrays of that size: DuckDB never holds the
+    whole result beside them (4 M scenario rows, 3.8 M edges at 256 ranks x
+    2 iterations). Raises ValueError when rows are missing: ``source``
+    names a node that int_replay_nodes_listed does not list."""
+    reader = relation.fetch_record_batch(1 << 20)
+    columns = {field.name: np.empty(count, dtype=field.type.to_pandas_dtype())
+               for field in reader.schema}
+    filled = 0
+    with reader:  # closed even on an error, so the session can run the next query
+        for batch in reader:
+            rows = min(batch.num_rows, count - filled)
+            for name, column in zip(batch.schema.names, batch.columns):
+                columns[name][filled:filled + rows] = column.to_numpy(
+                    zero_copy_only=False)[:rows]
+            filled += batch.num_rows
+    if filled != count:
+        raise ValueError(f"{source}: {count} rows, {filled} joined to the nodes that "
+                         "int_replay_nodes_listed lists: it names nodes that are not listed")
+    return columns
 
 
 class ReplayNodes:
@@ -281,33 +311,24 @@ class ReplayNodes:
     def of(cls, session) -> ReplayNodes:
         """Read NUMBERED: every column placed at its node_index (group_index
         -1 for a collective instance), and each part's run_id and iteration."""
-        fetched = session.sql(
-            f"select node_index, node_id, start_ns, end_ns, is_root, is_gpu, is_work, is_comm, "
-            f"is_instance, part, coalesce(group_index, -1) as group_index from {NUMBERED}"
-        ).fetchnumpy()
-        position = np.asarray(fetched.pop("node_index"), dtype=np.int64)
+        numbered = session.table(NUMBERED)
+        fetched = _fetched(numbered, _count(numbered), "int_replay_nodes_listed")
+        position = fetched.pop("node_index")
         columns = {}
         for name, values in fetched.items():
-            values = np.asarray(values)
-            columns[name] = np.empty(values.shape[0], dtype=values.dtype)
+            columns[name] = np.empty_like(values)
             columns[name][position] = values
         part_keys = session.sql(
-            f"select distinct part, run_id, iteration from {NUMBERED} order by part"
-        ).to_arrow_table()
+            f"select part, run_id, iteration from {PARTS} order by part").to_arrow_table()
         return cls(columns, part_keys)
 
     def graph(self, edges):
         """The weighed replay graph (tracehouse.core.replay.weigh) of these
         nodes and ``edges`` (int_replay_edges_typed), by node_index. Raises
         ValueError when an edge names a node that is not listed."""
-        vertices = edges.query("edges", EDGE_VERTICES).fetchnumpy()
-        src_v = np.asarray(vertices["src_vertex"], dtype=np.int64)
-        dst_v = np.asarray(vertices["dst_vertex"], dtype=np.int64)
-        if src_v.shape[0] != _count(edges):
-            raise ValueError("int_replay_edges_typed names nodes that int_replay_nodes_listed "
-                             "does not list")
-        return weigh(start=self.start_ns, end=self.end_ns, is_root=self.is_root,
-                     src=src_v >> 1, src_point=src_v & 1, dst=dst_v >> 1, dst_point=dst_v & 1)
+        linked = _fetched(edges.query("edges", EDGE_VERTICES), _count(edges),
+                          "int_replay_edges_typed")
+        return weigh(start=self.start_ns, end=self.end_ns, is_root=self.is_root, **linked)
 
 
 def without_cycles(session, nodes: ReplayNodes, graph):
@@ -443,10 +464,9 @@ class RankGroups:
         bounds = np.flatnonzero(np.diff(nodes.group_index[gpu_nodes], prepend=-1) != 0)
         gpu_groups = nodes.group_index[gpu_nodes[bounds]]
         keys = session.sql(
-            f"select distinct group_index, run_id, rank, iteration from {NUMBERED} "
-            "where group_index is not null order by group_index"
+            f"select run_id, rank, iteration from {GROUPS} order by group_index"
         ).to_arrow_table()
-        keys = keys.take(pa.array(gpu_groups)).select(["run_id", "rank", "iteration"])
+        keys = keys.take(pa.array(gpu_groups))
         return cls(keys, gpu_nodes, bounds, gpu_groups, group, all_nodes)
 
     def span(self, start: np.ndarray, end: np.ndarray) -> np.ndarray:
