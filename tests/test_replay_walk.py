@@ -15,15 +15,18 @@ from tracehouse.core.replay import (
     START,
     ReplayCycleError,
     ReplayGraph,
+    ReplayPlan,
     ReplayStrayNodeError,
+    binding_predecessors,
     drop_cyclic_parts,
     node_indices,
     replay,
     weigh,
 )
+from tracehouse.core.replay_scenarios import apply_scenario
 
 COMPILED = pytest.param(True, id="compiled", marks=pytest.mark.skipif(
-    replay_module._walk is None, reason="tracehouse/core/_replay_walk.c is not built"))
+    replay_module._plan is None, reason="tracehouse/core/_replay_walk.c is not built"))
 IMPLEMENTATIONS = [COMPILED, pytest.param(False, id="numpy")]
 
 
@@ -123,7 +126,7 @@ def test_compiled_and_numpy_agree_on_random_graphs() -> None:
     cycle), weighed from random measured times, replayed both ways; the
     replay of weights taken from measured times gives those times back
     wherever no weight was clamped."""
-    if replay_module._walk is None:
+    if replay_module._plan is None:
         pytest.skip("tracehouse/core/_replay_walk.c is not built")
     rng = np.random.default_rng(7)
     for _ in range(20):
@@ -183,3 +186,62 @@ def test_a_part_with_a_stray_node_is_cut_loose_and_the_rest_replays() -> None:
     assert why == {1: "has nodes with no dependency that are no root"}
     start, end = replay(kept)
     assert (start[4], end[4], start[5], end[5]) == (50, 50, 52, 62)
+
+
+def _random_layered_graph(rng: np.random.Generator) -> ReplayGraph:
+    """A random layered graph (no cycle) weighed from coarse random times, so
+    that many dependencies tie (binding_predecessors' tie rule is exercised)."""
+    size = int(rng.integers(5, 300))
+    layer = np.sort(rng.integers(0, 20, size))
+    layer[0] = -1
+    count = int(rng.integers(size, 4 * size))
+    src, dst = rng.integers(0, size, count), rng.integers(0, size, count)
+    keep = layer[src] < layer[dst]
+    # Every non-root node's start hangs off the root's end at least once.
+    src = np.concatenate([src[keep], np.zeros(size - 1, dtype=np.int64)])
+    dst = np.concatenate([dst[keep], np.arange(1, size)])
+    src_point = np.concatenate([rng.integers(0, 2, keep.sum()), np.full(size - 1, END)])
+    dst_point = np.concatenate([rng.integers(0, 2, keep.sum()), np.full(size - 1, START)])
+    start = (layer + 1) * 100 + 10 * rng.integers(0, 3, size)
+    end = start + 10 * rng.integers(0, 3, size)
+    start[0] = end[0] = 0
+    return weigh(start, end, np.arange(size) == 0, src, src_point, dst, dst_point)
+
+
+@pytest.mark.skipif(replay_module._plan is None,
+                    reason="tracehouse/core/_replay_walk.c is not built")
+def test_a_plan_replays_any_weights_and_any_numbering_alike() -> None:
+    """One ReplayPlan replays a graph under other weights (a scenario's) as a
+    fresh numpy sweep does, and its binding predecessors are
+    binding_predecessors', ties included; renumbering the nodes (the model
+    numbers them in DuckDB's read order) with ``key`` the old order gives
+    the same times and the same predecessors, renumbered."""
+    rng = np.random.default_rng(11)
+    for _ in range(30):
+        graph = _random_layered_graph(rng)
+        plan = ReplayPlan.of(graph)
+        scaled = apply_scenario(graph, np.arange(graph.size),
+                                duration=rng.integers(-1, 50, graph.size),
+                                delay=rng.integers(-1, 20, graph.size))
+        for weighed in (graph, scaled):
+            start, end, predecessor = plan.replay(weighed, key=np.arange(graph.size))
+            slow = replay(weighed, compiled=False)
+            assert np.array_equal(start, slow[0]) and np.array_equal(end, slow[1])
+            assert np.array_equal(predecessor, binding_predecessors(weighed, start, end))
+        # Renumbered: new node k is old node order[k].
+        order = rng.permutation(graph.size)
+        new_of_old = np.empty_like(order)
+        new_of_old[order] = np.arange(graph.size)
+        moved = ReplayGraph(
+            delay=scaled.delay[order], work=scaled.work[order], own=scaled.own[order],
+            anchor=scaled.anchor[order], is_root=scaled.is_root[order],
+            src=new_of_old[scaled.src], src_point=scaled.src_point,
+            dst=new_of_old[scaled.dst], dst_point=scaled.dst_point,
+            is_inconsistent=scaled.is_inconsistent[order])
+        start, end, predecessor = plan.replay(scaled, key=np.arange(graph.size))
+        moved_start, moved_end, moved_predecessor = ReplayPlan.of(moved).replay(moved, key=order)
+        assert np.array_equal(moved_start, start[order]) and np.array_equal(moved_end, end[order])
+        old_vertex = np.where(moved_predecessor >= 0,
+                              2 * order[moved_predecessor // 2] + moved_predecessor % 2, -1)
+        vertex_order = np.stack([2 * order, 2 * order + 1], axis=1).ravel()
+        assert np.array_equal(old_vertex, predecessor[vertex_order])

@@ -26,14 +26,16 @@ every edge with its source node, materialised as a table, cost seconds at
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
 try:
-    from ._replay_walk import walk as _walk
+    from ._replay_walk import evaluate as _evaluate
+    from ._replay_walk import plan as _plan
 except ImportError:  # built without a C compiler: the numpy frontier sweep
-    _walk = None
+    _evaluate = _plan = None
 
 START, END = 0, 1
 
@@ -111,13 +113,29 @@ def replay(graph: ReplayGraph, work: np.ndarray | None = None,
     """Replayed (start, end) of every node, int64 ns.
 
     ``work`` replaces the graph's work durations (a what-if scenario scales
-    them). ``compiled``: walk with the C extension (``_replay_walk.c``, one
-    pass) or the numpy frontier sweep (one loop step per level of the
-    graph); ``None``: the extension where it is built. Both give the same
-    answer (tests). Raises ReplayCycleError (a ValueError) naming the nodes
-    left when the graph has a cycle, ReplayStrayNodeError naming the nodes
-    that have no dependency and are no root.
+    them). ``compiled``: walk with the C extension (``_replay_walk.c``: a
+    ReplayPlan, ordered and evaluated in one pass each) or the numpy
+    frontier sweep (one loop step per level of the graph); ``None``: the
+    extension where it is built. Both give the same answer (tests). Raises
+    ReplayCycleError (a ValueError) naming the nodes left when the graph has
+    a cycle, ReplayStrayNodeError naming the nodes that have no dependency
+    and are no root.
     """
+    if compiled is None:
+        compiled = _plan is not None
+    if compiled and _plan is None:
+        raise RuntimeError("tracehouse.core._replay_walk is not built (no C compiler at install)")
+    if compiled:
+        weighed = graph if work is None else dataclasses.replace(graph, work=work)
+        start, end, _ = ReplayPlan.of(graph).replay(weighed)
+        return start, end
+    return _sweep(graph, work)
+
+
+def _sweep(graph: ReplayGraph, work: np.ndarray | None = None,
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """replay() by the numpy frontier sweep; also the cycle's report after a
+    compiled plan stopped short."""
     vertices = 2 * graph.size
     src_v, dst_v, weight = vertex_edges(graph, work)
     add = np.empty(vertices, dtype=np.int64)
@@ -125,24 +143,8 @@ def replay(graph: ReplayGraph, work: np.ndarray | None = None,
     add[1::2] = graph.own
     indegree = np.bincount(dst_v, minlength=vertices)
     value = np.zeros(vertices, dtype=np.int64)
-    root_start = 2 * np.flatnonzero(graph.is_root)
     frontier = np.flatnonzero(indegree == 0)
-    stray = np.setdiff1d(frontier, root_start)
-    if stray.size:
-        raise ReplayStrayNodeError(
-            f"{stray.size} replay vertices have no dependency and are no root "
-            f"(first nodes: {(stray[:5] // 2).tolist()})", np.unique(stray // 2))
-    value[frontier] = graph.anchor[frontier // 2]
-    if compiled is None:
-        compiled = _walk is not None
-    if compiled and _walk is None:
-        raise RuntimeError("tracehouse.core._replay_walk is not built (no C compiler at install)")
-    if compiled and _walk(src_v, dst_v, weight, add, value,
-                          frontier.astype(np.int64)) == vertices:
-        return value[0::2], value[1::2]
-    # The numpy sweep (and, after a compiled walk that stopped short, the
-    # cycle's report).
-    value[:] = 0
+    _refuse_stray(graph, frontier)
     value[frontier] = graph.anchor[frontier // 2]
     order = np.argsort(src_v, kind="stable")
     src_v, dst_v, weight = src_v[order], dst_v[order], weight[order]
@@ -172,6 +174,77 @@ def replay(graph: ReplayGraph, work: np.ndarray | None = None,
     return value[0::2], value[1::2]
 
 
+def _refuse_stray(graph: ReplayGraph, frontier: np.ndarray) -> None:
+    """Raise ReplayStrayNodeError when a vertex of ``frontier`` (those
+    without an in-edge) is not a root's start."""
+    stray = np.setdiff1d(frontier, 2 * np.flatnonzero(graph.is_root))
+    if stray.size:
+        raise ReplayStrayNodeError(
+            f"{stray.size} replay vertices have no dependency and are no root "
+            f"(first nodes: {(stray[:5] // 2).tolist()})", np.unique(stray // 2))
+
+
+@dataclass(frozen=True)
+class ReplayPlan:
+    """A graph's vertices in one topological order, with each vertex's
+    in-edges laid out in that order (``_replay_walk.plan``).
+
+    Why: the what-if model replays one graph under seven sets of weights
+    (as measured and each scenario). The order depends only on the edges,
+    so it is found once, and each replay is then one pass over arrays read
+    in order (``_replay_walk.evaluate``): where a fresh walk per weighing
+    rebuilt its adjacency and chased edges across ~2 M nodes in hash order
+    (1.3 CPU s each at 256 ranks x 2 iterations, benchmarks/README.md).
+    ``order`` is None where the extension is not built: ``replay`` then
+    sweeps with numpy each time.
+    """
+
+    order: np.ndarray | None
+    ptr: np.ndarray | None
+    in_src: np.ndarray | None
+
+    @classmethod
+    def of(cls, graph: ReplayGraph) -> ReplayPlan:
+        """The plan of ``graph``'s edges. Raises as replay() does: a stray
+        node (ReplayStrayNodeError), a cycle (ReplayCycleError)."""
+        src_v = 2 * graph.src.astype(np.int64) + graph.src_point
+        dst_v = 2 * graph.dst.astype(np.int64) + graph.dst_point
+        has_in = np.zeros(2 * graph.size, dtype=bool)
+        has_in[dst_v] = True
+        has_in[1::2] = True  # an end always waits for its own start
+        _refuse_stray(graph, np.flatnonzero(~has_in))
+        if _plan is None:
+            return cls(None, None, None)
+        order = np.empty(2 * graph.size, dtype=np.int64)
+        ptr = np.empty(2 * graph.size + 1, dtype=np.int64)
+        in_src = np.empty(src_v.shape[0], dtype=np.int64)
+        if _plan(src_v, dst_v, order, ptr, in_src) != order.shape[0]:
+            _sweep(graph)  # raises ReplayCycleError, naming the nodes
+            raise ReplayCycleError("the replay graph has a cycle", np.arange(0))
+        return cls(order, ptr, in_src)
+
+    def replay(self, graph: ReplayGraph, key: np.ndarray | None = None,
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """(start, end, binding predecessor per vertex or None) of ``graph``,
+        whose edges are the plan's and whose weights may be any (a
+        scenario's: apply_scenario). ``key``: per node, the order in which
+        ties between binding sources go (binding_predecessors: the lowest
+        source vertex, i.e. the position in ascending node id); given, the
+        predecessors come back too."""
+        if self.order is None:
+            start, end = _sweep(graph)
+            predecessor = None if key is None else binding_predecessors(graph, start, end)
+            return start, end, predecessor
+        value = np.empty(self.order.shape[0], dtype=np.int64)
+        predecessor = np.empty(0 if key is None else value.shape[0], dtype=np.int64)
+        weights = [np.ascontiguousarray(weight, dtype=np.int64)
+                   for weight in (graph.delay, graph.work, graph.own, graph.anchor)]
+        _evaluate(self.order, self.ptr, self.in_src, *weights, value,
+                  np.empty(0, dtype=np.int64) if key is None
+                  else np.ascontiguousarray(key, dtype=np.int64), predecessor)
+        return value[0::2], value[1::2], None if key is None else predecessor
+
+
 def drop_cyclic_parts(graph: ReplayGraph, part: np.ndarray,
                       ) -> tuple[ReplayGraph, dict[int, np.ndarray], dict[int, str]]:
     """``graph`` with every part that holds a cycle, or a node with no
@@ -189,12 +262,20 @@ def drop_cyclic_parts(graph: ReplayGraph, part: np.ndarray,
     wrong (the error's ``what``: "has a cycle", "has nodes with no
     dependency that are no root"), for the caller's warning.
     """
+    graph, _, cut, reasons = planned_without_cycles(graph, part)
+    return graph, cut, reasons
+
+
+def planned_without_cycles(graph: ReplayGraph, part: np.ndarray) -> tuple[
+        ReplayGraph, ReplayPlan, dict[int, np.ndarray], dict[int, str]]:
+    """drop_cyclic_parts, with the ReplayPlan of the graph it returns (so
+    that a caller replaying it under many weights orders it only once)."""
     part = np.asarray(part, dtype=np.int64)
     cut: dict[int, np.ndarray] = {}
     reasons: dict[int, str] = {}
     while True:
         try:
-            replay(graph)
+            plan = ReplayPlan.of(graph)
         except UnreplayableGraphError as fault:
             labels = np.unique(part[fault.nodes])
             for label in labels.tolist():
@@ -202,7 +283,7 @@ def drop_cyclic_parts(graph: ReplayGraph, part: np.ndarray,
                 reasons[label] = fault.what
             graph = _cut_loose(graph, np.isin(part, labels))
             continue
-        return graph, cut, reasons
+        return graph, plan, cut, reasons
 
 
 def _cut_loose(graph: ReplayGraph, dropped: np.ndarray) -> ReplayGraph:

@@ -42,16 +42,25 @@ findings down).
 
 Why one model for both: dbt-duckdb charges each Python model 1.2-2.9 s
 of its own (compiling, importing, creating and renaming the table) where
-the work here is 0.3-0.7 CPU s at 256 ranks, and the two models each
+the work here is a few CPU seconds at 256 ranks, and the two models each
 loaded, weighed and replayed the same graph (benchmarks/README.md,
 whatif.py). dbt-duckdb's Python model returns one relation, so the two
 grains share one long table and the views split it. Why Python at all:
 the walk is a longest path, which a recursive CTE does badly (DuckDB's
 recursion keeps rows per path, not a maximum per node), and the critical
-path follows one pointer per step. The per-rank grouping is done once:
-DuckDB numbers each node's run x rank x iteration, and each scenario's
-span is a NumPy min/max per group over the GPU ops sorted by group
-(`reduceat`). A table rebuilt each time.
+path follows one pointer per step.
+
+How it stays cheap (issue 30): DuckDB numbers the nodes once, in the order
+it reads them (a trace's nodes lie together, so an edge's two ends are
+close in memory), in a temporary table that every later read joins on
+node_id: the edges, the scenarios' rows and the part and group of each
+node arrive as positions, with no search of 2 M hashed ids per read. The
+graph is ordered once (tracehouse.core.replay.ReplayPlan) and each
+scenario is one pass over that order, the `as_measured` one writing each
+vertex's binding predecessor for the critical path as it goes. Scenarios
+are replayed one at a time, so only one set of weights is held. Each
+scenario's span is a NumPy min/max per group over the GPU ops sorted by
+group (`reduceat`). A table rebuilt each time.
 """
 
 from __future__ import annotations
@@ -59,48 +68,107 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from tracehouse.core.replay import (
-    binding_predecessors,
-    drop_cyclic_parts,
-    graph_from_relations,
-    node_indices,
-    replay,
-    walk_back,
-)
+from tracehouse.core.replay import planned_without_cycles, walk_back, weigh
 from tracehouse.core.replay_scenarios import apply_scenario
 
 #: The plain replay, with every node's measured work.
 AS_MEASURED = "as_measured"
+
+#: The temporary table of numbered nodes (this model's session only).
+NUMBERED = "replay_nodes_numbered"
 
 #: The nodes whose span is a rank's replayed step: GPU ops, or on a trace
 #: without any, the thread's compute pieces and c10d calls
 #: (int_replay_host_ops_listed).
 WORK_KINDS = "(node_kind like 'gpu_%' or node_kind like 'host_%')"
 
-#: Every node of a rank (collective instances have none) with its group:
-#: one per run x rank x iteration, numbered 0.. in that order.
-GROUPED_NODES = f"""
+#: The temporary tables of this model's session: the runs x iterations
+#: (PARTS: part, numbered 0.. in that order: the graph's independent parts),
+#: the runs x ranks x iterations (GROUPS: group_index, 0.. in that order)
+#: and every node, numbered 0.. (node_index) in the order DuckDB reads
+#: them, with its part and group (NUMBERED; a collective instance has no
+#: rank, so no group). Numbers come from the distinct keys joined back, not
+#: from windows over every node (a sort of 2 M rows each); the node table
+#: carries only what the arrays need, the keys stay in the small ones.
+PARTS, GROUPS = "replay_parts_numbered", "replay_groups_numbered"
+NUMBER_NODES = [
+    f"""
+    create or replace temp table {PARTS} as
     select
-        node_id,
+        run_id,
+        iteration,
+        row_number() over (order by run_id, iteration) - 1 as part
+    from (select distinct run_id, iteration from nodes)
+    """,
+    f"""
+    create or replace temp table {GROUPS} as
+    select
         run_id,
         rank,
         iteration,
-        {WORK_KINDS} as is_gpu,
-        start_ns,
-        end_ns,
-        dense_rank() over (order by run_id, rank, iteration) - 1 as group_index
-    from nodes
-    where rank is not null
+        row_number() over (order by run_id, rank, iteration) - 1 as group_index
+    from (select distinct run_id, rank, iteration from nodes where rank is not null)
+    """,
+    f"""
+    create or replace temp table {NUMBERED} as
+    with placed as (
+        select
+            nodes.node_id,
+            nodes.start_ns,
+            nodes.end_ns,
+            nodes.node_kind = 'iteration_start' as is_root,
+            nodes.node_kind like 'gpu_%' as is_gpu,
+            {WORK_KINDS.replace("node_kind", "nodes.node_kind")} as is_work,
+            nodes.node_kind like '%_communication' as is_comm,
+            nodes.node_kind = 'collective' as is_instance,
+            parts.part::int as part,
+            coalesce(groups.group_index, -1)::int as group_index
+        from nodes
+        inner join {PARTS} as parts
+            on nodes.run_id = parts.run_id and nodes.iteration is not distinct from parts.iteration
+        left join {GROUPS} as groups
+            on
+                nodes.run_id = groups.run_id
+                and nodes.rank = groups.rank
+                and nodes.iteration is not distinct from groups.iteration
+    )
+    select
+        (row_number() over () - 1)::int as node_index,
+        *
+    from placed
+    """,
+]
+
+#: Every edge by its nodes' node_index and points (1: the node's end).
+EDGE_VERTICES = f"""
+    select
+        src.node_index as src,
+        (edges.src_point = 'end')::tinyint as src_point,
+        dst.node_index as dst,
+        (edges.dst_point = 'end')::tinyint as dst_point
+    from edges
+    inner join {NUMBERED} as src on edges.src_node_id = src.node_id
+    inner join {NUMBERED} as dst on edges.dst_node_id = dst.node_id
 """
 
-#: Every node's run x iteration, numbered 0..: the graph's independent parts.
-NODE_PARTS = """
+#: Every scenario's rows (int_whatif_work_scaled) by node_index, the
+#: scenario as a number (scenario_code: its rank among the names); NULL
+#: (keep the replay's weight) as -1, apply_scenario's "keep".
+SCENARIO_ROWS = f"""
+    with names as (
+        select
+            scenario,
+            row_number() over (order by scenario) - 1 as scenario_code
+        from (select distinct scenario from scaled)
+    )
     select
-        node_id,
-        run_id,
-        iteration,
-        dense_rank() over (order by run_id, iteration) - 1 as part
-    from nodes
+        names.scenario_code::utinyint as scenario_code,
+        numbered.node_index,
+        coalesce(scaled.work_ns, -1) as work_ns,
+        coalesce(scaled.delay_ns, -1) as delay_ns
+    from scaled
+    inner join names on scaled.scenario = names.scenario
+    inner join {NUMBERED} as numbered on scaled.node_id = numbered.node_id
 """
 
 
@@ -109,104 +177,179 @@ def model(dbt, session):
     rank), walk the measured replay's critical path; one long table."""
     dbt.config(materialized="table")
     nodes = dbt.ref("int_replay_nodes_listed")
-    node_id, graph = graph_from_relations(nodes, dbt.ref("int_replay_edges_typed"))
-    graph, part, cut = without_cycles(nodes, node_id, graph)
+    try:
+        for statement in NUMBER_NODES:
+            nodes.query("nodes", statement)
+        table = _walked(session, ReplayNodes.of(session), dbt.ref("int_replay_edges_typed"),
+                        dbt.ref("int_whatif_work_scaled"))
+    finally:
+        for temporary in (NUMBERED, GROUPS, PARTS):
+            session.execute(f"drop table if exists {temporary}")
+    # (One return at the function's top level: dbt's parser asks for it.)
+    return table
+
+
+def _walked(session, nodes: ReplayNodes, edges, scaled) -> pa.Table:
+    """The model's table from the numbered nodes, the edges and the scenarios' rows."""
+    graph = nodes.graph(edges)
+    graph, plan, cut = without_cycles(session, nodes, graph)
+    skipped = np.isin(nodes.part, cut)
     # Only step_start edges leave a root: into a rank's first runtime call
     # and into every GPU op whose launch the trace lacks.
     # (On a trace without GPU ops the root's edge into its first compute
     # piece or c10d call is the thread's start, not a missing launch.)
-    flags = node_flags(nodes, node_id, graph.size, is_gpu="node_kind like 'gpu_%'",
-                       is_comm="node_kind like '%_communication'",
-                       is_instance="node_kind = 'collective'")
     is_unlaunched = np.zeros(graph.size, dtype=bool)
     is_unlaunched[graph.dst[graph.is_root[graph.src]]] = True
-    is_unlaunched &= flags["is_gpu"]
-    facts = nodes.query("nodes", GROUPED_NODES).to_arrow_table()
-    facts = facts.filter(pa.array(~np.isin(
-        part[node_indices(node_id, np.asarray(facts["node_id"], dtype=np.int64))], cut)))
-    groups = RankGroups.of(facts, node_id)
+    is_unlaunched &= nodes.is_gpu
+    groups = RankGroups.of(session, nodes, kept=~skipped)
     spans = groups.keys.append_column(
         "gpu_op_count", pa.array(groups.gpu_op_count, pa.int64())
     ).append_column("measured_span_ns", pa.array(groups.span(
-        np.asarray(facts["start_ns"], dtype=np.int64)[groups.gpu_rows],
-        np.asarray(facts["end_ns"], dtype=np.int64)[groups.gpu_rows]), pa.int64()))
+        nodes.start_ns[groups.gpu_nodes], nodes.end_ns[groups.gpu_nodes]), pa.int64()))
     fixed = {
         "start_delay_ns": groups.gpu_sum(graph.delay),
         "unlaunched_op_count": groups.gpu_sum(is_unlaunched),
         "inconsistent_node_count": groups.node_count(graph.is_inconsistent),
         "rank_local_comm_count": groups.gpu_sum(
-            rank_local_comm(graph, flags["is_comm"], flags["is_instance"])),
+            rank_local_comm(graph, nodes.is_comm, nodes.is_instance)),
     }
-    # NULL (keep the replay's weight) as -1: apply_scenario's "keep".
-    scaled = dbt.ref("int_whatif_work_scaled").select(
-        "scenario, node_id, coalesce(work_ns, -1) as work_ns, "
-        "coalesce(delay_ns, -1) as delay_ns").to_arrow_table()
-    # The scenario names as codes: comparing or sorting half a million
-    # Python strings per scenario cost more than the scenario's replay.
-    codes = scaled["scenario"].combine_chunks().dictionary_encode()
-    code = codes.indices.to_numpy()
-    scaled_node_id, work, delay = (np.asarray(scaled[name], dtype=np.int64)
-                                   for name in ("node_id", "work_ns", "delay_ns"))
-    scenarios = {AS_MEASURED: graph}
-    for number, scenario in sorted(enumerate(codes.dictionary.to_pylist()),
-                                   key=lambda pair: pair[1]):
-        rows = np.flatnonzero(code == number)
-        scenarios[scenario] = apply_scenario(
-            graph, node_indices(node_id, scaled_node_id[rows]),
-            duration=work[rows], delay=delay[rows])
+    rows = _fetched(scaled.query("scaled", SCENARIO_ROWS), _count(scaled),
+                    "int_whatif_work_scaled")
+    names = scaled.query("scaled", "select distinct scenario from scaled order by scenario")
+    code = np.asarray(rows["scenario_code"], dtype=np.int64)
+    scenarios = [(AS_MEASURED, None)] + list(enumerate(
+        name for (name,) in names.fetchall()))
     tables = []
-    for scenario, weighed in scenarios.items():
-        start, end = replay(weighed)
-        if scenario == AS_MEASURED:
-            path = critical_paths(session, nodes, node_id, graph, start, end,
-                                  skipped=np.isin(part, cut))
+    for scenario in scenarios:
+        name, number = (scenario[0], None) if scenario[1] is None else (scenario[1], scenario[0])
+        if number is None:
+            weighed = graph
+        else:
+            picked = np.flatnonzero(code == number)
+            weighed = apply_scenario(graph, rows["node_index"][picked],
+                                     duration=rows["work_ns"][picked],
+                                     delay=rows["delay_ns"][picked])
+        start, end, predecessor = plan.replay(
+            weighed, key=nodes.id_rank if number is None else None)
+        if number is None:
+            path = critical_paths(session, nodes, start, end, predecessor, skipped)
         table = spans.append_column("replayed_span_ns", pa.array(groups.span(
             start[groups.gpu_nodes], end[groups.gpu_nodes]), pa.int64()))
-        for name, values in fixed.items():
-            table = table.append_column(name, pa.array(values, pa.int64()))
+        for column, values in fixed.items():
+            table = table.append_column(column, pa.array(values, pa.int64()))
         tables.append(table.add_column(
-            0, "scenario", pa.array([scenario] * table.num_rows, pa.string())))
+            0, "scenario", pa.array([name] * table.num_rows, pa.string())))
     spans = pa.concat_tables(tables)
     return pa.concat_tables(
         [_with_kind(spans, "span"), _with_kind(path, "path")], promote_options="permissive")
 
 
-def without_cycles(nodes, node_id: np.ndarray, graph):
-    """(graph, part per node, cut parts): ``graph`` with every run x iteration
-    whose replay graph has a cycle, or a node with no dependency that is no
-    root, cut loose (tracehouse.core.replay.
+def _count(relation) -> int:
+    """Rows of a relation."""
+    return int(relation.aggregate("count(*)").fetchall()[0][0])
+
+
+def _fetched(relation, count: int, source: str) -> dict[str, np.ndarray]:
+    """Every column of ``relation`` (``count`` rows: one per row of
+    ``source``, which it joins to the numbered nodes) as a NumPy array,
+    streamed batch by batch into arrays of that size: DuckDB never holds the
+    whole result beside them (4 M scenario rows, 3.8 M edges at 256 ranks x
+    2 iterations). Raises ValueError when rows are missing: ``source``
+    names a node that int_replay_nodes_listed does not list."""
+    reader = relation.fetch_record_batch(1 << 20)
+    columns = {field.name: np.empty(count, dtype=field.type.to_pandas_dtype())
+               for field in reader.schema}
+    filled = 0
+    with reader:  # closed even on an error, so the session can run the next query
+        for batch in reader:
+            rows = min(batch.num_rows, count - filled)
+            for name, column in zip(batch.schema.names, batch.columns):
+                columns[name][filled:filled + rows] = column.to_numpy(
+                    zero_copy_only=False)[:rows]
+            filled += batch.num_rows
+    if filled != count:
+        raise ValueError(f"{source}: {count} rows, {filled} joined to the nodes that "
+                         "int_replay_nodes_listed lists: it names nodes that are not listed")
+    return columns
+
+
+class ReplayNodes:
+    """The numbered nodes (NUMBER_NODES' temporary table) as arrays, by node_index.
+
+    ``id_rank`` is each node's position among the ids in ascending order:
+    the order in which ties between binding sources go (replay.
+    binding_predecessors; it was the node's index when nodes were numbered
+    by id), so the critical path does not depend on DuckDB's read order.
+    """
+
+    def __init__(self, columns: dict[str, np.ndarray], part_keys: pa.Table):
+        self.node_id = columns["node_id"]
+        self.start_ns = columns["start_ns"]
+        self.end_ns = columns["end_ns"]
+        self.is_root = columns["is_root"]
+        self.is_gpu = columns["is_gpu"]
+        self.is_work = columns["is_work"]
+        self.is_comm = columns["is_comm"]
+        self.is_instance = columns["is_instance"]
+        self.part = columns["part"]
+        self.group_index = columns["group_index"]
+        self.part_keys = part_keys
+        by_id = np.argsort(self.node_id, kind="stable")
+        ascending = self.node_id[by_id]
+        if (repeated := ascending[1:] == ascending[:-1]).any():
+            raise ValueError(f"replay node ids collide: {ascending[1:][repeated][:5].tolist()} "
+                             "are each listed twice (int_replay_nodes_listed.node_id)")
+        self.id_rank = np.empty(self.node_id.shape[0], dtype=np.int64)
+        self.id_rank[by_id] = np.arange(self.node_id.shape[0], dtype=np.int64)
+
+    @property
+    def size(self) -> int:
+        """Number of nodes."""
+        return int(self.node_id.shape[0])
+
+    @classmethod
+    def of(cls, session) -> ReplayNodes:
+        """Read NUMBERED: every column placed at its node_index (group_index
+        -1 for a collective instance), and each part's run_id and iteration."""
+        numbered = session.table(NUMBERED)
+        fetched = _fetched(numbered, _count(numbered), "int_replay_nodes_listed")
+        position = fetched.pop("node_index")
+        columns = {}
+        for name, values in fetched.items():
+            columns[name] = np.empty_like(values)
+            columns[name][position] = values
+        part_keys = session.sql(
+            f"select part, run_id, iteration from {PARTS} order by part").to_arrow_table()
+        return cls(columns, part_keys)
+
+    def graph(self, edges):
+        """The weighed replay graph (tracehouse.core.replay.weigh) of these
+        nodes and ``edges`` (int_replay_edges_typed), by node_index. Raises
+        ValueError when an edge names a node that is not listed."""
+        linked = _fetched(edges.query("edges", EDGE_VERTICES), _count(edges),
+                          "int_replay_edges_typed")
+        return weigh(start=self.start_ns, end=self.end_ns, is_root=self.is_root, **linked)
+
+
+def without_cycles(session, nodes: ReplayNodes, graph):
+    """(graph, its ReplayPlan, cut parts): ``graph`` with every run x
+    iteration whose replay graph has a cycle, or a node with no dependency
+    that is no root, cut loose (tracehouse.core.replay.
     drop_cyclic_parts), each named in a dbt warning with a few of its nodes.
     Why not fail: one odd run (collectives matched in orders that cross)
     would take every run's what-if and findings down; its spans and
     critical path are left out, the warning says so."""
-    parts = nodes.query("nodes", NODE_PARTS).to_arrow_table()
-    part = np.empty(graph.size, dtype=np.int64)
-    part[node_indices(node_id, np.asarray(parts["node_id"], dtype=np.int64))] = np.asarray(
-        parts["part"], dtype=np.int64)
-    graph, cut, why = drop_cyclic_parts(graph, part)
-    labels = np.asarray(parts["part"], dtype=np.int64)
+    graph, plan, cut, why = planned_without_cycles(graph, nodes.part)
     for label, left in cut.items():
-        row = int(np.flatnonzero(labels == label)[0])
-        _warn(f"int_replay_graph_walked: run {parts['run_id'][row].as_py()!r} iteration "
-              f"{parts['iteration'][row].as_py()}: the replay graph {why[label]} "
+        # part_keys holds parts 0.. in order, one row each.
+        _warn(f"int_replay_graph_walked: run {nodes.part_keys['run_id'][label].as_py()!r} "
+              f"iteration {nodes.part_keys['iteration'][label].as_py()}: the replay graph "
+              f"{why[label]} "
               f"({left.size} nodes at fault; first node_ids "
-              f"{node_id[left[:5]].tolist()}, int_replay_nodes_listed); that run x "
-              "iteration is left out of the replay (fct_step_replay, fct_critical_path, "
-              "fct_what_if), every other one is replayed")
-    return graph, part, np.asarray(sorted(cut), dtype=np.int64)
-
-
-def node_flags(nodes, node_id: np.ndarray, size: int, **conditions: str) -> dict:
-    """Per graph index, one boolean array per SQL condition on the node list
-    (``name=condition``), e.g. the GPU ops or the collective instances."""
-    columns = nodes.select(", ".join(
-        ["node_id"] + [f"({sql}) as {name}" for name, sql in conditions.items()])).fetchnumpy()
-    index = node_indices(node_id, np.asarray(columns["node_id"], dtype=np.int64))
-    flags = {}
-    for name in conditions:
-        flags[name] = np.zeros(size, dtype=bool)
-        flags[name][index] = np.asarray(columns[name], dtype=bool)
-    return flags
+              f"{np.sort(nodes.node_id[left])[:5].tolist()}, int_replay_nodes_listed); "
+              "that run x iteration is left out of the replay (fct_step_replay, "
+              "fct_critical_path, fct_what_if), every other one is replayed")
+    return graph, plan, np.asarray(sorted(cut), dtype=np.int64)
 
 
 def rank_local_comm(graph, is_comm: np.ndarray, is_instance: np.ndarray) -> np.ndarray:
@@ -237,27 +380,32 @@ def _with_kind(table: pa.Table, kind: str) -> pa.Table:
     return table.add_column(0, "row_kind", pa.array([kind] * table.num_rows, pa.string()))
 
 
-def critical_paths(session, nodes, node_id: np.ndarray, graph, start: np.ndarray,
-                   end: np.ndarray, skipped: np.ndarray) -> pa.Table:
-    """Every run x iteration's critical path in the replay ``start``/``end`` of
-    ``graph``: walked back from the GPU op ending last (ties: the highest node
-    id), one row per vertex (run_id, iteration, path_step, node_id, point,
-    segment, segment_ns). Run x iterations whose nodes ``skipped`` flags
-    (cut for a cycle) have none."""
-    predecessor = binding_predecessors(graph, start, end)
-    value = np.empty(2 * graph.size, dtype=np.int64)
+def critical_paths(session, nodes: ReplayNodes, start: np.ndarray, end: np.ndarray,
+                   predecessor: np.ndarray, skipped: np.ndarray) -> pa.Table:
+    """Every run x iteration's critical path in the replay ``start``/``end``,
+    along ``predecessor`` (each vertex's binding source, replay.
+    binding_predecessors' rule): walked back from the work node (GPU op, or
+    a CPU-only trace's piece or c10d call) ending last (ties: the highest
+    node id), one row per vertex (run_id, iteration, path_step, node_id,
+    point, segment, segment_ns). Run x iterations whose nodes ``skipped``
+    flags (cut for a cycle) have none."""
+    value = np.empty(2 * nodes.size, dtype=np.int64)
     value[0::2], value[1::2] = start, end
-    ends = session.from_arrow(pa.table({"node_id": node_id, "replayed_end_ns": end}))
-    sinks = (nodes.filter(WORK_KINDS).select("node_id, run_id, iteration")
-             .join(ends, "node_id")
-             .aggregate("run_id, iteration, "
-                        "arg_max(node_id, (replayed_end_ns, node_id)) as sink_node_id",
-                        "run_id, iteration")
-             .order("run_id, iteration").fetchall())
+    work = np.flatnonzero(nodes.is_work)
+    part_count = nodes.part_keys.num_rows
+    last_end = np.full(part_count, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(last_end, nodes.part[work], end[work])
+    ending_last = work[end[work] == last_end[nodes.part[work]]]
+    sink_id = np.full(part_count, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(sink_id, nodes.part[ending_last], nodes.node_id[ending_last])
+    sink_of = {int(nodes.part[index]): int(index) for index in ending_last
+               if nodes.node_id[index] == sink_id[nodes.part[index]]}
+    run_ids = nodes.part_keys["run_id"].to_pylist()
+    iterations = nodes.part_keys["iteration"].to_pylist()
     columns: dict[str, list] = {name: [] for name in (
         "run_id", "iteration", "path_step", "node_id", "point", "segment", "segment_ns")}
-    for run_id, iteration, sink_node_id in sinks:
-        sink = int(node_indices(node_id, [sink_node_id])[0])
+    for part in sorted(sink_of):
+        sink = sink_of[part]
         if skipped[sink]:
             continue
         path = walk_back(predecessor, 2 * sink + 1)
@@ -267,10 +415,10 @@ def critical_paths(session, nodes, node_id: np.ndarray, graph, start: np.ndarray
         segment = np.where(~is_end, "delay", np.where(own_start, "work", "wait"))
         segment[0] = "start"
         count = path.shape[0]
-        columns["run_id"] += [run_id] * count
-        columns["iteration"] += [int(iteration)] * count
+        columns["run_id"] += [run_ids[part]] * count
+        columns["iteration"] += [int(iterations[part])] * count
         columns["path_step"] += list(range(count))
-        columns["node_id"] += node_id[path // 2].tolist()
+        columns["node_id"] += nodes.node_id[path // 2].tolist()
         columns["point"] += np.where(is_end, "end", "start").tolist()
         columns["segment"] += segment.tolist()
         columns["segment_ns"] += (value[path] - value[previous]).tolist()
@@ -286,45 +434,48 @@ def critical_paths(session, nodes, node_id: np.ndarray, graph, start: np.ndarray
 
 
 class RankGroups:
-    """The run x rank x iteration groups that have a GPU op, as sorted index arrays.
+    """The run x rank x iteration groups that have a work node (GPU op, or a
+    CPU-only trace's piece or c10d call), as sorted index arrays.
 
-    ``gpu_rows`` (rows of the facts table) and ``gpu_nodes`` (the same ops'
-    graph indices) list every GPU op sorted by group; ``bounds`` is where
-    each group's run of them begins, so a per-group minimum or sum is one
-    ``reduceat``. ``keys`` holds each group's run_id, rank and iteration
-    (their types as the node list has them); a group with no GPU op is left
-    out, as the spans' ``gpu_op_count > 0`` always did.
+    ``gpu_nodes`` lists every such node (by node_index) sorted by group;
+    ``bounds`` is where each group's run of them begins, so a per-group
+    minimum or sum is one ``reduceat``. ``keys`` holds each group's run_id,
+    rank and iteration (their types as the node list has them); a group
+    with no work node is left out, as the spans' ``gpu_op_count > 0``
+    always did.
     """
 
-    def __init__(self, keys, gpu_rows, gpu_nodes, bounds, gpu_groups, all_groups, all_nodes):
+    def __init__(self, keys, gpu_nodes, bounds, gpu_groups, all_groups, all_nodes):
         self.keys = keys
-        self.gpu_rows = gpu_rows
         self.gpu_nodes = gpu_nodes
         self.bounds = bounds
-        self.gpu_op_count = np.diff(np.append(bounds, gpu_rows.size))
+        self.gpu_op_count = np.diff(np.append(bounds, gpu_nodes.size))
         self._gpu_groups = gpu_groups
         self._all_groups = all_groups
         self._all_nodes = all_nodes
 
     @classmethod
-    def of(cls, facts: pa.Table, node_id: np.ndarray) -> RankGroups:
-        """The groups of ``facts`` (GROUPED_NODES' rows); ``node_id`` maps them to the graph."""
-        group = np.asarray(facts["group_index"], dtype=np.int64)
-        nodes = node_indices(node_id, np.asarray(facts["node_id"], dtype=np.int64))
-        gpu = np.flatnonzero(np.asarray(facts["is_gpu"], dtype=bool))
-        gpu_rows = gpu[np.argsort(group[gpu], kind="stable")]
-        bounds = np.flatnonzero(np.diff(group[gpu_rows], prepend=-1) != 0)
-        keys = facts.select(["run_id", "rank", "iteration"]).take(pa.array(gpu_rows[bounds]))
-        return cls(keys, gpu_rows, nodes[gpu_rows], bounds, group[gpu_rows[bounds]],
-                   group, nodes)
+    def of(cls, session, nodes: ReplayNodes, kept: np.ndarray) -> RankGroups:
+        """The groups of ``nodes``' rank nodes where ``kept`` (not cut for a cycle)."""
+        all_nodes = np.flatnonzero(kept & (nodes.group_index >= 0))
+        group = nodes.group_index[all_nodes]
+        work = all_nodes[nodes.is_work[all_nodes]]
+        gpu_nodes = work[np.argsort(nodes.group_index[work], kind="stable")]
+        bounds = np.flatnonzero(np.diff(nodes.group_index[gpu_nodes], prepend=-1) != 0)
+        gpu_groups = nodes.group_index[gpu_nodes[bounds]]
+        keys = session.sql(
+            f"select run_id, rank, iteration from {GROUPS} order by group_index"
+        ).to_arrow_table()
+        keys = keys.take(pa.array(gpu_groups))
+        return cls(keys, gpu_nodes, bounds, gpu_groups, group, all_nodes)
 
     def span(self, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-        """Per group: last end - first start of its GPU ops (arrays in gpu_rows order)."""
+        """Per group: last end - first start of its work nodes (arrays in gpu_nodes order)."""
         return (np.maximum.reduceat(end, self.bounds)
                 - np.minimum.reduceat(start, self.bounds))
 
     def gpu_sum(self, per_node: np.ndarray) -> np.ndarray:
-        """Per group: the sum over its GPU ops of a per-node (graph index) array."""
+        """Per group: the sum over its work nodes of a per-node array."""
         return np.add.reduceat(per_node[self.gpu_nodes].astype(np.int64), self.bounds)
 
     def node_count(self, per_node: np.ndarray) -> np.ndarray:
