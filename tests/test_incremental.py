@@ -320,7 +320,7 @@ def test_incremental_run_inserts_the_new_traces_without_a_temporary_table(
     iteration_2_built: Path,
 ) -> None:
     # A per-trace model's incremental run inserts its query's rows straight
-    # into the table (macros/materializations/duckdb_incremental.sql), not
+    # into the table (macros/materializations/per_trace.sql), not
     # through dbt-duckdb's temporary table, delete and copy; rows equal to a
     # full refresh are checked by test_adding_an_iteration_matches_full_refresh...
     executed = Warehouse(iteration_2_built).root / "dbt/target/run/tracehouse/models/intermediate"
@@ -352,7 +352,7 @@ def test_build_log_shows_one_insert_and_cheap_upkeep_per_per_trace_model(
     results = json.loads((target / "run_results.json").read_text())["results"]
     built = {result["unique_id"] for result in results}
     per_trace = [uid for uid in built if uid in manifest["nodes"]
-                 and manifest["nodes"][uid]["config"]["materialized"] == "incremental"]
+                 and manifest["nodes"][uid]["config"]["materialized"] == "per_trace"]
     assert len(per_trace) >= 8, per_trace
 
     seconds = dbt_statements.statement_seconds(
