@@ -237,7 +237,7 @@ def run_build(
         figures.error = f"exit code {code}: {_last_error(log)}"
     _read_run_results(warehouse, figures)
     figures.statement_seconds = statement_seconds(read_logs(dbt_logs))
-    figures.refreshed_everything = "rebuilding every incremental table" in log.read_text(
+    figures.refreshed_everything = "rebuilding every per-trace table" in log.read_text(
         errors="replace"
     )
     return figures

@@ -5,9 +5,9 @@
     and a plain `tracehouse build` needs no seed nodes (it leaves them out:
     tracehouse/build/dbt.py, PLAIN_BUILD_EXCLUDES).
     Which seeds: every one the warehouse lacks and, on --full-refresh, every
-    one (`tracehouse build` adds --full-refresh when any project file
-    changed, a CSV included, so an edited seed is reloaded exactly when it
-    can differ). A seed the invocation selects (`dbt seed`, plain `dbt
+    one (`tracehouse build` drops the table of a seed whose CSV or config
+    changed since the last build, tracehouse/build/stale.py, so an edited
+    seed is reloaded exactly when it can differ). A seed the invocation selects (`dbt seed`, plain `dbt
     build`) is left to dbt, and `compile` reads no table.
     Why not dbt's seed nodes in a plain build: 13 seed nodes and their 13
     row checks cost ~1.5 CPU s of per-node work on every build whatever the

@@ -165,6 +165,14 @@ def _project_at(project: Path) -> Iterator[None]:
         dbt_module.project_dir = original
 
 
+def _project_copy(project: Path) -> Path:
+    """A copy of the dbt project (what dbt reads), to edit without touching the real one."""
+    shutil.copytree(project_dir(), project, ignore=shutil.ignore_patterns(
+        ".venv", ".git", "warehouse", "target", "logs", "__pycache__", "tests", "benchmarks"))
+    shutil.copytree(project_dir() / "tests" / "dbt", project / "tests" / "dbt")
+    return project
+
+
 def _ingest(paths: list[Path], warehouse: Path) -> None:
     result = ingest_paths(paths, warehouse=warehouse, run=RUN, progress=False)
     assert not result.failed, result.failed
@@ -320,7 +328,7 @@ def test_incremental_run_inserts_the_new_traces_without_a_temporary_table(
     iteration_2_built: Path,
 ) -> None:
     # A per-trace model's incremental run inserts its query's rows straight
-    # into the table (macros/materializations/duckdb_incremental.sql), not
+    # into the table (macros/materializations/per_trace.sql), not
     # through dbt-duckdb's temporary table, delete and copy; rows equal to a
     # full refresh are checked by test_adding_an_iteration_matches_full_refresh...
     executed = Warehouse(iteration_2_built).root / "dbt/target/run/tracehouse/models/intermediate"
@@ -352,7 +360,7 @@ def test_build_log_shows_one_insert_and_cheap_upkeep_per_per_trace_model(
     results = json.loads((target / "run_results.json").read_text())["results"]
     built = {result["unique_id"] for result in results}
     per_trace = [uid for uid in built if uid in manifest["nodes"]
-                 and manifest["nodes"][uid]["config"]["materialized"] == "incremental"]
+                 and manifest["nodes"][uid]["config"]["materialized"] == "per_trace"]
     assert len(per_trace) >= 8, per_trace
 
     seconds = dbt_statements.statement_seconds(
@@ -459,10 +467,7 @@ def test_changed_project_refreshes_instead_of_mixing_code(
     """
     warehouse = _copy(iteration_2_built, tmp_path / "warehouse")
     _build_plain(warehouse)  # records the fingerprint of the project as it is
-    project = tmp_path / "project"
-    shutil.copytree(project_dir(), project, ignore=shutil.ignore_patterns(
-        ".venv", ".git", "warehouse", "target", "logs", "__pycache__", "tests", "benchmarks"))
-    shutil.copytree(project_dir() / "tests" / "dbt", project / "tests" / "dbt")
+    project = _project_copy(tmp_path / "project")
     patterns = project / "seeds" / "kernel_kind_patterns.csv"
     patterns.write_text(patterns.read_text().rstrip("\n")
                         + "\ngemm,5,memory,name,(?i)gemm,test: GEMMs count as memory\n")
@@ -474,6 +479,68 @@ def test_changed_project_refreshes_instead_of_mixing_code(
         warehouse, "select count(*) from intermediate.int_kernels_classified"
         " where name ilike '%gemm%' and kind <> 'memory'")
     assert still_compute == 0
+
+
+def test_changed_model_rebuilds_its_per_trace_descendants_and_a_description_nothing(
+    iteration_2_built: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """After an edit of one model's SQL and of another's YAML description, `tracehouse
+    build` builds whole exactly the per-trace tables of the edited model and of its
+    descendants (dbt's state:modified+ against the last build's manifest:
+    tracehouse.build.stale); every other per-trace table keeps its rows.
+
+    Every per-trace table is given a comment first: a table built whole (a new
+    table swapped in) has none, a table kept (its new traces inserted) keeps it.
+    """
+    warehouse = _copy(iteration_2_built, tmp_path / "warehouse")
+    project = _project_copy(tmp_path / "project")
+    with _project_at(project):
+        _build_plain(warehouse)  # every model built; the manifest of this project kept
+    manifest = json.loads((Warehouse(warehouse).root / "dbt/target/manifest.json").read_text())
+    nodes = manifest["nodes"]
+    per_trace = {uid: f"{node['schema']}.{node['alias']}" for uid, node in nodes.items()
+                 if node["resource_type"] == "model"
+                 and node["config"]["materialized"] == "per_trace"}
+    edited = "model.tracehouse.int_kernels_classified"
+    described = "model.tracehouse.int_traces_loaded"
+    # What the edit makes stale: the edited model and every per-trace model below it,
+    # walked here on the manifest's child map.
+    below, frontier = {edited}, [edited]
+    while frontier:
+        for child in manifest["child_map"][frontier.pop()]:
+            if child not in below and child in nodes:
+                below.add(child)
+                frontier.append(child)
+    expected = {per_trace[uid] for uid in below if uid in per_trace}
+    assert 3 <= len(expected) < len(per_trace) - 3, expected
+    con = duckdb.connect(str(Warehouse(warehouse).database))
+    try:
+        for table in per_trace.values():
+            con.execute(f"comment on table {table} is 'kept'")
+    finally:
+        con.close()
+
+    model_sql = project / "models/intermediate/kernels/int_kernels_classified.sql"
+    model_sql.write_text(model_sql.read_text() + "\n-- edited: the SQL changed\n")
+    yaml_file = project / "models/intermediate/traces/_int_traces__models.yml"
+    text, description = yaml_file.read_text(), "      Per trace (macros/per_trace.sql"
+    assert description in text
+    yaml_file.write_text(text.replace(description, "      Edited. " + description.lstrip(), 1))
+    capsys.readouterr()
+    with _project_at(project):
+        _build_plain(warehouse)
+    out = capsys.readouterr().out
+    assert "rebuilding every per-trace table" not in out, out
+    assert f"rebuilding {len(expected)} table(s) it made stale" in out, out
+
+    comments = dict(_query(warehouse, "select schema_name || '.' || table_name, comment"
+                                      " from duckdb_tables()"))
+    kept = {table for table in per_trace.values() if comments[table] == "kept"}
+    rebuilt = set(per_trace.values()) - kept
+    assert rebuilt == expected, (rebuilt ^ expected)
+    assert per_trace[described] in kept and per_trace[edited] in rebuilt
+    # (The edit is a comment: the chain still equals a full refresh of the project.)
+    _assert_same_as_full_refresh(warehouse, tmp_path)
 
 
 def test_changed_topology_recomputes_the_runs_kernels(

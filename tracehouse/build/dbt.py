@@ -22,8 +22,11 @@ seed nodes with their row checks (the CSVs are loaded by an on-run-start
 hook when missing or changed: macros/seeds.sql), all of
 which ``dbt build`` and the test suite still run; and it is
 skipped entirely when neither the project nor the lake changed since the
-last successful one; a changed project rebuilds with ``--full-refresh``
-(:mod:`tracehouse.build.state`).
+last successful one. After a change of the project the per-trace tables
+that the change makes stale (dbt's ``state:modified+``) are built whole
+again, the others keep their rows (:mod:`tracehouse.build.stale`); a
+change of vars, profile or materializations rebuilds with
+``--full-refresh`` (:mod:`tracehouse.build.state`).
 
 ``--target spark`` runs the same project on Apache Spark (``profiles.yml``;
 the ``spark`` extra): the same exclusions for a plain build, under the same
@@ -37,6 +40,7 @@ import os
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -53,7 +57,15 @@ from tracehouse.build.dbt_arguments import (
 )
 from tracehouse.build.dbt_import import import_dbt
 from tracehouse.build.preconditions import lake_problem, resource_settings_problem, spark_installed
+from tracehouse.build.stale import (
+    drop_relations,
+    keep_manifest,
+    parse_options,
+    relation_names,
+    stale_relations,
+)
 from tracehouse.build.state import (
+    BuildFingerprint,
     args_fingerprint,
     build_arguments,
     changed_lake_tables,
@@ -84,9 +96,14 @@ _COMMANDS_READING_LAKE = frozenset({"build", "run", "test", "show"})
 #: dbt subcommands that write the database: they run on a copy that is
 #: published when they are done, under the warehouse's build lock.
 _COMMANDS_WRITING_DATABASE = frozenset({"build", "run", "seed", "test", "snapshot"})
-#: dbt subcommands whose models are incremental, hence refreshed when the
-#: project changed since the last build.
+#: dbt subcommands that build the per-trace models, hence refresh what a change
+#: of the project since the last build made stale.
 _COMMANDS_BUILDING_MODELS = frozenset({"build", "run"})
+#: Options that narrow what a dbt command builds: a build with none of them
+#: builds every model, so its per-trace tables all follow the project's code.
+_SELECTION_OPTIONS = ("--select", "-s", "--models", "-m", "--exclude", "--selector",
+                      "--resource-type", "--resource-types", "--exclude-resource-type",
+                      "--exclude-resource-types", "--inline")
 #: What a plain ``tracehouse build`` leaves out (see the module docstring).
 #: Seed nodes (and, excluded with them, their row checks) too: the project's
 #: on-run-start hook loads a seed table from its CSV when the warehouse lacks
@@ -269,17 +286,24 @@ def run_dbt(args: Sequence[str] = (), warehouse: Path | None = None) -> int:
                 why = (why_not_narrowed(last, state) if changed is None else
                        "no manifest of the last build tells which models read the lake")
                 print(f"{why}: building every model")
-        if (argv[0] in _COMMANDS_BUILDING_MODELS and database_exists
-                and (last is None or last.project != state.project)
-                and not has_flag(argv, "--full-refresh")):
-            # Incremental rows computed by other code (or by a build this
-            # warehouse kept no record of) must not mix with new ones.
-            why = ("the dbt project (or its --vars) changed since the last build"
-                   if last is not None else "no record of how this database was built")
-            print(f"{why}: rebuilding every incremental table (--full-refresh)")
-            added.append("--full-refresh")
-        invocation = [*argv[:path_len], *added, *selection, *argv[path_len:]]
         copy = prepare_copy(root)
+        try:
+            stale, refresh_all = _stale_tables(argv, added, is_plain_build, last, state,
+                                               artifacts, copy, own_target, project)
+        except BaseException:
+            discard_copy(root)
+            raise
+        if refresh_all:
+            added.append("--full-refresh")
+        # The per-trace tables follow the project's code after this build when
+        # it rebuilt what the change made stale for every model: then its
+        # project and manifest are what the next build compares with.
+        whole = not any(has_flag(argv, option) for option in _SELECTION_OPTIONS)
+        follows_code = (not database_exists or last is None or last.project == state.project
+                        or is_plain_build or ((refresh_all or has_flag(argv, "--full-refresh"))
+                                              and whole))
+        invocation = [*argv[:path_len], *added, *selection, *argv[path_len:]]
+        drop_relations(copy, stale)
         try:
             with _environment(ENV_VAR, str(root)):
                 result = _invoke(invocation, copy, own_target, project)
@@ -291,8 +315,54 @@ def run_dbt(args: Sequence[str] = (), warehouse: Path | None = None) -> int:
         else:
             publish_copy(root)
         if result.success and argv[0] in _COMMANDS_BUILDING_MODELS:
-            write_state(artifacts, state)
+            if follows_code:
+                write_state(artifacts, state)
+                keep_manifest(artifacts)
+            elif last is not None:
+                # A selection built with another project: some per-trace tables
+                # may hold rows of the old code, which the next build must see.
+                write_state(artifacts, replace(state, project=last.project,
+                                               settings=last.settings))
     return _exit_code(result, argv, root)
+
+
+def _stale_tables(
+    argv: Sequence[str], added: Sequence[str], is_plain_build: bool,
+    last: BuildFingerprint | None, state: BuildFingerprint, artifacts: Path,
+    copy: Path, own_target: Path | None, project: Path,
+) -> tuple[list[str], bool]:
+    """What a build must rebuild whole because the project changed since the last one:
+    (the per-trace tables and seeds to drop from the copy first, whether to add
+    ``--full-refresh`` instead), and the line saying so.
+
+    Per-trace rows computed by other code (or by a build this warehouse kept no
+    record of) must not mix with new ones. A plain build whose vars, profile and
+    materializations are unchanged asks dbt which tables the change touched
+    (:func:`tracehouse.build.stale.stale_relations`); anything else refreshes all.
+    """
+    if (argv[0] not in _COMMANDS_BUILDING_MODELS or not copy.exists()
+            or (last is not None and last.project == state.project)
+            or has_flag(argv, "--full-refresh")):
+        return [], False
+    found = None
+    if is_plain_build and last is not None and last.settings == state.settings:
+        found = stale_relations(
+            artifacts, lambda ls: _invoke([*ls, *added], copy, own_target, project),
+            parse_options(argv))
+    if found is not None:
+        print("the dbt project changed since the last build: "
+              + (f"rebuilding {len(found)} table(s) it made stale "
+                 f"({', '.join(relation_names(found))})" if found
+                 else "no table it holds is stale"))
+        return found, False
+    why = ("no record of how this database was built" if last is None
+           else "the project's vars, profile or materializations changed since the last build"
+           if last.settings != state.settings
+           else "the dbt project changed since the last build, and no manifest of that "
+           "build tells which tables it made stale" if is_plain_build
+           else "the dbt project (or its --vars) changed since the last build")
+    print(f"{why}: rebuilding every per-trace table (--full-refresh)")
+    return [], True
 
 
 def _invoke(invocation: list[str], duckdb_database: Path | None = None,

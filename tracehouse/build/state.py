@@ -1,16 +1,21 @@
 """What a build was made from, so ``tracehouse build`` knows when it can skip or must refresh.
 
-Why: the per-trace models are incremental (dbt's ``delete+insert`` on
-``trace_id``), which is only right while the code that computed the rows
-is the code of the project now. dbt itself does not notice a changed model,
-macro, seed or var: it appends new traces' rows computed one way to old
-rows computed another. So after each successful build the fingerprints of
-the project (every file dbt reads, plus the dbt arguments) and of the lake
-(every Parquet file's path, size and mtime) are kept in
-``<warehouse>/dbt/build_state.json``:
+Why: the per-trace models (materialization ``per_trace``) add the rows of
+new traces to the rows they hold, which is only right while the code that
+computed those rows is the code of the project now. dbt itself does not
+notice a changed model, macro, seed or var: it would append new traces'
+rows computed one way to old rows computed another. So after each
+successful build the fingerprints of the project (every file dbt reads,
+plus the ``--vars`` given), of its settings (the project's ``vars:``, the
+``--vars`` given, the profile and the materializations: what no node's
+state in dbt's manifest shows) and of the lake (every Parquet file's path,
+size and mtime) are kept in ``<warehouse>/dbt/build_state.json``:
 
-* project (or the ``--vars`` given) changed since the last build → the
-  build runs with ``--full-refresh`` (and says so);
+* project changed since the last build → the per-trace tables it makes
+  stale are dropped and built whole (:mod:`tracehouse.build.stale`: dbt's
+  ``state:modified+`` against the manifest of the last build), the others
+  stay; settings changed too (or no manifest kept) → the build runs with
+  ``--full-refresh`` (and says so);
 * project and lake both unchanged, and the same arguments → nothing can
   differ, so the build is skipped ("up to date") instead of spending dbt's
   start-up, every model and every test on the same answer;
@@ -32,6 +37,10 @@ from pathlib import Path
 
 #: Project files and folders whose content decides what a build computes.
 PROJECT_INPUTS = ("models", "macros", "seeds", "tests/dbt", "dbt_project.yml", "profiles.yml")
+#: Project files whose change no node's state in dbt's manifest shows, so that
+#: ``state:modified`` cannot tell which tables they make stale: the profile and
+#: the materializations (with the project's ``vars:``, read from dbt_project.yml).
+SETTINGS_INPUTS = ("profiles.yml", "macros/materializations")
 STATE_FILE = "build_state.json"
 
 #: dbt options that change only what dbt prints or logs, never what it builds
@@ -57,6 +66,8 @@ class BuildFingerprint:
     project: str
     lake: str
     args: str
+    #: What every model reads beside its own code: vars, profile, materializations.
+    settings: str = ""
     #: The warehouse folder the views were created for (they hold its path).
     location: str = ""
     #: (lake table, fingerprint of its files), sorted by table.
@@ -69,6 +80,7 @@ class BuildFingerprint:
             "project": self.project,
             "lake": self.lake,
             "args": self.args,
+            "settings": self.settings,
             "command": self.command,
             "location": self.location,
             "lake_tables": dict(self.lake_tables),
@@ -109,6 +121,23 @@ def _vars_arguments(dbt_args: Sequence[str]) -> list[str]:
     return found
 
 
+def settings_fingerprint(project_dir: Path, dbt_args: Sequence[str]) -> str:
+    """The fingerprint of what every model reads beside its own code
+    (:data:`SETTINGS_INPUTS`, the ``vars:`` of dbt_project.yml, the ``--vars`` given)."""
+    import yaml
+
+    files = _hash_files(_files_under(project_dir, SETTINGS_INPUTS), project_dir, content=True)
+    try:
+        project_vars = yaml.safe_load((project_dir / "dbt_project.yml").read_text()).get("vars")
+    except (OSError, AttributeError, yaml.YAMLError):
+        project_vars = None
+    return hashlib.blake2b(
+        json.dumps([files, project_vars, _vars_arguments(dbt_args)], sort_keys=True,
+                   default=str).encode(),
+        digest_size=16,
+    ).hexdigest()
+
+
 def _lake_files_by_table(lake_dir: Path) -> dict[str, list[Path]]:
     """Every file of the lake, grouped by its table (the lake's top-level folders)."""
     tables: dict[str, list[Path]] = {}
@@ -141,6 +170,7 @@ def fingerprint(
         project=project,
         lake=lake,
         args=args,
+        settings=settings_fingerprint(project_dir, dbt_args),
         location=str(location.resolve()) if location is not None else "",
         lake_tables=lake_tables,
         command=" ".join(build_arguments(dbt_args)),
@@ -218,6 +248,7 @@ def read_state(artifacts: Path) -> BuildFingerprint | None:
             project=data["project"],
             lake=data["lake"],
             args=data["args"],
+            settings=str(data.get("settings", "")),
             location=str(data.get("location", "")),
             lake_tables=tuple(sorted((str(k), str(v))
                                      for k, v in dict(data.get("lake_tables", {})).items())),

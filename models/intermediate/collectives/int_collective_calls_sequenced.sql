@@ -22,13 +22,6 @@
     Per trace (macros/per_trace.sql): delete+insert on trace_id.
 #}
 
-{{ config(
-    materialized='incremental',
-    incremental_strategy='delete+insert',
-    unique_key='trace_id',
-    post_hook="{{ delete_unloaded_traces() }}",
-) }}
-
 {#- The traces to compute, read once for every scan, whose lake files are
     read by name (macros/per_trace.sql, macros/lake_scan.sql). -#}
 {%- set pending = traces_pending() %}

@@ -34,15 +34,8 @@
     Per trace (macros/per_trace.sql): delete+insert on trace_id.
 #}
 
-{{ config(
-    materialized='incremental',
-    incremental_strategy='delete+insert',
-    unique_key='trace_id',
-    post_hook="{{ delete_unloaded_traces() }}",
-) }}
-
 {#- The traces to compute: on an incremental run the pending ones with shapes. #}
-{%- set shaped = traces_pending_where('loaded.has_op_shapes') %}
+{%- set shaped = traces_pending(where='loaded.has_op_shapes') %}
 {%- set shaped_traces = trace_filter(shaped) %}
 {#- Inputs, and dims per input, read from `Input Dims` (macros/op_flops.sql reads as many). #}
 {%- set shape_inputs = 4 %}

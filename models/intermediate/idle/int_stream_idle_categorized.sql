@@ -36,13 +36,6 @@
     Per trace (macros/per_trace.sql): delete+insert on trace_id.
 #}
 
-{{ config(
-    materialized='incremental',
-    incremental_strategy='delete+insert',
-    unique_key='trace_id',
-    post_hook="{{ delete_unloaded_traces() }}",
-) }}
-
 with
 
 {# The file's own time base: HTA reads the microseconds the file holds (macro hta_float_time). #}
@@ -75,7 +68,7 @@ kernels as (
     from {{ ref('int_kernels_classified') }} as classified
     inner join traces
         on classified.trace_id = traces.trace_id
-    where {{ traces_to_build('classified.trace_id') }}
+    where {{ trace_filter(traces_pending(), 'classified.trace_id') }}
 ),
 
 counted as (

@@ -22,13 +22,6 @@
     islands across traces (fct_rank_iterations) gives the union.
 #}
 
-{{ config(
-    materialized='incremental',
-    incremental_strategy='delete+insert',
-    unique_key='trace_id',
-    post_hook="{{ delete_unloaded_traces() }}",
-) }}
-
 with
 
 kernels as (
@@ -41,7 +34,7 @@ kernels as (
         {{ round_up_to_unit('ts_ns', var('kernel_time_unit_ns')) }} as ts_ns,
         {{ round_down_to_unit('end_ns', var('kernel_time_unit_ns')) }} as end_ns
     from {{ ref('int_kernels_classified') }}
-    where {{ traces_to_build() }}
+    where {{ trace_filter(traces_pending()) }}
 ),
 
 {# Islands of each kind, then of all kernels from those islands

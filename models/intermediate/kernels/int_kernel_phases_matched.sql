@@ -37,17 +37,10 @@
     issue 30). Per trace (macros/per_trace.sql): delete+insert on trace_id.
 #}
 
-{{ config(
-    materialized='incremental',
-    incremental_strategy='delete+insert',
-    unique_key='trace_id',
-    post_hook="{{ delete_unloaded_traces() }}",
-) }}
-
 -- depends_on: {{ ref('int_traces_loaded') }}
 
 {#- The traces to compute, read once for every scan (macros/per_trace.sql). -#}
-{%- set new_traces = traces_to_build() %}
+{%- set new_traces = trace_filter(traces_pending()) %}
 
 with
 

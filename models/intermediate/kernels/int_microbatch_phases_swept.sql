@@ -16,13 +16,6 @@
     build was the largest table rebuilt after adding one iteration.
 #}
 
-{{ config(
-    materialized='incremental',
-    incremental_strategy='delete+insert',
-    unique_key='trace_id',
-    post_hook="{{ delete_unloaded_traces() }}",
-) }}
-
 {%- set group_columns = [
     'run_id', 'rank', 'trace_id', 'iteration', 'phase', 'microbatch', 'step_slice_id',
 ] %}
@@ -44,7 +37,7 @@ kernels as (
         ts_ns,
         end_ns
     from {{ ref('int_kernels_classified') }}
-    where {{ traces_to_build() }}
+    where {{ trace_filter(traces_pending()) }}
 ),
 
 {# Islands of each kind, then of all kernels from those islands (macro

@@ -13,13 +13,6 @@
     islands it sweeps; fct_rank_iterations sums a rank's traces.
 #}
 
-{{ config(
-    materialized='incremental',
-    incremental_strategy='delete+insert',
-    unique_key='trace_id',
-    post_hook="{{ delete_unloaded_traces() }}",
-) }}
-
 with
 
 islands as (
@@ -34,7 +27,7 @@ islands as (
     from {{ ref('int_kernel_intervals_merged') }}
     where
         kind in ('compute', 'communication')
-        and {{ traces_to_build() }}
+        and {{ trace_filter(traces_pending()) }}
 ),
 
 swept as (

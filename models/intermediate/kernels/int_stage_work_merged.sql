@@ -17,13 +17,6 @@
     (9.6 s in a +1 build) at 1,024 x 4 (benchmarks/README.md).
 #}
 
-{{ config(
-    materialized='incremental',
-    incremental_strategy='delete+insert',
-    unique_key='trace_id',
-    post_hook="{{ delete_unloaded_traces() }}",
-) }}
-
 {%- set pending = traces_pending() %}
 
 with

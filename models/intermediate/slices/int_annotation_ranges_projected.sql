@@ -12,13 +12,6 @@
     delete+insert on trace_id.
 #}
 
-{{ config(
-    materialized='incremental',
-    incremental_strategy='delete+insert',
-    unique_key='trace_id',
-    post_hook="{{ delete_unloaded_traces() }}",
-) }}
-
 {%- set pending = traces_pending() %}
 
 with

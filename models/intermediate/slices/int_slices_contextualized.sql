@@ -29,13 +29,6 @@
     Per trace (macros/per_trace.sql): delete+insert on trace_id.
 #}
 
-{{ config(
-    materialized='incremental',
-    incremental_strategy='delete+insert',
-    unique_key='trace_id',
-    post_hook="{{ delete_unloaded_traces() }}",
-) }}
-
 {#- The traces to compute, as a predicate on each scan's own column (read
     once, named as literals: see macros/per_trace.sql); the lake scans read
     only their files (macros/lake_scan.sql). -#}

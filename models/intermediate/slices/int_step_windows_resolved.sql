@@ -30,13 +30,6 @@
     trace_id.
 #}
 
-{{ config(
-    materialized='incremental',
-    incremental_strategy='delete+insert',
-    unique_key='trace_id',
-    post_hook="{{ delete_unloaded_traces() }}",
-) }}
-
 {#- The traces to compute, read once for every scan (macros/per_trace.sql). -#}
 {%- set pending = traces_pending() %}
 {%- set new_traces = trace_filter(pending) %}

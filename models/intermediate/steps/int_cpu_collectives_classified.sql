@@ -26,13 +26,6 @@
     'distributed_optimizer_file_pattern', 'distrib_optimizer\\.py$'
 ) %}
 
-{{ config(
-    materialized='incremental',
-    incremental_strategy='delete+insert',
-    unique_key='trace_id',
-    post_hook="{{ delete_unloaded_traces() }}",
-) }}
-
 with
 
 slices as (
@@ -53,7 +46,7 @@ slices as (
     where
         not is_gpu
         and (frame_kind = 'python' or name like 'c10d::%' or name like 'gloo:%')
-        and {{ traces_to_build() }}
+        and {{ trace_filter(traces_pending()) }}
 ),
 
 patterns as (

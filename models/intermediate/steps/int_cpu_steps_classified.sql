@@ -18,13 +18,6 @@
     Per trace (macros/per_trace.sql): delete+insert on trace_id.
 #}
 
-{{ config(
-    materialized='incremental',
-    incremental_strategy='delete+insert',
-    unique_key='trace_id',
-    post_hook="{{ delete_unloaded_traces() }}",
-) }}
-
 {%- set pending = traces_pending() %}
 {%- set new_traces = trace_filter(pending) %}
 

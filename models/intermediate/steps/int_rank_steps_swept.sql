@@ -30,13 +30,6 @@
     and parts come from the trace's own kernels and frames.
 #}
 
-{{ config(
-    materialized='incremental',
-    incremental_strategy='delete+insert',
-    unique_key='trace_id',
-    post_hook="{{ delete_unloaded_traces() }}",
-) }}
-
 {%- set pending = traces_pending() %}
 
 with

@@ -10,13 +10,6 @@
     build here reads only the new traces' files (lake_scan).
 #}
 
-{{ config(
-    materialized='incremental',
-    incremental_strategy='delete+insert',
-    unique_key='trace_id',
-    post_hook="{{ delete_unloaded_traces() }}",
-) }}
-
 {%- set pending = traces_pending() %}
 
 with

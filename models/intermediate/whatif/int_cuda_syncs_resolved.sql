@@ -33,13 +33,6 @@
     (macros/per_trace.sql): delete+insert on trace_id.
 #}
 
-{{ config(
-    materialized='incremental',
-    incremental_strategy='delete+insert',
-    unique_key='trace_id',
-    post_hook="{{ delete_unloaded_traces() }}",
-) }}
-
 -- depends_on: {{ ref('int_traces_loaded') }}
 
 {#- The traces to compute, read once for every scan (macros/per_trace.sql). -#}

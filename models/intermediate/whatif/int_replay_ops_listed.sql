@@ -32,13 +32,6 @@
     (about 1 in 200,000 at 10 M nodes) rather than merge two nodes.
 #}
 
-{{ config(
-    materialized='incremental',
-    incremental_strategy='delete+insert',
-    unique_key='trace_id',
-    post_hook="{{ delete_unloaded_traces() }}",
-) }}
-
 -- depends_on: {{ ref('int_traces_loaded') }}
 
 {#- The traces to compute, read once for every scan (macros/per_trace.sql). -#}

@@ -55,17 +55,10 @@
     and an incremental build types only the new traces' edges.
 #}
 
-{{ config(
-    materialized='incremental',
-    incremental_strategy='delete+insert',
-    unique_key='trace_id',
-    post_hook="{{ delete_unloaded_traces() }}",
-) }}
-
 -- depends_on: {{ ref('int_traces_loaded') }}
 
 {#- The traces to compute (macros/per_trace.sql). -#}
-{%- set new_traces = traces_to_build() %}
+{%- set new_traces = trace_filter(traces_pending()) %}
 
 with
 

@@ -20,13 +20,6 @@
     that adds traces appends their kernels, in this order among themselves.
 #}
 
-{{ config(
-    materialized='incremental',
-    incremental_strategy='delete+insert',
-    unique_key='trace_id',
-    post_hook="{{ delete_unloaded_traces() }}",
-) }}
-
 with
 
 kernels as (
@@ -43,7 +36,7 @@ kernels as (
         dur_ns,
         end_ns
     from {{ ref('int_kernels_classified') }}
-    where {{ traces_to_build() }}
+    where {{ trace_filter(traces_pending()) }}
 ),
 
 final as (
