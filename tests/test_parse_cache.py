@@ -4,6 +4,9 @@
   says partial parsing was used, not that it started a full parse.
 * A saved parse that no longer matches (here: another dbt profile) is only
   a full parse, never a wrong one.
+* Builds with other ``--vars`` keep a parse of their own, so alternating
+  between them (a plain build, then ``--vars '{whatif: false}'``) parses
+  the project once per variant, not on every switch.
 * dbt runs from the database's folder; the caller's folder, the variables it
   touched and relative path options come through unchanged.
 """
@@ -62,6 +65,36 @@ def test_a_new_warehouse_starts_from_the_parse_another_saved(
     assert any("Partial parsing enabled" in line for line in lines), lines
     assert not any("Starting full parse" in line or "Unable to do partial" in line
                    for line in lines), lines
+
+
+def _last_parse_lines(warehouse: Path) -> list[str]:
+    log = (warehouse / "dbt" / "logs" / "dbt.log").read_text(errors="replace")
+    last = log[log.rfind("Running with dbt="):]
+    return [line for line in last.splitlines()
+            if "partial parsing" in line.lower() or "full parse" in line.lower()]
+
+
+def test_each_vars_keeps_its_own_parse(tmp_path: Path, cache_dir: Path) -> None:
+    first = build_lake(tmp_path / "first").warehouse
+    second = build_lake(tmp_path / "second").warehouse
+    lean = ["--vars", "{whatif: false}"]
+    assert run_dbt(["ls", "--select", "dim_ranks"], first) == EXIT_OK
+    assert run_dbt(["ls", "--select", "dim_ranks", *lean], first) == EXIT_OK
+    assert any("Unable to do partial" in line or "full parse" in line
+               for line in _last_parse_lines(first)), "other vars must parse again"
+
+    # The other warehouse switches both ways and never parses from scratch;
+    # nor does the first, switching back to its own earlier vars.
+    for warehouse, args in ((second, lean), (second, []), (first, [])):
+        assert run_dbt(["ls", "--select", "dim_ranks", *args], warehouse) == EXIT_OK
+        lines = _last_parse_lines(warehouse)
+        assert any("Partial parsing enabled" in line for line in lines), (args, lines)
+        assert not any("Starting full parse" in line or "Unable to do partial" in line
+                       for line in lines), (args, lines)
+    assert {path.name for path in cache_dir.rglob("*.msgpack")} == {
+        parse_cache.PARSE_FILE,
+        parse_cache.cache_file(project_dir(), parse_cache.variant_of("{whatif: false}", None)).name,
+    }
 
 
 def test_a_build_and_a_reader_of_one_warehouse_share_the_parse(

@@ -48,6 +48,7 @@ from tracehouse.build import parse_cache
 from tracehouse.build.dbt_arguments import (
     absolute_path_options,
     has_flag,
+    option_value,
     resolve_command,
     stdout_is_a_terminal,
     target_name,
@@ -372,8 +373,9 @@ def _invoke(invocation: list[str], duckdb_database: Path | None = None,
     ``duckdb_database``: the DuckDB file dbt writes or reads; dbt runs from
     its folder with the profile's paths relative to it, so that the parse
     saved from another warehouse stays valid; ``target`` (tracehouse's
-    own target folder) starts from the last saved parse of ``project``,
-    which is kept again afterwards (:mod:`tracehouse.build.parse_cache`).
+    own target folder) starts from the last saved parse of ``project``
+    with the invocation's ``--vars`` and ``--target``, which is kept again
+    afterwards (:mod:`tracehouse.build.parse_cache`).
 
     profiles.yml keeps dbt-duckdb's database open for the whole run
     (``keep_open: true``) so that its ~180 nodes share one DuckDB instance
@@ -385,8 +387,10 @@ def _invoke(invocation: list[str], duckdb_database: Path | None = None,
     """
     from dbt.cli.main import dbtRunner
 
+    variant = parse_cache.variant_of(option_value(invocation, "--vars"),
+                                     target_name(invocation))
     if target is not None and project is not None:
-        parse_cache.restore(target, project)
+        parse_cache.restore(target, project, variant)
     try:
         if duckdb_database is None:
             return dbtRunner().invoke(invocation)
@@ -395,7 +399,7 @@ def _invoke(invocation: list[str], duckdb_database: Path | None = None,
     finally:
         _release_duckdb()
         if target is not None and project is not None:
-            parse_cache.save(target, project)
+            parse_cache.save(target, project, variant)
 
 
 def _release_duckdb() -> None:

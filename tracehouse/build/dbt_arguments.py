@@ -64,12 +64,18 @@ def resolve_command(argv: Sequence[str]) -> tuple[int, click.Command] | None:
 
 def target_name(argv: Sequence[str]) -> str | None:
     """The dbt target named by ``--target NAME``/``-t NAME``/``--target=NAME``, else None."""
+    return option_value(argv, "--target", "-t")
+
+
+def option_value(argv: Sequence[str], *names: str) -> str | None:
+    """The value of the last option of ``names`` (``--vars V``/``--vars=V``), else None."""
+    value = None
     for index, arg in enumerate(argv):
-        if arg in ("--target", "-t") and index + 1 < len(argv):
-            return argv[index + 1]
-        if arg.startswith("--target="):
-            return arg.split("=", 1)[1]
-    return None
+        if arg in names and index + 1 < len(argv):
+            value = argv[index + 1]
+        elif "=" in arg and arg.split("=", 1)[0] in names:
+            value = arg.split("=", 1)[1]
+    return value
 
 
 

@@ -7,9 +7,15 @@ next time re-parses only the files that changed. tracehouse gives every
 warehouse its own target folder, so the first build of each new warehouse,
 and every test's warehouse, parsed from scratch.
 
-So the parse is kept in a per-user cache, keyed by the project's folder and
-the dbt version, copied into a warehouse's empty target folder before dbt
-starts and copied back after. dbt checks a saved parse against every
+So the parse is kept in a per-user cache, keyed by the project's folder,
+the dbt version and the command's ``--vars`` and ``--target`` (the
+variant), copied into a warehouse's target folder before dbt starts and
+copied back after. Why the variant: dbt throws a saved parse away when the
+vars or the target differ, and a cache of one parse per checkout then
+swings between them: each `tracehouse build --vars '{whatif: false}'` after
+a plain build (or the other way round) parsed the whole project again,
+13-15 s of a 70 s build of 256 ranks at load 6 (benchmarks/README.md,
+"Where a full build's time goes now"). dbt checks a saved parse against every
 project file's checksum, the ``--vars``, the profile's connection settings
 and its own version, and parses from scratch when anything differs: a stale
 or foreign copy costs one parse, never a wrong manifest.
@@ -47,21 +53,37 @@ TEMP_DIR_ENV_VAR = "TRACEHOUSE_TEMP_DIR"
 TEMP_DIR = "tmp"
 
 
-def cache_file(project: Path) -> Path:
-    """Where the saved parse of ``project`` (for the installed dbt) is kept."""
+def cache_file(project: Path, variant: str = "") -> Path:
+    """Where the saved parse of ``project`` (for the installed dbt) is kept;
+    ``variant``: what else dbt checks a saved parse against (:func:`variant_of`)."""
     from dbt.version import __version__ as dbt_version
 
     base = os.environ.get(CACHE_ENV_VAR) or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
         "tracehouse")
     key = hashlib.sha256(f"{Path(project).resolve()}\0{dbt_version}".encode()).hexdigest()[:16]
-    return Path(base) / "dbt-parse" / key / PARSE_FILE
+    name = PARSE_FILE if not variant else (
+        f"{hashlib.sha256(variant.encode()).hexdigest()[:16]}.{PARSE_FILE}")
+    return Path(base) / "dbt-parse" / key / name
 
 
-def restore(target: Path, project: Path) -> None:
-    """Give an empty target folder the last saved parse of ``project``."""
-    saved = cache_file(project)
-    if (Path(target) / PARSE_FILE).exists() or not saved.is_file():
+def variant_of(vars_value: str | None, target: str | None) -> str:
+    """The part of a command that dbt checks a saved parse against besides the
+    files: its ``--vars`` (as given: another spelling only costs a parse) and
+    ``--target``. Empty for neither, which keeps the plain build's file name."""
+    if not vars_value and not target:
+        return ""
+    return f"vars={vars_value or ''}\0target={target or ''}"
+
+
+def restore(target: Path, project: Path, variant: str = "") -> None:
+    """Give a target folder the last saved parse of ``project`` for ``variant``.
+
+    It replaces the folder's own: that one is the parse of the folder's last
+    command, which may have had other vars; the cache's was saved after it
+    (:func:`save` runs after every command) when it was of this variant."""
+    saved = cache_file(project, variant)
+    if not saved.is_file():
         return
     try:
         Path(target).mkdir(parents=True, exist_ok=True)
@@ -70,10 +92,10 @@ def restore(target: Path, project: Path) -> None:
         pass
 
 
-def save(target: Path, project: Path) -> None:
+def save(target: Path, project: Path, variant: str = "") -> None:
     """Keep the target folder's parse for the next warehouse (atomically replaced)."""
     parsed = Path(target) / PARSE_FILE
-    saved = cache_file(project)
+    saved = cache_file(project, variant)
     try:
         if not parsed.is_file():
             return

@@ -26,26 +26,47 @@
     'distributed_optimizer_file_pattern', 'distrib_optimizer\\.py$'
 ) %}
 
+{#- int_slices_contextualized is read twice, each read with its own filter,
+    rather than through one import CTE that the others share: DuckDB
+    materializes a CTE read more than once, and that one held 2 M CPU slices
+    (12 columns, strings among them) to keep 172 k collectives and the
+    Python frames on their threads: a third of this model's 5.6 s at 256
+    ranks x 2 (benchmarks/README.md, "The build without the what-if
+    models"). Each read here is a filtered column scan. -#}
+
 with
 
-slices as (
+collective_slices as (
     select
         run_id,
         rank,
         trace_id,
         slice_id,
         track_id,
-        name,
-        frame_kind,
-        frame_file,
-        frame_function,
         iteration,
+        name,
         ts_ns,
         end_ns
     from {{ ref('int_slices_contextualized') }}
     where
         not is_gpu
-        and (frame_kind = 'python' or name like 'c10d::%' or name like 'gloo:%')
+        and (name like 'c10d::%' or name like 'gloo:%')
+        and {{ trace_filter(traces_pending()) }}
+),
+
+python_slices as (
+    select
+        trace_id,
+        slice_id,
+        track_id,
+        ts_ns,
+        end_ns,
+        frame_file,
+        frame_function
+    from {{ ref('int_slices_contextualized') }}
+    where
+        not is_gpu
+        and frame_kind = 'python'
         and {{ trace_filter(traces_pending()) }}
 ),
 
@@ -62,21 +83,6 @@ patterns as (
     from {{ ref('collective_group_patterns') }}
 ),
 
-collective_slices as (
-    select
-        run_id,
-        rank,
-        trace_id,
-        slice_id,
-        track_id,
-        iteration,
-        name,
-        ts_ns,
-        end_ns
-    from slices
-    where name like 'c10d::%' or name like 'gloo:%'
-),
-
 collective_tracks as (
     select distinct
         trace_id,
@@ -87,24 +93,35 @@ collective_tracks as (
 {# Python frames, only on threads that issue collectives. #}
 frames as (
     select
-        slices.trace_id,
-        slices.slice_id,
-        slices.track_id,
-        slices.ts_ns,
-        slices.end_ns,
-        slices.frame_file as file_path,
-        slices.frame_function as function_name
-    from slices
+        python_slices.trace_id,
+        python_slices.slice_id,
+        python_slices.track_id,
+        python_slices.ts_ns,
+        python_slices.end_ns,
+        python_slices.frame_file as file_path,
+        python_slices.frame_function as function_name
+    from python_slices
     inner join collective_tracks
         on
-            slices.trace_id = collective_tracks.trace_id
-            and slices.track_id = collective_tracks.track_id
-    where slices.frame_kind = 'python'
+            python_slices.trace_id = collective_tracks.trace_id
+            and python_slices.track_id = collective_tracks.track_id
+),
+
+{# The distinct call sites of each thread: what the per-trace and per-thread
+   questions below need of the frames, a few hundred rows per thread
+   instead of every frame. #}
+frame_sites as (
+    select distinct
+        trace_id,
+        track_id,
+        file_path,
+        function_name
+    from frames
 ),
 
 distributed_optimizer_traces as (
     select distinct trace_id
-    from frames
+    from frame_sites
     where {{ regex_matches('file_path', "'" ~ distributed_optimizer_file ~ "'") }}
 ),
 
@@ -112,7 +129,7 @@ python_tracks as (
     select distinct
         trace_id,
         track_id
-    from frames
+    from frame_sites
 ),
 
 events as (
@@ -130,7 +147,7 @@ frame_names as (
     select distinct
         file_path,
         function_name
-    from frames
+    from frame_sites
 ),
 
 name_matches as (
