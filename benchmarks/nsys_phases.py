@@ -13,7 +13,10 @@ allows it, else the peak since the start):
     python benchmarks/nsys_phases.py FILE [--keep DIR]
 
 Steps that run in a child process report from there (one line per GPU),
-printed by the child on stderr as it finishes each step.
+printed by the child on stderr as it finishes each step. The streaming
+loader's per-batch steps (SQLite's sorted read, names and args, nesting,
+context, ranges, spills, Parquet writes) are summed per pass and printed
+under it, with their number of calls.
 """
 
 from __future__ import annotations
@@ -70,20 +73,76 @@ def phase(name: str, fn):
     return wrapped
 
 
+#: Per-batch steps: their CPU seconds, wall seconds and calls, summed per process.
+_TALLY: dict[str, list[float]] = {}
+
+
+def tally(name: str, fn):
+    """``fn`` wrapped to add its CPU and wall seconds to :data:`_TALLY` (steps run once
+    per batch: one line each would be thousands)."""
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        cpu, wall = _cpu(), time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            spent = _TALLY.setdefault(name, [0.0, 0.0, 0])
+            spent[0] += _cpu() - cpu
+            spent[1] += time.perf_counter() - wall
+            spent[2] += 1
+    return wrapped
+
+
+def _tallied(name: str, fn):
+    """``fn`` as :func:`phase`, then the per-batch tallies made while it ran."""
+    timed = phase(name, fn)
+
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        _TALLY.clear()
+        try:
+            return timed(*args, **kwargs)
+        finally:
+            for step, (cpu, wall, calls) in sorted(_TALLY.items(), key=lambda kv: -kv[1][0]):
+                print(f"[pid {os.getpid()}]   {step:<20} cpu {cpu:7.2f} s  wall {wall:7.2f} s"
+                      f"  calls {calls}", file=sys.stderr, flush=True)
+    return wrapped
+
+
 def instrument() -> None:
     """Wrap the Nsight loader's steps where their callers look them up."""
-    from tracehouse.ingest import slice_context
-    from tracehouse.ingest.nsys import parse, ranges, write
+    from tracehouse.ingest.nsys import ordered, parse, write
+    from tracehouse.ingest.nsys.carry import OpenSlices
 
     parse.read_shared = phase("read shared", parse.read_shared)
-    parse.read_gpu = phase("read gpu", parse.read_gpu)
-    parse._sorted_rows = phase("sort gpu (duckdb)", parse._sorted_rows)  # noqa: SLF001
-    parse.slice_names = phase("slice names", parse.slice_names)
-    parse._one_gpu = phase("map gpu (arrays)", parse._one_gpu)  # noqa: SLF001
-    write.with_context = phase("slice context", slice_context.with_context)
-    write.write_ranges_tmp = phase("annotation ranges", ranges.write_ranges_tmp)
-    write._write_slices = phase("write slices", write._write_slices)  # noqa: SLF001
-    write.write_gpu_tmp = phase("gpu total (write)", write.write_gpu_tmp)
+    stream = write._GpuStream  # noqa: SLF001
+    stream.__init__ = phase("gpu sides and tracks", stream.__init__)
+    stream._cpu_pass = _tallied("cpu side", stream._cpu_pass)  # noqa: SLF001
+    stream._gpu_pass = _tallied("device side", stream._gpu_pass)  # noqa: SLF001
+    stream._replay = phase("spilled rows written", stream._replay)  # noqa: SLF001
+    stream.run = phase("gpu total", stream.run)
+    # Per batch: SQLite's sort and the driver's batches are timed as the iterator's steps.
+    write.side_batches = _iterated("read (sqlite sort)", ordered.side_batches)
+    stream._batch = tally("names and args", stream._batch)  # noqa: SLF001
+    OpenSlices.nest = tally("nesting", OpenSlices.nest)
+    write.with_context = tally("slice context", write.with_context)
+    write.annotation_ranges = tally("annotation ranges", write.annotation_ranges)
+    stream._lake_rows = tally("lake columns", stream._lake_rows)  # noqa: SLF001
+    stream._complete = tally("lake columns", stream._complete)  # noqa: SLF001
+    from tracehouse.ingest.nsys import groups, spill
+    groups.GroupedWriter._write = tally("parquet write", groups.GroupedWriter._write)  # noqa: SLF001
+    spill.Spill.write = tally("spill write", spill.Spill.write)
+
+
+def _iterated(name: str, fn):
+    """A generator function whose every ``next`` is tallied under ``name``."""
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        items = fn(*args, **kwargs)
+        step = tally(name, lambda: next(items, None))
+        while (item := step()) is not None:
+            yield item
+    return wrapped
 
 
 def main(argv: list[str] | None = None) -> int:

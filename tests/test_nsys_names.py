@@ -1,19 +1,17 @@
-"""Each Nsight slice's name, looked up after the sort (ingest/nsys/names.py).
+"""Each Nsight slice's name, made from its activity table's row (ingest/nsys/names.py).
 
-Why it matters: the names used to be made by the sort's SQL (joins on
-StringIds); they are now made per activity table in Arrow and taken by
-each slice's source row, so a wrong rule or pointer would rename kernels,
-calls or NVTX ranges in the lake. Every rule is checked on hand-made rows,
-including ids StringIds lacks, NULL codes and a shared name.
+Why it matters: the names are made per activity table in Arrow, a batch of
+rows at a time, with StringIds looked up through a sorted index; a wrong
+rule or lookup would rename kernels, calls or NVTX ranges in the lake.
+Every rule is checked on hand-made rows, including ids StringIds lacks,
+NULL codes and NULL strings.
 """
 
 from __future__ import annotations
 
-import numpy as np
 import pyarrow as pa
 
-from tracehouse.ingest.nsys.args import SOURCE_CODE
-from tracehouse.ingest.nsys.names import NAME_IDS, slice_names
+from tracehouse.ingest.nsys.names import StringLookup, source_names
 
 STRINGS = pa.table({"id": pa.array([1, 2, 3, 4, 5], pa.int64()),
                     "value": ["void gemm<float>(int)", "gemm", "cudaLaunchKernel_v7000",
@@ -40,23 +38,16 @@ EXPECTED = {
 }
 
 
-def test_each_source_row_gets_its_name_in_any_order() -> None:
-    src = np.array([SOURCE_CODE[key] for key, names in EXPECTED.items() for _ in names])
-    src_row = np.array([row for names in EXPECTED.values() for row in range(len(names))])
-    order = np.random.default_rng(3).permutation(src.size)
-    got = slice_names(SOURCES, SOURCE_CODE, STRINGS, src[order], src_row[order])
-    assert got.type == NAME_IDS
-    expected = [name for names in EXPECTED.values() for name in names]
-    assert got.cast(pa.string()).to_pylist() == [expected[i] for i in order]
-    dictionary = got.chunks[0].dictionary.to_pylist()
-    assert len(dictionary) == len(set(dictionary))  # "gemm" of a kernel and a range: once
+def test_each_table_row_gets_its_name() -> None:
+    strings = StringLookup(STRINGS)
+    for key, expected in EXPECTED.items():
+        assert source_names(key, SOURCES[key], strings).to_pylist() == expected, key
 
 
-def test_a_gpu_without_some_tables_and_without_rows() -> None:
-    only_nvtx = {"nvtx": SOURCES["nvtx"], "kernel": SOURCES["kernel"].slice(0, 0)}
-    got = slice_names(only_nvtx, SOURCE_CODE, STRINGS,
-                      np.array([SOURCE_CODE["nvtx"]] * 2), np.array([2, 0]))
-    assert got.cast(pa.string()).to_pylist() == ["", "forward"]
-    empty = slice_names(only_nvtx, SOURCE_CODE, STRINGS, np.array([], np.int64),
-                        np.array([], np.int64))
-    assert len(empty) == 0 and empty.type == NAME_IDS
+def test_string_lookup_is_a_left_join_in_any_order() -> None:
+    shuffled = STRINGS.take(pa.array([3, 0, 4, 2, 1]))
+    lookup = StringLookup(shuffled)
+    got = lookup(pa.array([5, None, 2, 99, 1, 1], pa.int64()))
+    assert got.to_pylist() == [None, None, "gemm", None, "void gemm<float>(int)",
+                               "void gemm<float>(int)"]
+    assert StringLookup(STRINGS.slice(0, 0))(pa.array([1], pa.int64())).to_pylist() == [None]

@@ -1,12 +1,13 @@
-"""Each GPU's activity is read from the export on its own (ingest/nsys/parse.py read_gpu).
+"""Each GPU's activity is read from the export on its own, in slice order (ingest/nsys/ordered.py).
 
 Why it matters: the loader holds one GPU's input at a time, not the
 export's, so an 8-GPU node's export costs about an eighth of its tables.
 That is only right if the split loses and duplicates nothing: every
 kernel, copy and fill is read with its own device, and every CPU row
 (runtime and driver calls, NVTX ranges and marks) with exactly one GPU,
-the one its process launches most on (else the first). Checked on the real
-exports against counts SQLite itself gives, without ingesting (fast).
+the one its process launches most on (else the first); and each side comes
+in slice order (start, then track). Checked on the real exports against
+counts SQLite itself gives, without ingesting (fast).
 """
 
 from __future__ import annotations
@@ -18,14 +19,13 @@ from pathlib import Path
 import pytest
 
 from conftest import SHARED_DATA
-from tracehouse.ingest.nsys.parse import (
-    NVTX_MARK,
-    NVTX_PUSH_POP,
-    NVTX_START_END,
-    read_gpu,
-    read_shared,
-)
+from tracehouse.ingest.nsys.args import SOURCE_CODE
+from tracehouse.ingest.nsys.nvtx import NVTX_MARK, NVTX_PUSH_POP, NVTX_START_END
+from tracehouse.ingest.nsys.ordered import side_batches
+from tracehouse.ingest.nsys.parse import plan_export
 from tracehouse.ingest.nsys.read import NsysDatabase
+from tracehouse.ingest.nsys.write import gpu_sides
+from tracehouse.ingest.trace_types import TraceFile
 
 NSYS = SHARED_DATA / "nsys"
 EXPORTS = sorted(NSYS.glob("*.sqlite")) if NSYS.is_dir() else []
@@ -52,29 +52,38 @@ def _owners(path: Path) -> tuple[dict[int, int], int]:
     return {pid: device for pid, (device, _n) in best.items()}, min(d for _p, d in work)
 
 
+def _side(db: NsysDatabase, side) -> dict[str, list]:
+    """A side's rows (batches of 1,000), as lists, checked to come in slice order."""
+    rows: dict[str, list] = {}
+    for batch in side_batches(db, side, 1000):
+        for name in batch.schema.names:
+            rows.setdefault(name, []).extend(batch.column(name).to_pylist())
+    starts = rows.get("start", [])
+    assert starts == sorted(starts)
+    return rows
+
+
 @pytest.mark.parametrize("export", EXPORTS, ids=lambda p: p.stem)
 def test_every_row_is_read_with_exactly_one_gpu(export: Path) -> None:
+    source = TraceFile(path=export, run_id="r", layout="nsys", rank_hint=None,
+                       iteration_hint=None, size_bytes=1, mtime_ns=0)
     with NsysDatabase(export) as db:
-        shared = read_shared(db)
-        devices = sorted({d for d in shared["gpu_work"].column("device").to_pylist()
-                          if d is not None})
-        mapped = sorted({p for p in shared["gpu_work"].column("pid").to_pylist()
-                         if p is not None})
+        plan = plan_export(db, source)
         expected_owner, first = _owners(export)
-        assert len(devices) >= 2, "the shared exports are 2-GPU captures"
+        assert len(plan.devices) >= 2, "the shared exports are 2-GPU captures"
+        assert dict(plan.process_device) == {p: d for p, d in expected_owner.items()}
         cpu_rows: Counter[str] = Counter()
-        for index, device in enumerate(devices):
-            pids = [p for p in mapped if expected_owner[p] == device]
-            tables = read_gpu(db, device, pids, mapped if index == 0 else None)
+        for index, device in enumerate(plan.devices):
+            gpu, cpu = (_side(db, side) for side in gpu_sides(db, plan, index))
             (kernels,), = _sqlite(export, "select count(*) from CUPTI_ACTIVITY_KIND_KERNEL "
                                           f"where deviceId = {device}")
-            assert tables["kernel"].num_rows == kernels
-            assert set(tables["kernel"].column("deviceId").to_pylist()) == {device}
+            assert gpu["src"].count(SOURCE_CODE["kernel"]) == kernels
+            assert set(gpu["deviceId"]) == {device}
+            for tid in cpu["globalTid"]:
+                pid = None if tid is None else (tid >> 24) & 0xFFFFFF
+                assert expected_owner.get(pid, first) == device
             for key in ("runtime", "nvtx"):
-                for tid in tables[key].column("globalTid").to_pylist():
-                    pid = None if tid is None else (tid >> 24) & 0xFFFFFF
-                    assert expected_owner.get(pid, first) == device
-                cpu_rows[key] += tables[key].num_rows
+                cpu_rows[key] += cpu["src"].count(SOURCE_CODE[key])
     (runtime,), = _sqlite(export, "select count(*) from CUPTI_ACTIVITY_KIND_RUNTIME")
     (nvtx,), = _sqlite(export, "select count(*) from NVTX_EVENTS where eventType in "
                                f"({NVTX_MARK}, {NVTX_PUSH_POP}, {NVTX_START_END})")

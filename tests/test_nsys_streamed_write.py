@@ -1,11 +1,11 @@
 """An Nsight GPU's ``slices`` file written group by group (ingest/nsys/write.py, args.py).
 
 Why it matters: the slices' ``args`` (JSON text per kernel, call and NVTX
-range) are built per write group from each slice's source row instead of
-for a whole GPU at once; a wrong pointer or a lost order would put one
-kernel's args on another's row, and a group that mixes ``has_role`` rows
-with others would cost the models the row-group skip the lake writer
-promises. Checked on the real shared exports against what SQLite holds.
+range) are built per read batch from the rows of each activity table in it;
+a lost order would put one kernel's args on another's row, and a group that
+mixes ``has_role`` rows with others would cost the models the row-group skip
+the lake writer promises. Checked on the real shared exports against what
+SQLite holds.
 """
 
 from __future__ import annotations
@@ -14,45 +14,25 @@ import json
 import sqlite3
 from pathlib import Path
 
-import duckdb
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from conftest import SHARED_DATA
-from tracehouse.ingest.nsys import write
-from tracehouse.ingest.nsys.args import ARGS_SQL, SOURCE_CODE, DeferredArgs, args_columns
+from tracehouse.ingest.nsys.args import ARGS_SQL, ArgsText, args_columns
+from tracehouse.ingest.nsys.names import StringLookup
 from tracehouse.ingest.nsys.parse import (
-    _CPU_SOURCES,
-    _GPU_SOURCES,
-    _register,
+    CPU_SOURCES,
+    GPU_SOURCES,
     args_lookups,
-    read_gpu,
     read_shared,
     stand_in_args,
 )
 from tracehouse.ingest.nsys.read import NsysDatabase
-from tracehouse.ingest.nsys.take import take_rows
 
 EXPORT = SHARED_DATA / "nsys" / "mfu_2gpu_before.sqlite"
 
 needs_export = pytest.mark.skipif(not EXPORT.is_file(), reason=f"shared data missing: {EXPORT}")
-
-
-def test_row_groups_put_flagged_rows_first_and_never_mix(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(write, "ROW_GROUP_ROWS", 2)
-    flag = pa.chunked_array([[True, False, None, True], [True, False, True]])
-    groups = write._row_groups(flag)
-    assert [g.tolist() for g in groups] == [[0, 3], [4, 6], [1, 2], [5]]
-
-
-def test_take_rows_equals_take_in_any_order() -> None:
-    table = pa.table({"x": pa.chunked_array([[0, 1, 2], [3, 4, 5], [6]]),
-                      "s": pa.chunked_array([["a", "b"], ["c", "d", "e", "f", "g"]])})
-    for rows in ([2, 3, 4], [0, 4, 5], [6, 0, 3, 3], [], [5]):
-        got = take_rows(table, np.array(rows, dtype=np.int64))
-        assert got.to_pylist() == table.take(pa.array(rows, pa.int64())).to_pylist()
 
 
 def test_stand_in_args_keep_only_the_nvtx_event_type() -> None:
@@ -61,9 +41,9 @@ def test_stand_in_args_keep_only_the_nvtx_event_type() -> None:
 
 
 def test_args_keep_only_columns_their_sources_read() -> None:
-    """DeferredArgs keeps the columns each args expression names, all of them read from
-    the export, and never the times or names the mapping alone needs."""
-    read = dict(_GPU_SOURCES + _CPU_SOURCES)
+    """The args read the columns each args expression names, all of them read from the
+    export, and never the times or names the mapping alone needs."""
+    read = dict(GPU_SOURCES + CPU_SOURCES)
     assert set(ARGS_SQL) == set(read)
     for key, columns in ((key, args_columns(key)) for key in ARGS_SQL):
         assert columns and set(columns) <= set(read[key].columns), key
@@ -73,31 +53,27 @@ def test_args_keep_only_columns_their_sources_read() -> None:
 
 
 @needs_export
-def test_args_follow_each_row_to_its_source_in_any_order() -> None:
-    """Kernels and runtime calls mixed and shuffled: each row's args are its own row's."""
+def test_args_of_each_row_are_its_own() -> None:
+    """A batch of kernels and of runtime calls: each row's args hold its own grid, return
+    value and looked-up name (ArgsText, as each write batch gets them)."""
     with NsysDatabase(EXPORT) as db:
         shared = read_shared(db)
-        tables = {**shared, **read_gpu(db, 0, [], None)}
-    with duckdb.connect() as mapping:
-        sources = _register(mapping, tables)
-    kernels, calls = sources["kernel"].num_rows, sources["runtime"].num_rows
-    src = np.concatenate([np.full(kernels, SOURCE_CODE["kernel"]),
-                          np.full(calls, SOURCE_CODE["runtime"])]).astype(np.int8)
-    src_row = np.concatenate([np.arange(kernels), np.arange(calls)]).astype(np.int64)
-    deferred = DeferredArgs(sources, args_lookups(tables), src, src_row)
+        kernels = db.query('select * from "CUPTI_ACTIVITY_KIND_KERNEL" limit 500')
+        calls = db.query('select * from "CUPTI_ACTIVITY_KIND_RUNTIME" limit 500')
+    strings = StringLookup(shared["strings"])
+    text = ArgsText({"strings": strings,
+                     "domains": StringLookup(args_lookups(shared)["domains"])})
+    names = dict(zip(*(shared["strings"][c].to_pylist() for c in ("id", "value"))))
     try:
-        shuffled = np.random.default_rng(7).permutation(src.size)
-        args = [json.loads(text) for text in deferred.for_rows(shuffled).to_pylist()]
+        kernel_args = [json.loads(t) for t in text("kernel", kernels).to_pylist()]
+        call_args = [json.loads(t) for t in text("runtime", calls).to_pylist()]
     finally:
-        deferred.close()
-    grids = sources["kernel"].select(["gridX", "gridY", "gridZ"]).to_pylist()
-    returns = sources["runtime"].column("returnValue").to_pylist()
-    for row, got in zip(shuffled.tolist(), args):
-        if row < kernels:
-            assert got["grid"] == list(grids[row].values())
-        else:
-            assert got == {"return value": returns[row - kernels], "api name": got["api name"]}
-            assert got["api name"] is not None
+        text.close()
+    for row, got in zip(kernels.to_pylist(), kernel_args):
+        assert got["grid"] == [row["gridX"], row["gridY"], row["gridZ"]]
+        assert got["short name"] == names[row["shortName"]]
+    for row, got in zip(calls.to_pylist(), call_args):
+        assert got == {"return value": row["returnValue"], "api name": names[row["nameId"]]}
 
 
 @needs_export

@@ -1,5 +1,6 @@
-"""Nsight Systems exports into the lake: :mod:`.read` opens the SQLite export as Arrow
-tables, :mod:`.parse` turns one GPU's activity into lake rows, :mod:`.write` (with
-:mod:`.args` and :mod:`.ranges`) writes them in bounded groups, and :mod:`.load` hashes,
-exports (``.nsys-rep``) and loads one file for the ingest runner, each GPU in a child
-process of its own (:mod:`.child`)."""
+"""Nsight Systems exports into the lake: :mod:`.read` opens the SQLite export, :mod:`.parse`
+plans it (shared tables, the GPUs, the GPU each process belongs to), :mod:`.ordered` asks
+SQLite for one GPU's rows in slice order, and :mod:`.write` streams them into the lake a
+batch at a time (:mod:`.carry`, :mod:`.launches`, :mod:`.names`, :mod:`.args`,
+:mod:`.groups`, :mod:`.spill`); :mod:`.load` hashes, exports (``.nsys-rep``) and loads one
+file for the ingest runner, each GPU in a child process of its own (:mod:`.child`)."""

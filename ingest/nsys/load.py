@@ -17,8 +17,9 @@ from pathlib import Path
 
 from ..trace_types import TraceError, TraceFile
 from .child import run_in_child
-from .parse import ExportPlan, NsysTrace, parse_gpu, plan_export
+from .parse import ExportPlan, plan_export
 from .read import NsysDatabase, exported_sqlite
+from .write import NsysGpu
 
 _CHUNK = 1 << 20
 
@@ -36,8 +37,8 @@ def file_hash(path: Path) -> str:
     return digest.hexdigest()
 
 
-#: Writes one GPU's rows to lake temporaries: ``(tmp, final)`` paths in commit order.
-WriteGpu = Callable[[NsysTrace], list[tuple[Path, Path]]]
+#: Streams one GPU into lake temporaries: ``(tmp, final)`` paths in commit order.
+WriteGpu = Callable[[NsysGpu], list[tuple[Path, Path]]]
 
 
 @dataclass(frozen=True)
@@ -88,16 +89,12 @@ def _gpus(source: TraceFile, content_hash: str, trace_id_for: Callable[[str, str
 def _write_gpu(sqlite_path: Path, plan: ExportPlan, index: int, source: TraceFile,
                write: WriteGpu, *, trace_id: str, content_hash: str,
                ingested_at: object) -> WrittenGpu:
-    """In the child: read, map and write the ``index``-th GPU (its own connection: a
+    """In the child: stream the ``index``-th GPU into the lake (its own connection: a
     SQLite connection must not cross a fork)."""
     with NsysDatabase(sqlite_path) as db:
-        part = parse_gpu(db, plan, index, source, trace_id=trace_id,
-                         content_hash=content_hash, ingested_at=ingested_at)
-    try:
+        part = NsysGpu(db=db, plan=plan, index=index, source=source, trace_id=trace_id,
+                       content_hash=content_hash, ingested_at=ingested_at)
         pending = write(part)
-    finally:
-        part.args.close()
-    return WrittenGpu(trace_id=part.trace_id, rank=part.rank, iteration=part.iteration,
-                      profiler_steps=part.profiler_steps,
-                      slices=part.tables["slices"].num_rows,
-                      flows=part.tables["flows"].num_rows, pending=pending)
+    return WrittenGpu(trace_id=part.trace_id, rank=part.rank, iteration=source.iteration_hint,
+                      profiler_steps=part.profiler_steps, slices=part.slices,
+                      flows=part.flows, pending=pending)

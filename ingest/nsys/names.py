@@ -1,20 +1,12 @@
-"""The name of each slice of an Nsight GPU, as indices into one table of distinct names.
+"""The name of each Nsight slice, made from its activity table's row.
 
-Why apart from the sort (:func:`ingest.nsys.parse._sorted_rows`): DuckDB's
-sort of a GPU's rows carried each row's name as text, joined from
-``StringIds`` (4.4 M names per GPU of a 713 MB export, ~270 MiB of text
-sorted, handed over and held), which made the sort the load's peak. The
-sort now carries only numbers, among them each slice's source table and
-row (``src``, ``src_row``, which the args use too), and the names are
-looked up here after it: each activity table's names are made once per
-table (in its own row order, a few seconds of Arrow), encoded as indices
-into their distinct values, and each slice takes the index of its source
-row. The text is what the SQL made before: a kernel's demangled name (else
+The text is what the loader always made: a kernel's demangled name (else
 its short name, else ``kernel``); ``Memcpy <kind> (<src> -> <dst>)`` and
 ``Memset (<kind>)`` as Kineto names copies and fills; ``CUDA graph <id>``;
 a CUDA call's name without its ``_v<N>`` suffix; an NVTX event's text, else
-the string its ``textId`` names, else empty.
-"""
+the string its ``textId`` names, else empty. Made in Arrow for the rows of
+each activity table in a read batch (:mod:`.write`), ``StringIds`` looked up
+through a sorted index built once per GPU (:class:`StringLookup`)."""
 
 from __future__ import annotations
 
@@ -22,8 +14,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-#: The type a GPU's slice names are held in: an index into one dictionary of its
-#: distinct names.
+#: Slice names as indices into their distinct values (the type
+#: :mod:`ingest.name_match` tests on).
 NAME_IDS = pa.dictionary(pa.int32(), pa.string())
 
 _MEMCPY_KIND = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD",
@@ -35,42 +27,36 @@ _MEM_KIND = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed",
 _VERSION_SUFFIX = r"_v[0-9]+$"
 
 
-def slice_names(sources: dict[str, pa.Table], source_code: dict[str, int],
-                strings: pa.Table, src: np.ndarray, src_row: np.ndarray) -> pa.ChunkedArray:
-    """The name of each slice whose source is table ``src`` (a :data:`source_code`) at
-    row ``src_row``, as :data:`NAME_IDS`. ``sources`` are the GPU's activity tables by
-    key, ``strings`` the export's ``StringIds`` (``id, value``)."""
-    dictionaries: list[pa.Array] = []
-    first_row = np.zeros(max(source_code.values()) + 2, dtype=np.int64)
-    indices: list[np.ndarray] = []
-    names_so_far = 0
-    rows_so_far = 0
-    for key, code in sorted(source_code.items(), key=lambda item: item[1]):
-        first_row[code] = rows_so_far
-        table = sources.get(key)
-        if table is None or not table.num_rows:
-            continue
-        encoded = pc.dictionary_encode(_source_names(key, table, strings))
-        indices.append(encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-                       + names_so_far)
-        dictionaries.append(encoded.dictionary)
-        names_so_far += len(encoded.dictionary)
-        rows_so_far += table.num_rows
-    if not src.size:
-        return pa.chunked_array([], NAME_IDS)
-    per_row = np.concatenate(indices)[first_row[src] + src_row]
-    # The sources share names (a kernel and the NVTX range named for it): one entry each.
-    distinct = pc.dictionary_encode(pa.concat_arrays(dictionaries))
-    remap = distinct.indices.to_numpy(zero_copy_only=False).astype(np.int32)
-    return pa.chunked_array([pa.DictionaryArray.from_arrays(
-        pa.array(remap[per_row], pa.int32()), distinct.dictionary)], NAME_IDS)
+class StringLookup:
+    """``StringIds`` (or any ``id, value`` table) as a sorted index: the value of each id.
+
+    Built once per GPU, where ``pc.index_in`` built a hash table of every id on each call
+    (once per activity table and write batch)."""
+
+    def __init__(self, table: pa.Table) -> None:
+        ids = pc.fill_null(table.column("id"), -1).to_numpy(zero_copy_only=False)
+        order = np.argsort(ids.astype(np.int64), kind="stable")
+        self._ids = ids.astype(np.int64)[order]
+        values = table.column("value")
+        self._values = (values.combine_chunks() if values.num_chunks
+                        else pa.array([], values.type)).take(pa.array(order))
+
+    def __call__(self, ids: pa.Array | pa.ChunkedArray) -> pa.Array:
+        """The value of each id (NULL for NULL or an id without one, as a left join)."""
+        if isinstance(ids, pa.ChunkedArray):
+            ids = ids.combine_chunks() if ids.num_chunks else pa.array([], pa.int64())
+        wanted = pc.fill_null(ids, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+        if not self._ids.size:
+            return pa.nulls(len(ids), self._values.type)
+        at = np.minimum(np.searchsorted(self._ids, wanted), self._ids.size - 1)
+        hit = (self._ids[at] == wanted) & ids.is_valid().to_numpy(zero_copy_only=False)
+        return self._values.take(pa.array(at, mask=~hit))
 
 
-def _source_names(key: str, table: pa.Table, strings: pa.Table) -> pa.Array:
+def source_names(key: str, table: pa.Table, strings: StringLookup) -> pa.Array:
     """The name of each row of activity table ``key``, in row order (never NULL)."""
     def looked_up(column: str) -> pa.Array:
-        at = pc.index_in(table[column], value_set=strings["id"].combine_chunks())
-        return pc.take(strings["value"].combine_chunks(), at.combine_chunks())
+        return strings(table[column])
 
     if key == "kernel":
         return pc.coalesce(looked_up("demangledName"), looked_up("shortName"), "kernel")

@@ -196,6 +196,23 @@ class NsysDatabase:
         except Exception as exc:  # noqa: BLE001
             raise _database_error(exc) from exc
 
+    def stream(self, sql: str, each: Callable[[pa.RecordBatch], pa.RecordBatch],
+               batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+        """Run ``sql`` and yield its result ``batch_rows`` rows at a time, ``each`` applied
+        to every record batch as the driver hands it over; nothing of the result is held
+        here, so an ``order by`` that SQLite sorts in its own bounded memory (it spills
+        to temporary files) reaches the caller in bounded batches."""
+        try:
+            with self._conn.cursor() as cursor:
+                cursor.adbc_statement.set_options(**{BATCH_ROWS_OPTION: str(batch_rows)})
+                cursor.execute(sql)
+                for batch in cursor.fetch_record_batch():
+                    yield repair_utf8_batch(each(batch))
+        except TraceError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise _database_error(exc) from exc
+
     def close(self) -> None:
         self._conn.close()
 
@@ -228,6 +245,13 @@ def repair_utf8(table: pa.Table) -> pa.Table:
                           for b in raw.to_pylist()], field.type)
         table = table.set_column(index, field, fixed)
     return table
+
+
+def repair_utf8_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """:func:`repair_utf8` of one record batch."""
+    if not batch.num_rows:
+        return batch
+    return repair_utf8(pa.Table.from_batches([batch])).to_batches()[0]
 
 
 def _database_error(exc: Exception) -> TraceError:
