@@ -19,7 +19,7 @@
       * P2P peer: c10d send/recv name their peer's group rank
         (`Concrete Inputs`); peer_index is it, resolved against the group
         by int_collective_members_matched.
-    Per trace (macros/per_trace.sql): delete+insert on trace_id.
+    Per trace (materialized per_trace): keyed by trace_id.
 #}
 
 {#- The traces to compute, read once for every scan, whose lake files are

@@ -31,7 +31,7 @@
     `helper_of_op` (a copy or fill of an op whose work its kernels do, e.g.
     a GEMM's workspace memset).
 
-    Per trace (macros/per_trace.sql): delete+insert on trace_id.
+    Per trace (materialized per_trace): keyed by trace_id.
 #}
 
 {#- The traces to compute: on an incremental run the pending ones with shapes. #}

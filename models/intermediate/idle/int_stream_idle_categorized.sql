@@ -33,7 +33,7 @@
     in the trace (it was queued before profiling began) is never host_wait,
     while HTA compares it with the first event of its data frame (pandas
     joins its "launch not in trace" marker, index 0, to row 0).
-    Per trace (macros/per_trace.sql): delete+insert on trace_id.
+    Per trace (materialized per_trace): keyed by trace_id.
 #}
 
 with

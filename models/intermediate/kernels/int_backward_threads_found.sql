@@ -20,7 +20,7 @@
     distinct (thread, op name) pairs of the trace: one narrow scan of the
     slices' names. A thread's name (`pt_autograd_0`) is no signal: older
     torch names both threads after the process (dlrm_8rank).
-    Per trace (macros/per_trace.sql): delete+insert on trace_id.
+    Per trace (materialized per_trace): keyed by trace_id.
 #}
 
 {%- set pending = traces_pending() %}

@@ -14,7 +14,7 @@
     reproduces Holistic Trace Analysis, which rounds ns-resolution traces
     inward to whole microseconds (a sub-microsecond kernel then gets a
     negative length, as in HTA).
-    Per trace (macros/per_trace.sql: delete+insert on trace_id): islands
+    Per trace (materialized per_trace, keyed by trace_id): islands
     are merged within a trace. A trace is one profiling window of one rank,
     so the kernels of one rank and iteration lie in one trace (ingest
     rejects a rank twice in one iteration folder), and kernels outside every

@@ -34,7 +34,7 @@
     a million rows at 256 ranks x 2 iterations) instead of on these six
     columns: 2.4 GiB, the peak of the whole build. Read from a table, the
     row count is exact and the join builds on this side (benchmarks/README.md,
-    issue 30). Per trace (macros/per_trace.sql): delete+insert on trace_id.
+    issue 30). Per trace (materialized per_trace): keyed by trace_id.
 #}
 
 -- depends_on: {{ ref('int_traces_loaded') }}

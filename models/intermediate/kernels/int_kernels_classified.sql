@@ -13,7 +13,7 @@
     GPU work wholly inside that window of the capture clock is kept (the
     rows of every model below; `tracehouse nsys --trim` builds a fresh
     warehouse with them). Every column depends on the kernel's own trace
-    only, so the model is per trace (macros/per_trace.sql): delete+insert on
+    only, so the model is per trace (materialized per_trace): keyed by
     trace_id.
     Both joins are left joins with the wide kernel rows on the probe side:
     DuckDB builds the hash tables on the kind dictionary and the narrow

@@ -11,7 +11,7 @@
     ran in (NULL outside microbatches): the key fct_microbatch_phases joins
     the chunk lookup on. A microbatch is one step of its trace, so the key
     does not split a group.
-    Per trace (macros/per_trace.sql: delete+insert on trace_id): why not in
+    Per trace (materialized per_trace, keyed by trace_id): why not in
     the mart itself: merging every kernel of every iteration again on each
     build was the largest table rebuilt after adding one iteration.
 #}

@@ -9,7 +9,7 @@
     time from one boundary to the next is overlap when both counts are open.
     Ties at one instant give zero-length segments, so their order does not
     change the sum.
-    Per trace (macros/per_trace.sql: delete+insert on trace_id), as the
+    Per trace (materialized per_trace, keyed by trace_id), as the
     islands it sweeps; fct_rank_iterations sums a rank's traces.
 #}
 

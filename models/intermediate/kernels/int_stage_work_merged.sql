@@ -9,7 +9,7 @@
     frames. busy_ns = length of the union of that work (merge_intervals).
     Everything here is the trace's own (kind, phase and iteration of
     int_kernels_classified, step frames of int_cpu_steps_classified), so it
-    is kept per trace (macros/per_trace.sql: delete+insert on trace_id) and
+    is kept per trace (materialized per_trace, keyed by trace_id) and
     fct_pipeline_bubbles sums a rank's traces, as fct_rank_iterations does:
     the kernels of one rank and iteration lie in one trace
     (int_kernel_intervals_merged says why). Merging every kernel of the

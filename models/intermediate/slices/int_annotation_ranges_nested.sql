@@ -15,7 +15,7 @@
     to its names here cost 0.3-0.6 s of a 256-rank x 2-iteration build).
     tid and thread_name: the thread the range was recorded on (the trace's
     `threads`), so that a reader can show each thread's tree apart.
-    Per trace (macros/per_trace.sql): delete+insert on trace_id.
+    Per trace (materialized per_trace): keyed by trace_id.
 #}
 
 {%- set pending = traces_pending() %}

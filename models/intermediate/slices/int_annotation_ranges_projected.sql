@@ -8,8 +8,8 @@
     range's lineage). kernel_count counts
     them, own_kernel_count those whose innermost range it is, gpu_start_ns /
     gpu_end_ns are the first start and last end. fct_annotation_ranges
-    shows them on every range. Per trace (macros/per_trace.sql):
-    delete+insert on trace_id.
+    shows them on every range. Per trace (materialized per_trace):
+    keyed by trace_id.
 #}
 
 {%- set pending = traces_pending() %}

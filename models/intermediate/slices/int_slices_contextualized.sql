@@ -26,7 +26,7 @@
     GPU work without launch) gets NULL and `is_outside_steps`. A trace
     without windows is one iteration: its `iteration_N` folder, else
     var('default_iteration').
-    Per trace (macros/per_trace.sql): delete+insert on trace_id.
+    Per trace (materialized per_trace): keyed by trace_id.
 #}
 
 {#- The traces to compute, as a predicate on each scan's own column (read

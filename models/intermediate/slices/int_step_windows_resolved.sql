@@ -26,7 +26,7 @@
     what int_slices_contextualized places CPU slices and launched GPU work
     in (GPU work by its launch's start; a slice in no window is outside the
     steps); gpu_ts_ns/gpu_window_end_ns: see `gap_rule`, NULL otherwise.
-    Per trace (macros/per_trace.sql): delete+insert on
+    Per trace (materialized per_trace): keyed by
     trace_id.
 #}
 

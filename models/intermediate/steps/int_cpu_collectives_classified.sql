@@ -19,7 +19,7 @@
     group (DistributedOptimizer.get_grad_stats_parallel_group).
     Iteration from int_slices_contextualized (the ProfilerStep holding the
     start, else the trace's iteration).
-    Per trace (macros/per_trace.sql): delete+insert on trace_id.
+    Per trace (materialized per_trace): keyed by trace_id.
 #}
 
 {%- set distributed_optimizer_file = var(

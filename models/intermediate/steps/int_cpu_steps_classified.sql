@@ -15,7 +15,7 @@
     steps of the trace and iteration. tid and thread_name: the frame's
     thread (the trace's own `threads`, read here per trace so that the
     mart fct_cpu_steps is a view that reads no lake file).
-    Per trace (macros/per_trace.sql): delete+insert on trace_id.
+    Per trace (materialized per_trace): keyed by trace_id.
 #}
 
 {%- set pending = traces_pending() %}

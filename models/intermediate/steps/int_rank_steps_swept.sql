@@ -26,7 +26,7 @@
     trace without a GPU window: a trace with kernels is timed on the GPU,
     so its CPU window is kept for gpu_lag_ns alone and reads as all idle.
     Which of the two a run uses is decided once, in int_rank_steps_timed.
-    Per trace (macros/per_trace.sql: delete+insert on trace_id): windows
+    Per trace (materialized per_trace, keyed by trace_id): windows
     and parts come from the trace's own kernels and frames.
 #}
 

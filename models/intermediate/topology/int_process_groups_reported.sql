@@ -1,8 +1,8 @@
 {#
     One row per process group a loaded trace reported (trace_id, source,
     pg_name): the lake's `process_groups` table as stg_lake__process_groups
-    reads it, kept as a table per trace (macros/per_trace.sql: delete+insert
-    on trace_id), as int_traces_loaded keeps `traces`.
+    reads it, kept as a table per trace (materialized per_trace, keyed
+    by trace_id), as int_traces_loaded keeps `traces`.
     Why: int_process_groups_resolved, rebuilt on every build, read the
     groups through the staging view, which opens every trace's
     `process_groups` and `traces` files: 0.6-1.0 s at 512-768 traces and

@@ -1,7 +1,7 @@
 {#
     One row per loaded trace (trace_id): the lake's `traces` table as
     stg_lake__traces reads it, kept as a table per trace
-    (macros/per_trace.sql: delete+insert on trace_id). The models that read
+    (materialized per_trace, keyed by trace_id). The models that read
     trace attributes on every build (rank, host, start, format) and the
     Nsight marts' list of Nsight traces read this table (a per-trace model
     reads its new traces' files itself: lake_scan); through

@@ -30,7 +30,7 @@
     record named is left unresolved (src_slice_id null, a row still): its
     event may have been recorded anywhere before. Times are the trace's
     own clock (every input is this trace's), so the model is per trace
-    (macros/per_trace.sql): delete+insert on trace_id.
+    (materialized per_trace): keyed by trace_id.
 #}
 
 -- depends_on: {{ ref('int_traces_loaded') }}

@@ -25,8 +25,8 @@
         and c10d calls (int_replay_host_ops_listed).
     node_id is a 63-bit hash of the node's trace, kind, slice and iteration,
     not a row number over every run: a trace's nodes keep their ids when
-    other traces come and go, so the model is per trace (macros/per_trace.sql,
-    delete+insert on trace_id) and an incremental build lists only the new
+    other traces come and go, so the model is per trace (materialized per_trace,
+    keyed by trace_id) and an incremental build lists only the new
     traces' nodes. The data test on int_replay_nodes_listed and the replay's
     loader (tracehouse.core.replay.graph_from_relations) refuse a collision
     (about 1 in 200,000 at 10 M nodes) rather than merge two nodes.

@@ -51,7 +51,7 @@
     one call of replay_edges (macros/replay_edges.sql), the one shape of an
     edge row; the CTEs before it say where the kind's source and target
     come from. Every input is the trace's own, on its own clock, so the
-    model is per trace (macros/per_trace.sql): delete+insert on trace_id,
+    model is per trace (materialized per_trace): keyed by trace_id,
     and an incremental build types only the new traces' edges.
 #}
 

@@ -16,7 +16,7 @@
     int_kernels_classified's, unchanged (one definition: fct_kernels shows
     the same rows with more columns).
 
-    Per trace (macros/per_trace.sql: delete+insert on trace_id): a build
+    Per trace (materialized per_trace, keyed by trace_id): a build
     that adds traces appends their kernels, in this order among themselves.
 #}
 
