@@ -523,7 +523,7 @@ def test_changed_model_rebuilds_its_per_trace_descendants_and_a_description_noth
     model_sql = project / "models/intermediate/kernels/int_kernels_classified.sql"
     model_sql.write_text(model_sql.read_text() + "\n-- edited: the SQL changed\n")
     yaml_file = project / "models/intermediate/traces/_int_traces__models.yml"
-    text, description = yaml_file.read_text(), "      Per trace (macros/per_trace.sql"
+    text, description = yaml_file.read_text(), "      Per trace (materialized per_trace"
     assert description in text
     yaml_file.write_text(text.replace(description, "      Edited. " + description.lstrip(), 1))
     capsys.readouterr()
