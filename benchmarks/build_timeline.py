@@ -1,6 +1,8 @@
 """Where one ``tracehouse build``'s wall time goes, from the files dbt leaves behind.
 
-Reads a built warehouse's ``dbt/logs/dbt.log`` (timestamps of dbt's start,
+Reads a built warehouse's ``dbt/logs/dbt.log`` (debug level: build with
+``DBT_LOG_LEVEL_FILE=debug``; ``tracehouse build`` writes it at info by default;
+timestamps of dbt's start,
 parse and node phase), ``dbt/target/run_results.json`` (each node's thread,
 start, end and execution time) and ``manifest.json`` (who waits for whom) and
 prints, as one table (benchmarks/README.md, "Where a full build's time goes

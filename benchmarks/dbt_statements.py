@@ -1,7 +1,8 @@
 """Where a dbt build's database time goes, read from dbt's debug log.
 
-dbt's file log (``<warehouse>/dbt/logs/dbt.log``, debug level and coloured
-by default, which this parser relies on) names every statement it sends
+dbt's file log (``<warehouse>/dbt/logs/dbt.log``), at debug level and coloured
+(which this parser relies on; ``tracehouse build`` writes it at info unless
+``DBT_LOG_LEVEL_FILE=debug`` is set: build with that first), names every statement it sends
 (``On model.tracehouse.x: <sql>``) and, when DuckDB returns, ``SQL status:
 OK in S seconds``. Summing those seconds by
 kind of statement separates what the models compute from what each node

@@ -251,7 +251,8 @@ def iteration_2_built(iteration_2_ingested: Path, tmp_path_factory: pytest.TempP
     """
     root = tmp_path_factory.mktemp("incremental_built") / "warehouse"
     shutil.copytree(iteration_2_ingested, root)
-    _build(root)
+    # At debug: test_build_log_shows_one_insert_... reads the statements from dbt's log.
+    _build(root, "--log-level-file", "debug")
     return root
 
 

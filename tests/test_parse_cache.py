@@ -39,6 +39,9 @@ def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An empty parse cache of the test's own."""
     path = tmp_path / "cache"
     monkeypatch.setenv(parse_cache.CACHE_ENV_VAR, str(path))
+    # The parse lines these tests read are dbt's debug lines (tracehouse writes the
+    # file log at info unless told).
+    monkeypatch.setenv("DBT_LOG_LEVEL_FILE", "debug")
     return path
 
 
