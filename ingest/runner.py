@@ -26,7 +26,7 @@ import time
 import traceback
 import uuid
 from collections.abc import Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -46,7 +46,6 @@ from .kineto.engine import (
     scanner_built,
 )
 from .kineto.native import parse_kineto
-from .kineto.perfetto import parse_with_trace_processor, resolve_backend
 from .kineto.read import read_trace_bytes
 from .kineto.trace_rows import LoadedFile
 from .memory import system_arrow_pool
@@ -188,6 +187,8 @@ def _load_kineto(task: _Task, started: float) -> _Outcome:
                             uncompressed_bytes=len(text), file_format=file_format,
                             ingested_at=dt.datetime.now(dt.timezone.utc))
         if task.engine is KinetoEngine.PERFETTO:
+            from .kineto.perfetto import parse_with_trace_processor  # this engine only
+
             del text  # the engine reads the file itself
             parsed = parse_with_trace_processor(source, loaded,
                                                 bin_path=task.trace_processor_bin)
@@ -671,6 +672,10 @@ def _check_engine_once(engine: KinetoEngine, decoder: KinetoEngine | None,
     once, before any file."""
     try:
         if engine is KinetoEngine.PERFETTO:
+            # Imported only for this engine: its module (msgspec structs, the trace
+            # processor's bindings) is ~1 MiB of RSS in every other ingest.
+            from .kineto.perfetto import resolve_backend
+
             resolve_backend(tasks[0].trace_processor_bin)
         elif decoder is KinetoEngine.SCANNER and not scanner_built():
             raise TraceError("engine_unavailable", "the compiled Kineto scanner is not built "
@@ -720,6 +725,10 @@ def _run_tasks(tasks: list[_Task], jobs: int) -> Iterator[_Outcome]:
         for task in tasks:
             yield _load_one(task)
         return
+    # Imported only for a pool: concurrent.futures.process and multiprocessing are
+    # ~1.2 MiB of RSS that an ingest of one file (in process) never needs.
+    from concurrent.futures import ProcessPoolExecutor
+
     with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)),
                              initializer=_leave_ctrl_c_to_parent) as pool:
         # Keep at most 2 files per worker in flight: bounded memory and temp space.
