@@ -505,7 +505,13 @@ def ingest_paths(
             for s in todo
         ]
         if tasks:
-            _check_engine_once(engine, decoder, tasks)
+            try:
+                _check_engine_once(engine, decoder, tasks)
+            except EngineUnavailable:
+                # A usage error still leaves a readable lake, as any ingest does; it is
+                # otherwise made with the files (_run_tasks), by a worker when pooled.
+                lake.init_lake(wh)
+                raise
         bar = Progress(len(todo), sum(s.size_bytes for s in todo), stream, enabled=progress)
         if parser is KinetoEngine.NATIVE and decoder is KinetoEngine.MSGSPEC and tasks:
             why = (f"${DECODER_ENV} asks for msgspec" if decoder_override() is not None
