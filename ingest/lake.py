@@ -40,12 +40,12 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from tracehouse.core.warehouse import Warehouse
 
 from .annotation_context import annotation_ranges
 from .numpy_arrow import arrow_array
+from .parquet_writer import ParquetWriter, write_schema_file
 from .schema import LAKE_FORMAT, LAKE_TABLES, TRACE_TABLES
 from .slice_context import with_context
 
@@ -74,7 +74,7 @@ def init_lake(warehouse: Warehouse) -> None:
         summary = folder / SCHEMA_FILE
         if not summary.exists() or not _same_schema(summary, table_schema):
             tmp = summary.with_name(f".{summary.name}.{token}{TMP_SUFFIX}")
-            pq.write_metadata(table_schema, tmp)
+            write_schema_file(table_schema, tmp)
             os.replace(tmp, summary)
     if warehouse.lake_format() != LAKE_FORMAT:
         marker = warehouse.lake_format_file
@@ -84,6 +84,8 @@ def init_lake(warehouse: Warehouse) -> None:
 
 
 def _same_schema(summary: Path, table_schema: pa.Schema) -> bool:
+    import pyarrow.parquet as pq  # only where a lake exists (parquet_writer.py: why)
+
     try:
         return pq.read_schema(summary).remove_metadata().equals(table_schema.remove_metadata())
     except (OSError, pa.ArrowException):
@@ -101,12 +103,12 @@ def write_parquet_tmp(table: pa.Table, final: Path, token: str,
     tmp = final.with_name(f".{final.name}.{token}{TMP_SUFFIX}")
     options = _write_options(table, grouped=group_by is not None)
     try:
-        writer = pq.ParquetWriter(tmp, table.schema, **options)
+        writer = ParquetWriter(tmp, table.schema, **options)
     except FileNotFoundError:
         # The folder is new (a new run, a new lake): made only then, since every
         # file of a trace asking for its folder first cost a syscall per table.
         final.parent.mkdir(parents=True, exist_ok=True)
-        writer = pq.ParquetWriter(tmp, table.schema, **options)
+        writer = ParquetWriter(tmp, table.schema, **options)
     with writer:
         if group_by is None:
             writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
@@ -288,7 +290,10 @@ def read_manifest(warehouse: Warehouse) -> list[ManifestEntry]:
     A column that an older lake lacks reads as NULL.
     """
     entries: list[ManifestEntry] = []
-    for marker in sorted(warehouse.table_dir("traces").glob("run=*/*.parquet")):
+    markers = sorted(warehouse.table_dir("traces").glob("run=*/*.parquet"))
+    if markers:
+        import pyarrow.parquet as pq  # only where a lake holds traces (parquet_writer.py)
+    for marker in markers:
         handle = pq.ParquetFile(marker)
         present = [c for c in _MANIFEST_COLUMNS if c in handle.schema_arrow.names]
         table = handle.read(columns=present)

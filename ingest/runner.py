@@ -25,10 +25,11 @@ import sys
 import time
 import traceback
 import uuid
-from collections.abc import Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -46,7 +47,6 @@ from .kineto.engine import (
     scanner_built,
 )
 from .kineto.native import parse_kineto
-from .kineto.perfetto import parse_with_trace_processor, resolve_backend
 from .kineto.read import read_trace_bytes
 from .kineto.trace_rows import LoadedFile
 from .memory import system_arrow_pool
@@ -188,6 +188,8 @@ def _load_kineto(task: _Task, started: float) -> _Outcome:
                             uncompressed_bytes=len(text), file_format=file_format,
                             ingested_at=dt.datetime.now(dt.timezone.utc))
         if task.engine is KinetoEngine.PERFETTO:
+            from .kineto.perfetto import parse_with_trace_processor  # this engine only
+
             del text  # the engine reads the file itself
             parsed = parse_with_trace_processor(source, loaded,
                                                 bin_path=task.trace_processor_bin)
@@ -487,7 +489,6 @@ def ingest_paths(
     # The pool is set before workers fork, so they inherit it (and _load_one sets it
     # again for workers started otherwise).
     with warehouse_lock(wh, stream, shard), ExitStack() as build_held:
-        lake.init_lake(wh)
         turn = _BuildTurn(wh, build_held, stream)
         lake.recover(wh, older_than_s=None if shard is None else STALE_AFTER_S,
                      before_removing_data=turn.take)
@@ -504,7 +505,13 @@ def ingest_paths(
             for s in todo
         ]
         if tasks:
-            _check_engine_once(engine, decoder, tasks)
+            try:
+                _check_engine_once(engine, decoder, tasks)
+            except EngineUnavailable:
+                # A usage error still leaves a readable lake, as any ingest does; it is
+                # otherwise made with the files (_run_tasks), by a worker when pooled.
+                lake.init_lake(wh)
+                raise
         bar = Progress(len(todo), sum(s.size_bytes for s in todo), stream, enabled=progress)
         if parser is KinetoEngine.NATIVE and decoder is KinetoEngine.MSGSPEC and tasks:
             why = (f"${DECODER_ENV} asks for msgspec" if decoder_override() is not None
@@ -517,8 +524,11 @@ def ingest_paths(
         unparsed = collections.Counter(task.source.run_id for task in tasks)
         new_runs: dict[str, _NewRun] = {}
         try:
-            outcomes = (_run_tasks(tasks, jobs) if engine is not KinetoEngine.SPARK
-                        else run_tasks_in_spark(_load_one, tasks, stream))
+            if engine is KinetoEngine.SPARK:
+                lake.init_lake(wh)
+                outcomes = run_tasks_in_spark(_load_one, tasks, stream)
+            else:
+                outcomes = _run_tasks(tasks, jobs, prepare=partial(lake.init_lake, wh))
             for outcome in outcomes:
                 run_id = outcome.source.run_id
                 unparsed[run_id] -= 1
@@ -671,6 +681,10 @@ def _check_engine_once(engine: KinetoEngine, decoder: KinetoEngine | None,
     once, before any file."""
     try:
         if engine is KinetoEngine.PERFETTO:
+            # Imported only for this engine: its module (msgspec structs, the trace
+            # processor's bindings) is ~1 MiB of RSS in every other ingest.
+            from .kineto.perfetto import resolve_backend
+
             resolve_backend(tasks[0].trace_processor_bin)
         elif decoder is KinetoEngine.SCANNER and not scanner_built():
             raise TraceError("engine_unavailable", "the compiled Kineto scanner is not built "
@@ -713,15 +727,30 @@ def _settle_single_process(deferred: list[_Outcome], committer: _Committer,
             bar.advance(outcome.source.size_bytes, error=failed.line(), count=not outcome.counted)
 
 
-def _run_tasks(tasks: list[_Task], jobs: int) -> Iterator[_Outcome]:
+def _run_tasks(tasks: list[_Task], jobs: int,
+               prepare: Callable[[], None]) -> Iterator[_Outcome]:
     """Outcomes in the order of ``tasks`` (so which of two clashing files lands does not
-    depend on timing); in-process for one job (simpler to debug and profile)."""
+    depend on timing); in-process for one job (simpler to debug and profile).
+
+    ``prepare`` (the lake's folders and schema files, :func:`lake.init_lake`) has
+    run when the first outcome is yielded. With a pool it runs in a worker, beside
+    the first files' parsing: the coordinator then never runs Parquet's writer,
+    whose code pages were the rest of its peak (on dlrm_8rank with ``-j 2`` the
+    coordinator, not a worker, set the ingest's peak), and a fresh lake's 24
+    schema files are written while the other worker parses.
+    """
     if jobs <= 1 or len(tasks) <= 1:
+        prepare()
         for task in tasks:
             yield _load_one(task)
         return
+    # Imported only for a pool: concurrent.futures.process and multiprocessing are
+    # ~1.2 MiB of RSS that an ingest of one file (in process) never needs.
+    from concurrent.futures import ProcessPoolExecutor
+
     with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)),
                              initializer=_leave_ctrl_c_to_parent) as pool:
+        prepared: Future[None] | None = pool.submit(prepare)
         # Keep at most 2 files per worker in flight: bounded memory and temp space.
         # Finished outcomes wait for the earlier ones: they hold only paths of temporaries.
         queue = list(reversed(list(enumerate(tasks))))
@@ -739,6 +768,9 @@ def _run_tasks(tasks: list[_Task], jobs: int) -> Iterator[_Outcome]:
                 done, running = wait(running, return_when=FIRST_COMPLETED)
                 for future in done:
                     finished[index_of.pop(future)] = future.result()
+                if prepared is not None and next_index in finished:
+                    prepared.result()  # the lake is ready before the first commit (or raises)
+                    prepared = None
                 while next_index in finished:
                     yield finished.pop(next_index)
                     next_index += 1
