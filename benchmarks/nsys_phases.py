@@ -115,7 +115,6 @@ def instrument() -> None:
     from tracehouse.ingest.nsys.carry import OpenSlices
 
     parse.read_shared = phase("read shared", parse.read_shared)
-    parse.filled_columns = phase("filled columns", parse.filled_columns)
     stream = write._GpuStream  # noqa: SLF001
     stream.__init__ = phase("gpu sides and tracks", stream.__init__)
     write.order_side = phase("side keys sorted", write.order_side)

@@ -7,11 +7,10 @@ now numpy sorts the keys and each batch is read back by row id ranges. A
 small export made here has what the real ones rarely show at once: rows out
 of time order in their tables (row id order is not time order), many ties on
 start, stream, kind and track, NULL streams, ends and thread ids, NVTX
-start/end ranges, marks and unterminated ranges, a column NULL in every row,
-and rows of another GPU and process in between. Both sides must come back row
-for row as SQLite orders them, for batches of 1, 7 and many rows and with
-ranges cut at every gap, at gaps of more than 2 rows, or never, and each
-track's count must equal SQLite's.
+start/end ranges, marks and unterminated ranges, and rows of another GPU and
+process in between. Both sides must come back row for row as SQLite orders
+them, for batches of 1, 7 and many rows and with ranges cut at every gap, at
+gaps of more than 2 rows, or never, and each track's count must equal SQLite's.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ from tracehouse.ingest.nsys import fetch
 from tracehouse.ingest.nsys.fetch import side_batches
 from tracehouse.ingest.nsys.nvtx import NVTX_MARK, NVTX_PUSH_POP, NVTX_START_END
 from tracehouse.ingest.nsys.ordered import cpu_rows_where, cpu_side, gpu_side
-from tracehouse.ingest.nsys.parse import COLUMN_TYPES, filled_columns
+from tracehouse.ingest.nsys.parse import COLUMN_TYPES
 from tracehouse.ingest.nsys.read import NsysDatabase
 from tracehouse.ingest.nsys.slice_order import order_side
 from tracehouse.ingest.nsys.write import CPU_SOURCES, GPU_SOURCES, _tables
@@ -128,11 +127,8 @@ def _expected_cpu(path: Path, where: str, nvtx_where: str) -> tuple[list[tuple],
 
 def _sides(path: Path, device: int, pids: list[int], others: list[int] | None):
     with NsysDatabase(path) as db:
-        filled = filled_columns(db)
-        assert "jsonText" not in filled["nvtx"], "a column NULL in every row is not read"
-        gpu = gpu_side(db, _tables(GPU_SOURCES), device, COLUMN_TYPES, filled)
-        cpu = cpu_side(db, _tables(CPU_SOURCES), cpu_rows_where(pids, others), COLUMN_TYPES,
-                       filled)
+        gpu = gpu_side(db, _tables(GPU_SOURCES), device, COLUMN_TYPES)
+        cpu = cpu_side(db, _tables(CPU_SOURCES), cpu_rows_where(pids, others), COLUMN_TYPES)
         return gpu, cpu
 
 

@@ -177,29 +177,6 @@ def read_shared(db: NsysDatabase) -> dict[str, pa.Table]:
     return tables
 
 
-def filled_columns(db: NsysDatabase) -> dict[str, frozenset[str]]:
-    """Per activity table (by key), the columns we read that hold a value in some row.
-
-    Why: the ADBC driver hands every value over at ~100 ns, NULL or not, and a
-    real export leaves many columns NULL in every row (an NVTX table without
-    payloads, ranges' categories or JSON: 9 of its 17). Counted once per export
-    (one scan per table, no value handed over); each GPU then reads only these
-    and makes the others NULL, as the export has them."""
-    filled = {}
-    for key, source in (*GPU_SOURCES, *CPU_SOURCES):
-        name = db.table(source.base)
-        if name is None:
-            continue
-        present = [c for c in source.columns if c in db.columns(name)]
-        if not present:
-            filled[key] = frozenset()
-            continue
-        counts = db.query("select " + ", ".join(f'count("{c}") as "{c}"' for c in present)
-                          + f' from "{name}"')
-        filled[key] = frozenset(c for c in present if counts.column(c)[0].as_py())
-    return filled
-
-
 _PID = "((({col}) >> 24) & 16777215)"
 _WORK_SCHEMA = pa.schema([("device", pa.int64()), ("pid", pa.int64()), ("n", pa.int64())])
 
@@ -269,8 +246,6 @@ class ExportPlan:
     base_ns: int
     first_rank: int
     world: int | None
-    #: Per activity table, the columns that hold a value in some row (:func:`filled_columns`).
-    filled: dict[str, frozenset[str]]
 
 
 def plan_export(db: NsysDatabase, source: TraceFile) -> ExportPlan:
@@ -300,8 +275,7 @@ def plan_export(db: NsysDatabase, source: TraceFile) -> ExportPlan:
         shared=shared, names=names, devices=devices, process_device=process_device,
         base_ns=_base_time_ns(shared),
         first_rank=source.rank_hint if source.rank_hint is not None else 0,
-        world=len(devices) if source.rank_hint is None else None,
-        filled=filled_columns(db))
+        world=len(devices) if source.rank_hint is None else None)
 
 
 #: Slice columns that hold one value per GPU (:func:`held_back_columns`).

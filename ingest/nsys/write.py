@@ -160,10 +160,9 @@ def gpu_sides(db: NsysDatabase, plan: ExportPlan, index: int) -> tuple[Side | No
     device = plan.devices[index]
     mapped = [pid for pid, _device in plan.process_device]
     pids = [pid for pid, owner in plan.process_device if owner == device]
-    gpu = gpu_side(db, _tables(GPU_SOURCES), device, COLUMN_TYPES, plan.filled)
+    gpu = gpu_side(db, _tables(GPU_SOURCES), device, COLUMN_TYPES)
     cpu = cpu_side(db, _tables(CPU_SOURCES),
-                   cpu_rows_where(pids, mapped if index == 0 else None), COLUMN_TYPES,
-                   plan.filled)
+                   cpu_rows_where(pids, mapped if index == 0 else None), COLUMN_TYPES)
     return gpu, cpu
 
 
