@@ -21,8 +21,8 @@ import pytest
 
 from conftest import SHARED_DATA
 from tracehouse.ingest.nsys.args import SOURCE_CODE
-from tracehouse.ingest.nsys.nvtx import NVTX_MARK, NVTX_PUSH_POP, NVTX_START_END
 from tracehouse.ingest.nsys.fetch import side_batches
+from tracehouse.ingest.nsys.nvtx import NVTX_MARK, NVTX_PUSH_POP, NVTX_START_END
 from tracehouse.ingest.nsys.parse import plan_export
 from tracehouse.ingest.nsys.read import NsysDatabase
 from tracehouse.ingest.nsys.slice_order import order_side
