@@ -14,7 +14,7 @@ allows it, else the peak since the start):
 
 Steps that run in a child process report from there (one line per GPU),
 printed by the child on stderr as it finishes each step. The streaming
-loader's per-batch steps (SQLite's sorted read, names and args, nesting,
+loader's per-batch steps (the row id range reads, names and args, nesting,
 context, ranges, spills, Parquet writes) are summed per pass and printed
 under it, with their number of calls.
 """
@@ -111,18 +111,19 @@ def _tallied(name: str, fn):
 
 def instrument() -> None:
     """Wrap the Nsight loader's steps where their callers look them up."""
-    from tracehouse.ingest.nsys import ordered, parse, write
+    from tracehouse.ingest.nsys import fetch, parse, write
     from tracehouse.ingest.nsys.carry import OpenSlices
 
     parse.read_shared = phase("read shared", parse.read_shared)
     stream = write._GpuStream  # noqa: SLF001
     stream.__init__ = phase("gpu sides and tracks", stream.__init__)
+    write.order_side = phase("side keys sorted", write.order_side)
     stream._cpu_pass = _tallied("cpu side", stream._cpu_pass)  # noqa: SLF001
     stream._gpu_pass = _tallied("device side", stream._gpu_pass)  # noqa: SLF001
     stream._replay = phase("spilled rows written", stream._replay)  # noqa: SLF001
     stream.run = phase("gpu total", stream.run)
-    # Per batch: SQLite's sort and the driver's batches are timed as the iterator's steps.
-    write.side_batches = _iterated("read (sqlite sort)", ordered.side_batches)
+    # Per batch: the row id range reads are timed as the iterator's steps.
+    write.side_batches = _iterated("read (row id ranges)", fetch.side_batches)
     stream._batch = tally("names and args", stream._batch)  # noqa: SLF001
     OpenSlices.nest = tally("nesting", OpenSlices.nest)
     write.with_context = tally("slice context", write.with_context)

@@ -1,4 +1,5 @@
-"""Each GPU's activity is read from the export on its own, in slice order (ingest/nsys/ordered.py).
+"""Each GPU's activity is read from the export on its own, in slice order (ingest/nsys/ordered.py,
+slice_order.py, fetch.py).
 
 Why it matters: the loader holds one GPU's input at a time, not the
 export's, so an 8-GPU node's export costs about an eighth of its tables.
@@ -20,10 +21,11 @@ import pytest
 
 from conftest import SHARED_DATA
 from tracehouse.ingest.nsys.args import SOURCE_CODE
+from tracehouse.ingest.nsys.fetch import side_batches
 from tracehouse.ingest.nsys.nvtx import NVTX_MARK, NVTX_PUSH_POP, NVTX_START_END
-from tracehouse.ingest.nsys.ordered import side_batches
 from tracehouse.ingest.nsys.parse import plan_export
 from tracehouse.ingest.nsys.read import NsysDatabase
+from tracehouse.ingest.nsys.slice_order import order_side
 from tracehouse.ingest.nsys.write import gpu_sides
 from tracehouse.ingest.trace_types import TraceFile
 
@@ -55,9 +57,10 @@ def _owners(path: Path) -> tuple[dict[int, int], int]:
 def _side(db: NsysDatabase, side) -> dict[str, list]:
     """A side's rows (batches of 1,000), as lists, checked to come in slice order."""
     rows: dict[str, list] = {}
-    for batch in side_batches(db, side, 1000):
-        for name in batch.schema.names:
-            rows.setdefault(name, []).extend(batch.column(name).to_pylist())
+    for batch in side_batches(db, order_side(db, side), 1000):
+        table = batch.table()
+        for name in table.column_names:
+            rows.setdefault(name, []).extend(table.column(name).to_pylist())
     starts = rows.get("start", [])
     assert starts == sorted(starts)
     return rows

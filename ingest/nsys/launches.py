@@ -129,8 +129,10 @@ class Launches:
         wanted = wanted[~find_sorted(self._last_ranges, wanted)[1]]  # kept with the last batch
         ranges = context.filter(pc.is_in(context["slice_id"], value_set=pa.array(wanted)))
         self._ranges.add(ranges, pa.nulls(ranges.num_rows, pa.int64()), _event_types(ranges))
-        self._last_ranges = np.union1d(wanted, np.intersect1d(self._last_ranges,
-                                                              _ints(context["slice_id"])))
+        # The ranges still in ``context`` (a sort of its ids, which come in order: ~linear).
+        present = find_sorted(np.sort(_ints(context["slice_id"]), kind="stable"),
+                              self._last_ranges)[1]
+        self._last_ranges = np.union1d(wanted, self._last_ranges[present])
 
     def seal(self) -> None:
         """Done adding: index the calls by correlation id, the ranges by slice id."""

@@ -1,52 +1,99 @@
-"""One GPU's rows of an Nsight export as SQLite hands them over: in slice order, in batches.
+"""One GPU's rows of an Nsight export as two *sides*, and the order their slices take.
 
-Why SQLite sorts: a GPU's slices are numbered in (side, start, track, end
-descending) order, and everything after the numbering (nesting, launches,
-annotation context, the Parquet write) can then run on bounded batches in
-that order (:mod:`.stream`). Sorted by DuckDB or numpy, the GPU's rows had to
-be held whole first (0.8 GiB read, 1.8 GiB at the sort on a 713 MB export's
-GPU); SQLite's sorter keeps a bounded amount in memory and spills the rest to
-temporary files, and the ADBC driver streams the sorted result.
+A GPU is two sides: its device work (kernels, copies, fills, graph records:
+tracks per stream) and the CPU rows of the processes that launch most on it
+(CUDA calls on their thread, NVTX events on their thread or, for start/end
+ranges, per process and domain). Each side is one *arm* per activity table:
+the table, the SQL filter of the side's rows in it, and the columns a batch
+needs of it. Device work comes first, so a CPU row's slice id is the number
+of device rows plus its position on its side.
 
-A GPU is two queries, one per *side*: its device work (kernels, copies,
-fills, graph records: tracks per stream) and the CPU rows of the processes
-that launch most on it (CUDA calls on their thread, NVTX events on their
-thread or, for start/end ranges, per process and domain), each a
-``union all`` of its activity tables over the union of their columns (NULL
-where a table has none). Device work comes first, so a CPU row's slice id
-is the number of device rows plus its position on its side. Rows that tie on
-every sort key follow their table and row id, so the order is the same on
-every run.
+The slice order within a side is (start, track, longest first), then the
+activity table and its row id, so that the order is the same on every run:
+
+* device work: ``start``, ``streamId``, ``end`` descending;
+* CPU rows: ``start``, the track's kind (``nvtx_async`` before ``thread``),
+  the track's key, the end (an NVTX mark or unterminated range ends where it
+  starts) descending;
+
+NULL last in each. :func:`cpu_keys` makes the CPU rows' kind, track key and
+sort end from the table's columns, one definition for the order
+(:mod:`.slice_order`) and for the rows (:mod:`.write`).
+
+Why arms and not one ``union all``: the ADBC driver hands every value over
+at ~100 ns, so a union's columns (every table's, NULL where a table has
+none: ~25 a row) cost more than SQLite's sort; an arm reads its own table's
+columns only. (Skipping the columns an export leaves NULL in every row saved
+less than counting them once per export cost: 0.5 against 0.9 CPU s on x60.)
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from ..trace_types import TraceError
+from .args import args_columns
 from .nvtx import NVTX_MARK, NVTX_PUSH_POP, NVTX_START_END
 from .read import NsysDatabase
-
-#: The column of every side's rows that names its activity table (an :data:`.args.SOURCE_CODE`).
-SOURCE_COLUMN = "src"
-#: Its row id in that table (the last tie-breaker of the order).
-ROW_ID_COLUMN = "_row"
-#: CPU rows: the end the order and the duration use (an NVTX mark or unterminated
-#: range ends where it starts); ``end`` stays as the export has it (the args read it).
-SORT_END_COLUMN = "sort_end"
-#: CPU rows: 0 on an NVTX start/end range (``nvtx_async`` tracks), 1 on a thread's row
-#: (``thread`` tracks): tracks are numbered by kind, then key.
-KIND_COLUMN = "kind_rank"
-#: CPU rows: the track's key (the thread's ``globalTid``; process and domain of a
-#: start/end range).
-TRACK_KEY_COLUMN = "track_key"
 
 _PID = "(((\"{col}\") >> 24) & 16777215)"
 #: NVTX event types that become rows (a domain create only names its domain).
 NVTX_ROW_TYPES = (NVTX_MARK, NVTX_PUSH_POP, NVTX_START_END)
+
+#: Columns every device row is read with (its order, track, launch and context).
+DEVICE_COLUMNS = ("start", "end", "deviceId", "streamId", "correlationId")
+#: Columns every CPU row is read with (``eventType`` and ``domainId``: NVTX only).
+CPU_COLUMNS = ("start", "end", "globalTid", "correlationId", "eventType", "domainId")
+#: Columns each table's names are made from (:func:`.names.source_names`).
+NAME_COLUMNS = {"kernel": ("demangledName", "shortName"), "memcpy": ("copyKind", "srcKind",
+                                                                      "dstKind"),
+                "memset": ("memKind",), "graph": ("graphId",), "runtime": ("nameId",),
+                "driver": ("nameId",), "nvtx": ("text", "textId")}
+#: The sort keys each side's order reads (:mod:`.slice_order`).
+DEVICE_KEYS = ("start", "streamId", "end", "correlationId")
+CPU_KEYS = ("start", "end", "globalTid", "eventType", "domainId")
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One activity table's rows on a side: ``key`` (:data:`.args.SOURCE_CODE`'s), its
+    ``code``, the export's ``table``, the SQL filter ``where`` of the side's rows, the
+    ``columns`` a batch has of it (with their Arrow types), and which of them the
+    table has (``read``; the others are NULL)."""
+
+    key: str
+    code: int
+    table: str
+    where: str
+    columns: tuple[str, ...]
+    read: frozenset[str]
+    types: tuple[pa.DataType, ...]
+
+    @property
+    def schema(self) -> pa.Schema:
+        return pa.schema(list(zip(self.columns, self.types)))
+
+    def select(self, columns: Iterable[str]) -> str:
+        """SQL of ``rowid`` and those of ``columns`` the export holds, in row id order."""
+        read = [f'"{c}"' for c in columns if c in self.read]
+        return (f'select {", ".join(["rowid", *read])} from "{self.table}" '
+                f"where ({self.where})")
+
+
+@dataclass(frozen=True)
+class Side:
+    """The device work (``cpu`` False) or the CPU rows of one GPU: its arms, by code."""
+
+    cpu: bool
+    arms: tuple[Arm, ...]
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return CPU_KEYS if self.cpu else DEVICE_KEYS
 
 
 @dataclass(frozen=True)
@@ -59,97 +106,41 @@ class Table:
     columns: tuple[str, ...]
 
 
-@dataclass(frozen=True)
-class Side:
-    """One side of a GPU as SQL over the export: ``rows`` in slice order, ``tracks``
-    (one row per track with its slice count), ``correlations`` (device work only: the
-    distinct correlation ids the GPU's rows carry), and the rows' Arrow schema."""
-
-    rows: str
-    tracks: str
-    correlations: str | None
-    schema: pa.Schema
-
-
-def _union(db: NsysDatabase, tables: list[tuple[int, Table]], columns: list[str],
-           extra: Callable[[Table, set[str]], list[str]],
-           where: Callable[[Table, set[str]], str]) -> str | None:
-    """``union all`` of every present table: its code, row id, ``columns`` (NULL where the
-    table has no such column) and ``extra`` expressions; None when no table is present."""
+def _arms(db: NsysDatabase, tables: list[tuple[int, Table]], common: tuple[str, ...],
+          where: Callable[[Table, set[str]], str], types: dict[str, pa.DataType]
+          ) -> tuple[Arm, ...]:
     arms = []
-    for code, table in tables:
+    for code, table in sorted(tables, key=lambda item: item[0]):
         name = db.table(table.base)
         if name is None:
             continue
         present = db.columns(name)
-        select = [f"{code} as {SOURCE_COLUMN}", f"rowid as {ROW_ID_COLUMN}"]
-        select += [f'"{c}"' if c in present and c in table.columns else f'null as "{c}"'
-                   for c in columns]
-        select += extra(table, present)
-        arms.append(f'select {", ".join(select)} from "{name}" where {where(table, present)}')
-    return " union all ".join(arms) if arms else None
-
-
-def _schema(columns: list[str], types: dict[str, pa.DataType], extra: list[str]) -> pa.Schema:
-    names = [SOURCE_COLUMN, ROW_ID_COLUMN, *columns, *extra]
-    return pa.schema([(name, types.get(name, pa.int64())) for name in names])
-
-
-def _all_columns(tables: list[tuple[int, Table]]) -> list[str]:
-    return list(dict.fromkeys(c for _code, table in tables for c in table.columns))
+        wanted = [*common, *NAME_COLUMNS[table.key], *args_columns(table.key)]
+        columns = tuple(c for c in dict.fromkeys(wanted) if c in table.columns or c in common)
+        read = frozenset(c for c in columns if c in present and c in table.columns)
+        arms.append(Arm(key=table.key, code=code, table=name, where=where(table, present),
+                        columns=columns, read=read,
+                        types=tuple(types.get(c, pa.int64()) for c in columns)))
+    return tuple(arms)
 
 
 def gpu_side(db: NsysDatabase, tables: list[tuple[int, Table]], device: int,
              types: dict[str, pa.DataType]) -> Side | None:
     """Device ``device``'s work (``tables``: kernels, copies, fills, graph records)."""
     device = int(device)  # inlined: an int this module's caller read, never text
-    columns = _all_columns(tables)
-    union = _union(db, tables, columns, lambda table, present: [],
-                   lambda table, present: f'"deviceId" = {device}' if "deviceId" in present
-                   else "0")
-    if union is None:
-        return None
-    return Side(
-        rows=(f'select * from ({union}) order by "start" nulls last, "streamId" nulls last, '
-              f'"end" desc nulls last, {SOURCE_COLUMN}, {ROW_ID_COLUMN}'),
-        tracks=f'select "streamId", count(*) from ({union}) group by 1',
-        correlations=(f'select distinct "correlationId" from ({union}) '
-                      'where "correlationId" is not null'),
-        schema=_schema(columns, types, []))
+    arms = _arms(db, tables, DEVICE_COLUMNS,
+                 lambda table, present: f'"deviceId" = {device}' if "deviceId" in present
+                 else "0", types)
+    return Side(cpu=False, arms=arms) if arms else None
 
 
 def cpu_side(db: NsysDatabase, tables: list[tuple[int, Table]],
              where: Callable[[set[str], bool], str], types: dict[str, pa.DataType]
              ) -> Side | None:
     """The CPU rows ``where(present columns, is NVTX)`` selects (CUDA calls, NVTX events)."""
-    columns = _all_columns(tables)
-
-    def extra(table: Table, present: set[str]) -> list[str]:
-        end = '"end"' if "end" in present else "null"
-        start = '"start"' if "start" in present else "null"
-        tid = '"globalTid"' if "globalTid" in present else "null"
-        if table.key != "nvtx":
-            return [f"{end} as {SORT_END_COLUMN}", f"1 as {KIND_COLUMN}",
-                    f"{tid} as {TRACK_KEY_COLUMN}"]
-        event = '"eventType"' if "eventType" in present else "null"
-        domain = '"domainId"' if "domainId" in present else "0"
-        pid = _PID.format(col="globalTid") if "globalTid" in present else "null"
-        return [f"coalesce({end}, {start}) as {SORT_END_COLUMN}",
-                f"case when {event} = {NVTX_START_END} then 0 else 1 end as {KIND_COLUMN}",
-                f"case when {event} = {NVTX_START_END} then ({pid} << 32) | "
-                f"coalesce({domain}, 0) else {tid} end as {TRACK_KEY_COLUMN}"]
-
-    union = _union(db, tables, columns, extra,
-                   lambda table, present: where(present, table.key == "nvtx"))
-    if union is None:
-        return None
-    return Side(
-        rows=(f'select * from ({union}) order by "start" nulls last, {KIND_COLUMN}, '
-              f'{TRACK_KEY_COLUMN} nulls last, {SORT_END_COLUMN} desc nulls last, '
-              f'{SOURCE_COLUMN}, {ROW_ID_COLUMN}'),
-        tracks=f"select {KIND_COLUMN}, {TRACK_KEY_COLUMN}, count(*) from ({union}) group by 1, 2",
-        correlations=None,
-        schema=_schema(columns, types, [SORT_END_COLUMN, KIND_COLUMN, TRACK_KEY_COLUMN]))
+    arms = _arms(db, tables, CPU_COLUMNS,
+                 lambda table, present: where(present, table.key == "nvtx"), types)
+    return Side(cpu=True, arms=arms) if arms else None
 
 
 def cpu_rows_where(pids: list[int], other_pids: list[int] | None
@@ -175,13 +166,40 @@ def cpu_rows_where(pids: list[int], other_pids: list[int] | None
     return where
 
 
-def side_batches(db: NsysDatabase, side: Side, batch_rows: int) -> Iterator[pa.RecordBatch]:
-    """``side``'s rows in slice order, ``batch_rows`` at a time, cast to its schema."""
-    def typed(batch: pa.RecordBatch) -> pa.RecordBatch:
-        try:
-            return batch.cast(side.schema)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-            raise TraceError("invalid_sqlite", "a column holds values of an unexpected "
-                             f"type: {exc}", "export the report again with "
-                             "`nsys export --type sqlite`") from exc
-    yield from db.stream(side.rows, typed, batch_rows)
+@dataclass
+class Ints:
+    """An integer column as numpy: ``values`` (NULL as 0) and ``valid``."""
+
+    values: np.ndarray
+    valid: np.ndarray
+
+    @classmethod
+    def of(cls, column: pa.ChunkedArray | pa.Array | None, rows: int) -> Ints:
+        if column is None:
+            return cls(np.zeros(rows, dtype=np.int64), np.zeros(rows, dtype=bool))
+        values = pc.fill_null(column, 0).to_numpy(zero_copy_only=False).astype(np.int64,
+                                                                               copy=False)
+        valid = (np.ones(rows, dtype=bool) if column.null_count == 0
+                 else pc.is_valid(column).to_numpy(zero_copy_only=False))
+        return cls(values, valid)
+
+    def array(self) -> pa.Array:
+        return pa.array(self.values, pa.int64(), mask=None if self.valid.all() else ~self.valid)
+
+
+def cpu_keys(nvtx: bool, rows: int, column: Callable[[str], Ints]) -> tuple[Ints, Ints, Ints]:
+    """CPU rows' track kind (0: an NVTX start/end range, ``nvtx_async``; 1: a thread's row),
+    track key (the thread's ``globalTid``; ``pid << 32 | domain`` of a start/end range)
+    and sort end (NVTX: ``coalesce(end, start)``), from the table's columns
+    (``column(name)``, NULL where the table has none)."""
+    start, end, tid = column("start"), column("end"), column("globalTid")
+    if not nvtx:
+        return Ints(np.ones(rows, dtype=np.int64), np.ones(rows, dtype=bool)), tid, end
+    event = column("eventType")
+    ranged = event.valid & (event.values == NVTX_START_END)
+    domain = column("domainId")
+    pid = (tid.values >> 24) & 16777215
+    key = np.where(ranged, (pid << 32) | np.where(domain.valid, domain.values, 0), tid.values)
+    sort_end = Ints(np.where(end.valid, end.values, start.values), end.valid | start.valid)
+    return (Ints((~ranged).astype(np.int64), np.ones(rows, dtype=bool)),
+            Ints(key, tid.valid), sort_end)

@@ -48,22 +48,12 @@ from ..slice_context import with_context
 from ..trace_types import TraceFile, display_path
 from .args import SOURCE_CODE, ArgsText
 from .carry import OpenSlices
+from .fetch import SideBatch, side_batches
 from .groups import GroupedWriter
 from .launches import Launches, find_sorted
 from .names import StringLookup, source_names
 from .nvtx import NVTX_MARK
-from .ordered import (
-    KIND_COLUMN,
-    SORT_END_COLUMN,
-    SOURCE_COLUMN,
-    TRACK_KEY_COLUMN,
-    Side,
-    Table,
-    cpu_rows_where,
-    cpu_side,
-    gpu_side,
-    side_batches,
-)
+from .ordered import Ints, Side, Table, cpu_keys, cpu_rows_where, cpu_side, gpu_side
 from .parse import (
     COLUMN_TYPES,
     CPU_SOURCES,
@@ -78,6 +68,7 @@ from .parse import (
     track_tables,
 )
 from .read import NsysDatabase
+from .slice_order import SideOrder, order_side
 from .spill import Spill
 
 #: Rows per batch read from SQLite and carried through to the writer: a batch's
@@ -189,8 +180,10 @@ class _GpuStream:
         plan = part.plan
         db = part.db
         self._batch_rows = part.batch_rows or BATCH_ROWS
-        self.gpu, self.cpu = gpu_sides(db, plan, part.index)
-        self.tracks = _Tracks(db, self.gpu, self.cpu, part.device)
+        gpu, cpu = gpu_sides(db, plan, part.index)
+        self.gpu = order_side(db, gpu) if gpu is not None else None
+        self.cpu = order_side(db, cpu) if cpu is not None else None
+        self.tracks = _Tracks(self.gpu, self.cpu, part.device)
         self.strings = StringLookup(plan.shared["strings"])
         lookups = args_lookups(plan.shared)
         self.args = ArgsText({"strings": self.strings,
@@ -254,48 +247,61 @@ class _GpuStream:
 
     # ---- one batch's slices -----------------------------------------------------------
 
-    def _batch(self, batch: pa.RecordBatch, first_id: int, cpu: bool
+    def _batch(self, batch: SideBatch, first_id: int, cpu: bool
                ) -> tuple[pa.Table, pa.Array]:
         """The batch's slices (:data:`_BATCH`), numbered from ``first_id``, and their args."""
         n = batch.num_rows
-        table = pa.Table.from_batches([batch])
-        src = _ints(table[SOURCE_COLUMN])
         names, args, positions = [], [], []
         category = np.empty(n, dtype=np.int8)
-        for key, code in SOURCE_CODE.items():
-            at = np.flatnonzero(src == code)
-            if not at.size:
-                continue
-            rows = table if at.size == n else table.take(pa.array(at))
-            names.append(source_names(key, rows, self.strings))
-            args.append(self.args(key, rows))
-            positions.append(at)
-            category[at] = _CATEGORY_OF[key]
+        for piece in batch.pieces:
+            key = piece.arm.key
+            names.append(source_names(key, piece.rows, self.strings))
+            args.append(self.args(key, piece.rows))
+            positions.append(piece.at)
+            category[piece.at] = _CATEGORY_OF[key]
         name, text = _in_batch_order(names, positions, n), _in_batch_order(args, positions, n)
-        start = _ints(table["start"])
+        start = batch.ints("start")
         if cpu:
-            end = table[SORT_END_COLUMN]
-            event_type = table["eventType"]
-            mark = _ints(event_type, -1) == NVTX_MARK
+            kind, key, end = self._cpu_keys(batch)
+            event_type = batch.ints("eventType")
+            mark = event_type.valid & (event_type.values == NVTX_MARK)
             category[(category == _CATEGORY_OF["nvtx"]) & mark] = _MARK_CATEGORY
-            track = self.tracks.cpu_ids(_ints(table[KIND_COLUMN]), table[TRACK_KEY_COLUMN])
+            track = self.tracks.cpu_ids(kind.values, key)
             device = stream = pa.nulls(n, pa.int64())
-            stand_in = stand_in_args(event_type)
+            stand_in = stand_in_args(pa.chunked_array([event_type.array()]))
         else:
-            end = table["end"]
+            end = batch.ints("end")
             mark = np.zeros(n, dtype=bool)
-            track = self.tracks.gpu_ids(table["streamId"])
-            device, stream = table["deviceId"], table["streamId"]
+            stream_ids = batch.ints("streamId")
+            track = self.tracks.gpu_ids(stream_ids)
+            device, stream = batch.ints("deviceId").array(), stream_ids.array()
             stand_in = pa.nulls(n, pa.string())
-        has_end = pc.is_valid(end).to_numpy(zero_copy_only=False)
-        dur = np.where(has_end, np.maximum(_ints(end) - start, 0), 0)
+        dur = np.where(end.valid, np.maximum(end.values - start.values, 0), 0)
         rows = pa.table([
             pa.array(np.arange(first_id, first_id + n, dtype=np.int64)),
-            pa.array(start + self.part.plan.base_ns), pa.array(dur),
+            pa.array(start.values + self.part.plan.base_ns), pa.array(dur),
             pa.array(["X", "i"]).take(pa.array(mark.astype(np.int8))),
             pa.array(_CATEGORIES).take(pa.array(category)), name, pa.array(track),
-            table["correlationId"], device, stream, stand_in], schema=_BATCH)
+            batch.ints("correlationId").array(), device, stream, stand_in], schema=_BATCH)
         return rows, text
+
+    @staticmethod
+    def _cpu_keys(batch: SideBatch) -> tuple[Ints, Ints, Ints]:
+        """The CPU rows' track kind, track key and sort end (:func:`.ordered.cpu_keys`), in
+        batch order."""
+        n = batch.num_rows
+        kind, key, end = (Ints(np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool))
+                          for _ in range(3))
+        for piece in batch.pieces:
+            rows = piece.rows
+            found = cpu_keys(piece.arm.key == "nvtx", rows.num_rows,
+                             lambda name, rows=rows: Ints.of(
+                                 rows[name] if name in rows.column_names else None,
+                                 rows.num_rows))
+            for into, value in zip((kind, key, end), found):
+                into.values[piece.at] = value.values
+                into.valid[piece.at] = value.valid
+        return kind, key, end
 
     def _lake_rows(self, context: pa.Table, args: pa.Array) -> pa.Table:
         """Contextualized slices with their real ``args``, as spilled (:data:`_SPILLED`)."""
@@ -407,17 +413,12 @@ class _GpuStream:
 class _Tracks:
     """A GPU's tracks, numbered as the lake numbers them: its streams (in stream order),
     then its CPU tracks by kind (``nvtx_async`` before ``thread``) and key; with each
-    one's slice count, and the GPU's correlation ids (sorted)."""
+    one's slice count, and the GPU's correlation ids (sorted), from the sides' keys
+    (:class:`.slice_order.SideOrder`)."""
 
-    def __init__(self, db: NsysDatabase, gpu: Side | None, cpu: Side | None,
-                 device: int) -> None:
-        gpu_counts = db.query(gpu.tracks).to_pylist() if gpu is not None else []
-        cpu_counts = db.query(cpu.tracks).to_pylist() if cpu is not None else []
-        streams = sorted(((row["streamId"], row["count(*)"]) for row in gpu_counts),
-                         key=lambda item: (item[0] is None, item[0] or 0))
-        cpu_rows = sorted(((row[KIND_COLUMN], row[TRACK_KEY_COLUMN], row["count(*)"])
-                           for row in cpu_counts),
-                          key=lambda item: (item[0], item[1] is None, item[1] or 0))
+    def __init__(self, gpu: SideOrder | None, cpu: SideOrder | None, device: int) -> None:
+        streams = gpu.tracks if gpu is not None else []
+        cpu_rows = cpu.tracks if cpu is not None else []
         self.rows: list[tuple] = []
         for stream, count in streams:
             self.rows.append(("gpu", stream, device, len(self.rows), count))
@@ -436,19 +437,18 @@ class _Tracks:
         self.context_threads = pa.table({
             "track_id": pa.array([row[3] for row in self.rows], pa.int64()),
             "is_gpu": pa.array([row[0] == "gpu" for row in self.rows], pa.bool_())})
-        correlations = (db.query(gpu.correlations).column(0) if gpu is not None
-                        else pa.chunked_array([], pa.int64()))
-        self.correlations = np.unique(_ints(correlations))
+        self.correlations = (gpu.correlations if gpu is not None
+                             else np.zeros(0, dtype=np.int64))
 
-    def gpu_ids(self, stream: pa.ChunkedArray) -> np.ndarray:
+    def gpu_ids(self, stream: Ints) -> np.ndarray:
         return self._gpu.ids(stream)
 
-    def cpu_ids(self, kind: np.ndarray, key: pa.ChunkedArray) -> np.ndarray:
+    def cpu_ids(self, kind: np.ndarray, key: Ints) -> np.ndarray:
         ids = np.empty(kind.size, dtype=np.int64)
         for value, lookup in self._cpu.items():
             at = np.flatnonzero(kind == value)
             if at.size:
-                ids[at] = lookup.ids(key.take(pa.array(at)))
+                ids[at] = lookup.ids(Ints(key.values[at], key.valid[at]))
         return ids
 
 
@@ -461,10 +461,9 @@ class _KeyIds:
         self._ids = np.array([track for _key, track in known], dtype=np.int64)
         self._null = next((track for key, track in pairs if key is None), -1)
 
-    def ids(self, keys: pa.ChunkedArray | pa.Array) -> np.ndarray:
-        values = _ints(keys)
+    def ids(self, keys: Ints) -> np.ndarray:
+        values, valid = keys.values, keys.valid
         at, hit = find_sorted(self._keys, values)
-        valid = pc.is_valid(keys).to_numpy(zero_copy_only=False)
         return np.where(valid & hit, self._ids[np.minimum(at, max(self._ids.size - 1, 0))]
                         if self._ids.size else -1, self._null)
 
