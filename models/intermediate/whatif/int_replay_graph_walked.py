@@ -151,20 +151,23 @@ EDGE_VERTICES = f"""
     inner join {NUMBERED} as dst on edges.dst_node_id = dst.node_id
 """
 
-#: One scenario's rows (int_whatif_work_scaled) by node_index; NULL (keep
-#: the replay's weight) as -1, apply_scenario's "keep". One query per
-#: scenario, so only one scenario's rows are held at a time (no_host_gaps
-#: alone is every runtime call and GPU op: half the 4 M rows at 256 ranks
-#: x 2 iterations).
-SCENARIO_ROWS = f"""
+
+def scenario_rows(scenario: str) -> str:
+    """SQL of one scenario's rows (int_whatif_work_scaled) by node_index;
+    NULL (keep the replay's weight) as -1, apply_scenario's "keep". One
+    query per scenario, so only one scenario's rows are held at a time
+    (no_host_gaps alone is every runtime call and GPU op: half the 4 M rows
+    at 256 ranks x 2 iterations)."""
+    return f"""
     select
         numbered.node_index,
         coalesce(scaled.work_ns, -1) as work_ns,
         coalesce(scaled.delay_ns, -1) as delay_ns
     from scaled
     inner join {NUMBERED} as numbered on scaled.node_id = numbered.node_id
-    where scaled.scenario = {{scenario}}
+    where scaled.scenario = '{scenario.replace("'", "''")}'
 """
+
 
 #: Rows per scenario (int_whatif_work_scaled), in name order.
 SCENARIO_COUNTS = "select scenario, count(*) from scaled group by scenario order by scenario"
@@ -226,7 +229,7 @@ def _walked(session, edges, scaled) -> pa.Table:
     tables = [_scenario_spans(spans, AS_MEASURED, groups, start, end, fixed)]
     del start, end
     for name, count in scaled.query("scaled", SCENARIO_COUNTS).fetchall():
-        rows = _fetched(scaled.query("scaled", SCENARIO_ROWS.format(scenario=_literal(name))),
+        rows = _fetched(scaled.query("scaled", scenario_rows(name)),
                         count, "int_whatif_work_scaled")
         weighed = apply_scenario(graph, rows["node_index"], duration=rows["work_ns"],
                                  delay=rows["delay_ns"])
@@ -249,11 +252,6 @@ def _scenario_spans(spans: pa.Table, name: str, groups: RankGroups, start: np.nd
     for column, values in fixed.items():
         table = table.append_column(column, pa.array(values, pa.int64()))
     return table.add_column(0, "scenario", pa.array([name] * table.num_rows, pa.string()))
-
-
-def _literal(text: str) -> str:
-    """``text`` as a SQL string literal."""
-    return "'" + text.replace("'", "''") + "'"
 
 
 def _count(relation) -> int:
