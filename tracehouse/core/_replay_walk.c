@@ -29,10 +29,12 @@
  */
 PyDoc_STRVAR(plan_doc,
 "plan(src, dst, order, ptr, in_src) -> int\n\n"
-"src, dst (int64, one per graph edge between vertices 0..n-1, n = len(order),\n"
-"even); every end vertex 2i+1 also waits for its start 2i. Writes order (int64,\n"
-"n: the vertices in a topological order), ptr (int64, n + 1) and in_src (int64,\n"
+"src, dst (int32, one per graph edge between vertices 0..n-1, n = len(order),\n"
+"even); every end vertex 2i+1 also waits for its start 2i. Writes order (int32,\n"
+"n: the vertices in a topological order), ptr (int32, n + 1) and in_src (int32,\n"
 "one per edge): the graph in-edges of order[k] come from in_src[ptr[k]:ptr[k+1]].\n"
+"int32 throughout (the caller checks the graph fits): half the memory of int64,\n"
+"which the what-if model holds beside the graph for all its replays.\n"
 "Returns how many vertices were ordered: fewer than n means a cycle (or what\n"
 "hangs on one), and then ptr and in_src are not written.");
 
@@ -41,18 +43,19 @@ static PyObject *plan(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*y*w*w*w*", &sb, &db, &ob, &pb, &ib))
         return NULL;
     PyObject *result = NULL;
-    Py_ssize_t n = ob.len / 8, m = sb.len / 8;
-    if (db.len != sb.len || ib.len != sb.len || pb.len != (n + 1) * 8 || n % 2) {
+    Py_ssize_t n = ob.len / 4, m = sb.len / 4;
+    if (db.len != sb.len || ib.len != sb.len || pb.len != (n + 1) * 4 || n % 2
+        || n + 1 > INT32_MAX || m > INT32_MAX) {
         PyErr_SetString(PyExc_ValueError, "plan: arrays of inconsistent lengths");
         goto done;
     }
-    const int64_t *src = sb.buf, *dst = db.buf;
-    int64_t *order = ob.buf, *ptr = pb.buf, *in_src = ib.buf;
+    const int32_t *src = sb.buf, *dst = db.buf;
+    int32_t *order = ob.buf, *ptr = pb.buf, *in_src = ib.buf;
     /* first (n + 1), indegree (n), cursor (n + 1); out_dst (m) */
-    int64_t *space = calloc((size_t)(3 * n + 2 + m + 1), 8);
+    int32_t *space = calloc((size_t)(3 * n + 2 + m + 1), 4);
     if (!space) { PyErr_NoMemory(); goto done; }
-    int64_t *first = space, *indegree = first + n + 1, *cursor = indegree + n;
-    int64_t *out_dst = cursor + n + 1;
+    int32_t *first = space, *indegree = first + n + 1, *cursor = indegree + n;
+    int32_t *out_dst = cursor + n + 1;
     for (Py_ssize_t e = 0; e < m; e++) {
         if (src[e] < 0 || src[e] >= n || dst[e] < 0 || dst[e] >= n) {
             PyErr_SetString(PyExc_ValueError, "plan: edge vertex out of range");
@@ -70,17 +73,17 @@ static PyObject *plan(PyObject *self, PyObject *args) {
     for (Py_ssize_t e = 0; e < m; e++) out_dst[cursor[src[e]]++] = dst[e];
     Py_ssize_t head = 0, tail = 0;
     for (Py_ssize_t v = 0; v < n; v++)
-        if (indegree[v] == 0) order[tail++] = v;
+        if (indegree[v] == 0) order[tail++] = (int32_t)v;
     while (head < tail) {
-        int64_t v = order[head++];
-        for (int64_t e = first[v]; e < first[v + 1]; e++)
+        int32_t v = order[head++];
+        for (int32_t e = first[v]; e < first[v + 1]; e++)
             if (--indegree[out_dst[e]] == 0) order[tail++] = out_dst[e];
         if (!(v & 1) && --indegree[v + 1] == 0) order[tail++] = v + 1;
     }
     if (tail == n) {
         /* cursor: each vertex's position in the order, then ptr's fill cursor */
-        for (Py_ssize_t k = 0; k < n; k++) cursor[order[k]] = k;
-        memset(ptr, 0, (size_t)(n + 1) * 8);
+        for (Py_ssize_t k = 0; k < n; k++) cursor[order[k]] = (int32_t)k;
+        memset(ptr, 0, (size_t)(n + 1) * 4);
         for (Py_ssize_t e = 0; e < m; e++) ptr[cursor[dst[e]] + 1]++;
         for (Py_ssize_t k = 0; k < n; k++) ptr[k + 1] += ptr[k];
         for (Py_ssize_t k = 0; k < n; k++) first[k] = ptr[k];
@@ -96,7 +99,7 @@ done:
 
 PyDoc_STRVAR(evaluate_doc,
 "evaluate(order, ptr, in_src, delay, work, own, anchor, value, key, pred)\n\n"
-"Replay a plan (plan()) under per-node weights (int64, n / 2 each): a start\n"
+"Replay a plan (plan(): order, ptr, in_src int32) under per-node weights (int64, n / 2 each): a start\n"
 "vertex without in-edges is anchor[i]; another start, the latest of its sources\n"
 "+ delay[i]; an end, max(its start + work[i], the latest of its sources) +\n"
 "own[i]. Writes value (int64, n). key (int64, n / 2 or empty): when given, pred\n"
@@ -111,24 +114,25 @@ static PyObject *evaluate(PyObject *self, PyObject *args) {
                           &ab, &vb, &kb, &rb))
         return NULL;
     PyObject *result = NULL;
-    Py_ssize_t n = ob.len / 8, nodes = n / 2;
+    Py_ssize_t n = ob.len / 4, nodes = n / 2;
     int with_pred = kb.len > 0;
-    if (pb.len != (n + 1) * 8 || db.len != nodes * 8 || wb.len != nodes * 8
+    if (pb.len != (n + 1) * 4 || db.len != nodes * 8 || wb.len != nodes * 8
         || nb.len != nodes * 8 || ab.len != nodes * 8 || vb.len != n * 8
         || (with_pred && (kb.len != nodes * 8 || rb.len != n * 8))) {
         PyErr_SetString(PyExc_ValueError, "evaluate: arrays of inconsistent lengths");
         goto done;
     }
-    const int64_t *order = ob.buf, *ptr = pb.buf, *in_src = ib.buf, *delay = db.buf;
+    const int32_t *order = ob.buf, *ptr = pb.buf, *in_src = ib.buf;
+    const int64_t *delay = db.buf;
     const int64_t *work = wb.buf, *own = nb.buf, *anchor = ab.buf, *key = kb.buf;
     int64_t *value = vb.buf, *pred = rb.buf;
-    Py_ssize_t edges = ib.len / 8;
+    Py_ssize_t edges = ib.len / 4;
     if (ptr[n] != edges) {
         PyErr_SetString(PyExc_ValueError, "evaluate: ptr does not match in_src");
         goto done;
     }
     for (Py_ssize_t k = 0; k < n; k++) {
-        int64_t v = order[k], i = v >> 1, lo = ptr[k], hi = ptr[k + 1];
+        int64_t v = order[k], i = v >> 1, lo = ptr[k], hi = ptr[k + 1];  /* int32 in the plan */
         int64_t best = INT64_MIN;
         for (int64_t e = lo; e < hi; e++)
             if (value[in_src[e]] > best) best = value[in_src[e]];

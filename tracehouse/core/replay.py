@@ -207,17 +207,25 @@ class ReplayPlan:
     def of(cls, graph: ReplayGraph) -> ReplayPlan:
         """The plan of ``graph``'s edges. Raises as replay() does: a stray
         node (ReplayStrayNodeError), a cycle (ReplayCycleError)."""
-        src_v = 2 * graph.src.astype(np.int64) + graph.src_point
-        dst_v = 2 * graph.dst.astype(np.int64) + graph.dst_point
+        if max(2 * graph.size + 1, graph.src.shape[0]) > np.iinfo(np.int32).max:
+            raise ValueError(f"a replay graph of {graph.size} nodes and {graph.src.shape[0]} "
+                             "edges is too large for the plan's int32 arrays")
+        src_v = 2 * graph.src.astype(np.int32)
+        src_v += graph.src_point
+        dst_v = 2 * graph.dst.astype(np.int32)
+        dst_v += graph.dst_point
         has_in = np.zeros(2 * graph.size, dtype=bool)
         has_in[dst_v] = True
         has_in[1::2] = True  # an end always waits for its own start
         _refuse_stray(graph, np.flatnonzero(~has_in))
         if _plan is None:
             return cls(None, None, None)
-        order = np.empty(2 * graph.size, dtype=np.int64)
-        ptr = np.empty(2 * graph.size + 1, dtype=np.int64)
-        in_src = np.empty(src_v.shape[0], dtype=np.int64)
+        # int32 (the vertex and edge counts are checked above): the plan is
+        # held beside the graph for every replay (~50 MB less at 256 ranks x
+        # 2 iterations than int64, ~100 MB less while it is built).
+        order = np.empty(2 * graph.size, dtype=np.int32)
+        ptr = np.empty(2 * graph.size + 1, dtype=np.int32)
+        in_src = np.empty(src_v.shape[0], dtype=np.int32)
         if _plan(src_v, dst_v, order, ptr, in_src) != order.shape[0]:
             _sweep(graph)  # raises ReplayCycleError, naming the nodes
             raise ReplayCycleError("the replay graph has a cycle", np.arange(0))

@@ -151,25 +151,26 @@ EDGE_VERTICES = f"""
     inner join {NUMBERED} as dst on edges.dst_node_id = dst.node_id
 """
 
-#: Every scenario's rows (int_whatif_work_scaled) by node_index, the
-#: scenario as a number (scenario_code: its rank among the names); NULL
-#: (keep the replay's weight) as -1, apply_scenario's "keep".
-SCENARIO_ROWS = f"""
-    with names as (
-        select
-            scenario,
-            row_number() over (order by scenario) - 1 as scenario_code
-        from (select distinct scenario from scaled)
-    )
+
+def scenario_rows(scenario: str) -> str:
+    """SQL of one scenario's rows (int_whatif_work_scaled) by node_index;
+    NULL (keep the replay's weight) as -1, apply_scenario's "keep". One
+    query per scenario, so only one scenario's rows are held at a time
+    (no_host_gaps alone is every runtime call and GPU op: half the 4 M rows
+    at 256 ranks x 2 iterations)."""
+    return f"""
     select
-        names.scenario_code::utinyint as scenario_code,
         numbered.node_index,
         coalesce(scaled.work_ns, -1) as work_ns,
         coalesce(scaled.delay_ns, -1) as delay_ns
     from scaled
-    inner join names on scaled.scenario = names.scenario
     inner join {NUMBERED} as numbered on scaled.node_id = numbered.node_id
+    where scaled.scenario = '{scenario.replace("'", "''")}'
 """
+
+
+#: Rows per scenario (int_whatif_work_scaled), in name order.
+SCENARIO_COUNTS = "select scenario, count(*) from scaled group by scenario order by scenario"
 
 
 def model(dbt, session):
@@ -180,7 +181,7 @@ def model(dbt, session):
     try:
         for statement in NUMBER_NODES:
             nodes.query("nodes", statement)
-        table = _walked(session, ReplayNodes.of(session), dbt.ref("int_replay_edges_typed"),
+        table = _walked(session, dbt.ref("int_replay_edges_typed"),
                         dbt.ref("int_whatif_work_scaled"))
     finally:
         for temporary in (NUMBERED, GROUPS, PARTS):
@@ -189,8 +190,15 @@ def model(dbt, session):
     return table
 
 
-def _walked(session, nodes: ReplayNodes, edges, scaled) -> pa.Table:
-    """The model's table from the numbered nodes, the edges and the scenarios' rows."""
+def _walked(session, edges, scaled) -> pa.Table:
+    """The model's table from the numbered nodes, the edges and the scenarios' rows.
+
+    What the scenarios do not need is let go before they run (the nodes'
+    arrays, the measured replay's times and binding predecessors), and they
+    are replayed one at a time: at 256 ranks x 2 iterations this kept the
+    model's peak ~250 MB lower, and a default build's peak is this model's
+    (benchmarks/README.md, issue 30)."""
+    nodes = ReplayNodes.of(session)
     graph = nodes.graph(edges)
     graph, plan, cut = without_cycles(session, nodes, graph)
     skipped = np.isin(nodes.part, cut)
@@ -213,35 +221,37 @@ def _walked(session, nodes: ReplayNodes, edges, scaled) -> pa.Table:
         "rank_local_comm_count": groups.gpu_sum(
             rank_local_comm(graph, nodes.is_comm, nodes.is_instance)),
     }
-    rows = _fetched(scaled.query("scaled", SCENARIO_ROWS), _count(scaled),
-                    "int_whatif_work_scaled")
-    names = scaled.query("scaled", "select distinct scenario from scaled order by scenario")
-    code = np.asarray(rows["scenario_code"], dtype=np.int64)
-    scenarios = [(AS_MEASURED, None)] + list(enumerate(
-        name for (name,) in names.fetchall()))
-    tables = []
-    for scenario in scenarios:
-        name, number = (scenario[0], None) if scenario[1] is None else (scenario[1], scenario[0])
-        if number is None:
-            weighed = graph
-        else:
-            picked = np.flatnonzero(code == number)
-            weighed = apply_scenario(graph, rows["node_index"][picked],
-                                     duration=rows["work_ns"][picked],
-                                     delay=rows["delay_ns"][picked])
-        start, end, predecessor = plan.replay(
-            weighed, key=nodes.id_rank if number is None else None)
-        if number is None:
-            path = critical_paths(session, nodes, start, end, predecessor, skipped)
-        table = spans.append_column("replayed_span_ns", pa.array(groups.span(
-            start[groups.gpu_nodes], end[groups.gpu_nodes]), pa.int64()))
-        for column, values in fixed.items():
-            table = table.append_column(column, pa.array(values, pa.int64()))
-        tables.append(table.add_column(
-            0, "scenario", pa.array([name] * table.num_rows, pa.string())))
+    # As measured first: its binding predecessors give the critical path,
+    # then they and its replayed times are let go before the scenarios.
+    start, end, predecessor = plan.replay(graph, key=nodes.id_rank)
+    path = critical_paths(session, nodes, start, end, predecessor, skipped)
+    del nodes, predecessor
+    tables = [_scenario_spans(spans, AS_MEASURED, groups, start, end, fixed)]
+    del start, end
+    for name, count in scaled.query("scaled", SCENARIO_COUNTS).fetchall():
+        rows = _fetched(scaled.query("scaled", scenario_rows(name)),
+                        count, "int_whatif_work_scaled")
+        weighed = apply_scenario(graph, rows["node_index"], duration=rows["work_ns"],
+                                 delay=rows["delay_ns"])
+        del rows
+        start, end, _ = plan.replay(weighed)
+        del weighed
+        tables.append(_scenario_spans(spans, name, groups, start, end, fixed))
+        del start, end
     spans = pa.concat_tables(tables)
     return pa.concat_tables(
         [_with_kind(spans, "span"), _with_kind(path, "path")], promote_options="permissive")
+
+
+def _scenario_spans(spans: pa.Table, name: str, groups: RankGroups, start: np.ndarray,
+                    end: np.ndarray, fixed: dict[str, np.ndarray]) -> pa.Table:
+    """``spans`` (the groups' keys and measured figures) with one replay's
+    spans, the scenario-independent counts and a leading ``scenario`` column."""
+    table = spans.append_column("replayed_span_ns", pa.array(groups.span(
+        start[groups.gpu_nodes], end[groups.gpu_nodes]), pa.int64()))
+    for column, values in fixed.items():
+        table = table.append_column(column, pa.array(values, pa.int64()))
+    return table.add_column(0, "scenario", pa.array([name] * table.num_rows, pa.string()))
 
 
 def _count(relation) -> int:
@@ -256,7 +266,7 @@ def _fetched(relation, count: int, source: str) -> dict[str, np.ndarray]:
     whole result beside them (4 M scenario rows, 3.8 M edges at 256 ranks x
     2 iterations). Raises ValueError when rows are missing: ``source``
     names a node that int_replay_nodes_listed does not list."""
-    reader = relation.fetch_record_batch(1 << 20)
+    reader = relation.to_arrow_reader(1 << 20)
     columns = {field.name: np.empty(count, dtype=field.type.to_pandas_dtype())
                for field in reader.schema}
     filled = 0
