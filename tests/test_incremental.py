@@ -380,6 +380,10 @@ def test_long_pending_lists_are_a_values_semi_join_or_a_subquery_with_the_same_r
     # join on a VALUES list (an IN list's cost grows with its length). The
     # two forms, compiled for the same pending traces, select the same rows.
     warehouse = _copy(iteration_2_ingested, tmp_path / "warehouse")
+    # int_slices_contextualized reads each trace's iteration from int_traces_loaded,
+    # which a build refreshes before it: run that here too, so the compiled SQL
+    # below sees the new traces as a build's would.
+    assert run_dbt(["run", "--select", "int_traces_loaded"], warehouse) == EXIT_OK
     compiled = Warehouse(warehouse).root / "dbt/target/compiled/tracehouse/models/intermediate"
     models = {"slices/int_annotation_ranges_nested": "annotation_ranges",
               "slices/int_slices_contextualized": "slices"}

@@ -38,12 +38,14 @@
 
 with
 
-{# The file's own time base: HTA reads the microseconds the file holds (macro hta_float_time). #}
+{# The file's own time base: HTA reads the microseconds the file holds (macro
+   hta_float_time). From int_traces_loaded (the lake's `traces` rows as a
+   table): through stg_lake__traces every build opened every trace's file. #}
 traces as (
     select
         trace_id,
         coalesce(base_time_ns, 0) as base_time_ns
-    from {{ ref('stg_lake__traces') }}
+    from {{ ref('int_traces_loaded') }}
 ),
 
 {% set unit = var('kernel_time_unit_ns') %}

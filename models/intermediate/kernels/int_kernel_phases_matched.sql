@@ -59,11 +59,14 @@ step_frames as (
     where {{ new_traces }}
 ),
 
+{# The seed's rows in their order of precedence (priority, then pattern_id):
+   the winning pattern of a kernel is then its candidates' least
+   pattern_order, an aggregate, not a window over every candidate. #}
 patterns as (
     select
         pattern_id,
-        priority,
-        comm_group_kind
+        comm_group_kind,
+        row_number() over (order by priority, pattern_id) as pattern_order
     from {{ ref('megatron_step_patterns') }}
 ),
 
@@ -130,7 +133,7 @@ backward_windows as (
 candidates as (
     select
         frames.*,
-        patterns.priority,
+        patterns.pattern_order,
         patterns.comm_group_kind as phase_group_kind
     from (
         select * from same_thread_frames
@@ -141,8 +144,20 @@ candidates as (
         on frames.pattern_id = patterns.pattern_id
 ),
 
+{# The winning pattern's phase and group kind: both are the pattern's own
+   (int_cpu_steps_classified takes a frame's phase from its pattern), so the
+   least pattern_order decides them whichever candidate carries it. A
+   GROUP BY rather than first_match's row_number: the window sorted all
+   1.4 M candidates of a 256 x 2 build by their string key, ~0.7 of this
+   model's ~5 CPU s (benchmarks/README.md, "The slices and kernels layers"). #}
 phases as (
-    {{ first_match('candidates', ['trace_id', 'slice_id'], ['priority', 'pattern_id']) }}
+    select
+        trace_id,
+        slice_id,
+        min_by(phase, pattern_order) as phase,
+        min_by(phase_group_kind, pattern_order) as phase_group_kind
+    from candidates
+    group by 1, 2
 ),
 
 {# The step that gives the kernel its microbatch: one of the winning phase first. #}

@@ -49,12 +49,16 @@ step_windows as (
     where {{ new_traces }}
 ),
 
+{# The trace's folder iteration from int_traces_loaded (built first, the
+   lake's `traces` rows kept as a table), not from the lake: on a full build
+   the lake read was a glob over every trace's `traces` file, twice (the
+   join's filter pushdown read it again). #}
 traces as (
     select
         trace_id,
         iteration,
         trace_id in (select step_windows.trace_id from step_windows) as has_steps
-    from {{ lake_scan('traces', pending) }}
+    from {{ ref('int_traces_loaded') }}
     where {{ new_traces }}
 ),
 
