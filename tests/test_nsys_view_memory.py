@@ -29,3 +29,17 @@ def test_a_limit_the_user_set_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
         assert os.environ[load.MEMORY_LIMIT_VARIABLE] == "3GB"
     assert os.environ[load.MEMORY_LIMIT_VARIABLE] == "3GB"
 
+
+
+def test_the_views_limit_keeps_a_parse_of_its_own() -> None:
+    """profiles.yml renders the limit into the connection settings that dbt checks a
+    saved parse against: a view after a plain build (or the other way round) would
+    parse the whole project again if both shared one saved parse."""
+    from tracehouse.build import parse_cache
+
+    plain = parse_cache.variant_of(None, None)
+    view = parse_cache.variant_of(None, None, load.VIEW_BUILD_MEMORY_LIMIT)
+    assert plain == "" and view != plain
+    assert view != parse_cache.variant_of(None, None, "3GB")
+    assert parse_cache.variant_of("{whatif: false}", None) != parse_cache.variant_of(
+        "{whatif: false}", None, load.VIEW_BUILD_MEMORY_LIMIT)

@@ -301,6 +301,34 @@ def test_nvtx_tree_and_rank_iterations_of_an_export(nsys_warehouse) -> None:
     assert rows == [(1, 150_000, 100_000, 100_000, 50_000), (2, 150_000, 100_000, 100_000, 50_000)]
 
 
+def test_gpu_overlap_equals_the_rank_iterations_sums(nsys_warehouse) -> None:
+    """One answer per question: fct_nsys_gpu_overlap (what the summary and overlap
+    views read, built without the step chain) holds fct_rank_iterations' compute,
+    communication and overlap summed per GPU, on every export of the warehouse
+    (the shared ones, one or several iterations per GPU)."""
+    import duckdb
+
+    root, trace_ids = nsys_warehouse
+    with duckdb.connect(str(root / "tracehouse.duckdb"), read_only=True) as con:
+        sums = con.execute("""
+            select run_id, rank, cast(sum(compute_ns) as bigint),
+                cast(sum(communication_ns) as bigint), cast(sum(overlap_ns) as bigint)
+            from fct_rank_iterations where compute_ns is not null
+            group by run_id, rank order by run_id, rank""").fetchall()
+        ours = con.execute("""
+            select run_id, rank, compute_ns, communication_ns, overlap_ns
+            from fct_nsys_gpu_overlap order by run_id, rank""").fetchall()
+        runs = {run for (run,) in con.execute(
+            "select distinct run_id from stg_lake__traces where trace_id in "
+            "(select unnest(?::varchar[]))", [[t for ids in trace_ids.values() for t in ids]]
+        ).fetchall()}
+    assert ours == sums
+    assert {row[0] for row in ours} == runs and len(ours) >= 2 * len(FILES)
+    # The hand-made export's two ProfilerSteps (see the test above) add up.
+    assert [row[2:] for row in ours if row[0] == "nsys-steps"] == [(200_000, 200_000, 100_000)]
+    assert all(row[2] > 0 for row in ours if row[0] in {"nsys-" + name for name in FILES})
+
+
 def test_nvtx_markers_and_the_gap_rule_are_step_rules(nsys_warehouse) -> None:
     import duckdb
 

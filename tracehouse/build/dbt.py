@@ -401,7 +401,8 @@ def _invoke(invocation: list[str], duckdb_database: Path | None = None,
     from dbt.cli.main import dbtRunner
 
     variant = parse_cache.variant_of(option_value(invocation, "--vars"),
-                                     target_name(invocation))
+                                     target_name(invocation),
+                                     os.environ.get(parse_cache.MEMORY_LIMIT_ENV_VAR))
     if target is not None and project is not None:
         parse_cache.restore(target, project, variant)
     try:

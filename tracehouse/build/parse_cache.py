@@ -47,6 +47,8 @@ from pathlib import Path
 CACHE_ENV_VAR = "TRACEHOUSE_CACHE_DIR"
 #: dbt's saved parse, inside its target folder.
 PARSE_FILE = "partial_parse.msgpack"
+#: Environment variable profiles.yml reads DuckDB's memory limit from.
+MEMORY_LIMIT_ENV_VAR = "TRACEHOUSE_MEMORY_LIMIT"
 #: Environment variable profiles.yml reads DuckDB's temporary folder from.
 TEMP_DIR_ENV_VAR = "TRACEHOUSE_TEMP_DIR"
 #: DuckDB's temporary folder inside the warehouse (profiles.yml's default).
@@ -67,13 +69,18 @@ def cache_file(project: Path, variant: str = "") -> Path:
     return Path(base) / "dbt-parse" / key / name
 
 
-def variant_of(vars_value: str | None, target: str | None) -> str:
+def variant_of(vars_value: str | None, target: str | None,
+               memory_limit: str | None = None) -> str:
     """The part of a command that dbt checks a saved parse against besides the
-    files: its ``--vars`` (as given: another spelling only costs a parse) and
-    ``--target``. Empty for neither, which keeps the plain build's file name."""
-    if not vars_value and not target:
+    files: its ``--vars`` (as given: another spelling only costs a parse),
+    ``--target`` and ``$TRACEHOUSE_MEMORY_LIMIT``, which profiles.yml renders into
+    the connection settings dbt hashes (``tracehouse nsys`` builds under its own
+    limit: alternating with a plain build parsed the whole project each time,
+    ~14 CPU s). Empty for none, which keeps the plain build's file name."""
+    if not vars_value and not target and not memory_limit:
         return ""
-    return f"vars={vars_value or ''}\0target={target or ''}"
+    variant = f"vars={vars_value or ''}\0target={target or ''}"
+    return variant + (f"\0memory_limit={memory_limit}" if memory_limit else "")
 
 
 def restore(target: Path, project: Path, variant: str = "") -> None:

@@ -2,8 +2,9 @@
 
 The figures are not computed here: the file is ingested (into a given
 warehouse, else a temporary one), the marts the views read are built
-(:mod:`.load`: the general ``fct_kernels``, ``fct_rank_iterations`` and
-``fct_annotation_ranges`` (the NVTX tree) that answer Kineto traces too,
+(:mod:`.load`: the general ``fct_kernels`` and ``fct_annotation_ranges``
+(the NVTX tree) that answer Kineto traces too, ``fct_nsys_gpu_overlap``
+(``fct_rank_iterations``' span figures per GPU, without its step chain)
 and ``fct_nsys_iterations`` for what only Nsight has, NVTX-marker
 iterations), and each view is a query on them (:mod:`.queries`): counts and
 sums grouped, interval figures read as the marts computed them (filtered

@@ -23,11 +23,12 @@ from tracehouse.nsys_views import NsysViewError
 #: The marts each view reads, built with everything they are built from (dbt
 #: selectors): the general marts every trace has, and the Nsight marts for what no
 #: general mart answers. Per view, so that ``summary`` does not wait for the NVTX
-#: tree (the costliest models on a large export).
+#: tree (the costliest models on a large export), nor for the step chain of
+#: ``fct_rank_iterations``: its span figures per GPU are ``fct_nsys_gpu_overlap``.
 VIEW_MARTS = {
     "info": ("+fct_kernels", "+fct_annotation_ranges"),
-    "summary": ("+fct_kernels", "+fct_rank_iterations"),
-    "overlap": ("+fct_kernels", "+fct_rank_iterations"),
+    "summary": ("+fct_kernels", "+fct_nsys_gpu_overlap"),
+    "overlap": ("+fct_kernels", "+fct_nsys_gpu_overlap"),
     "nccl": ("+fct_kernels",),
     "iters": ("+fct_nsys_iterations",),
     "tree": ("+fct_annotation_ranges",),
@@ -41,15 +42,23 @@ VIEW_MARTS = {
 #: often beside other work, not a CI build that may take the machine.
 VIEW_BUILD_MEMORY_LIMIT = "1GB"
 MEMORY_LIMIT_VARIABLE = "TRACEHOUSE_MEMORY_LIMIT"
+#: What the views' build leaves out of the selection (see :func:`build_marts`).
+BUILD_EXCLUDES = ("--exclude-resource-type", "test", "--exclude-resource-type", "unit_test",
+                  "--exclude-resource-type", "seed")
 #: Every view's marts, once each.
 ALL_VIEW_MARTS = tuple(dict.fromkeys(m for marts in VIEW_MARTS.values() for m in marts))
+
+
+def is_temporary(warehouse: str | Path | None, trim: bool) -> bool:
+    """Whether the views load into a temporary warehouse (:func:`warehouse_for`)."""
+    return warehouse is None or trim
 
 
 @contextlib.contextmanager
 def warehouse_for(warehouse: str | Path | None, trim: bool) -> Iterator[Path]:
     """The warehouse folder to load into: ``warehouse``, else (or when the views are
     trimmed to a capture window) a temporary one, removed afterwards."""
-    if warehouse is not None and not trim:
+    if not is_temporary(warehouse, trim):
         yield Path(warehouse).resolve()
         return
     with tempfile.TemporaryDirectory(prefix="tracehouse-nsys-") as tmp:
@@ -119,18 +128,27 @@ def _same_content(file: Path, manifest: list[Any]) -> list[Any]:
 
 
 def build_marts(root: Path, trim: tuple[float, float] | None = None,
-                marts: tuple[str, ...] = ALL_VIEW_MARTS) -> None:
+                marts: tuple[str, ...] = ALL_VIEW_MARTS, *, throwaway: bool = False) -> None:
     """Build ``marts`` (dbt selectors; default: every view's) and what they are built
-    from (models only, no tests: a view, not a CI run), for the capture window ``trim``
-    in seconds when given."""
+    from, for the capture window ``trim`` in seconds when given.
+
+    Models only: no tests (a view, not a CI run), and no seed nodes, whose tables
+    the project's on-run-start hook loads from their CSVs when the warehouse lacks
+    them or the build refreshes everything (macros/seeds.sql), in milliseconds
+    instead of a dbt node each (~0.3 CPU s apiece). ``throwaway``: the warehouse
+    is removed after the view (a temporary one), so dbt writes no artifacts
+    (``manifest.json`` twice, ``run_results.json``: seconds of a cold summary),
+    which only a later build of the same warehouse would read.
+    """
     from tracehouse.build.dbt import run_dbt
 
     variables: dict[str, int] = {}
     if trim is not None:
         variables = {"capture_window_start_ns": round(trim[0] * 1e9),
                      "capture_window_end_ns": round(trim[1] * 1e9)}
-    args = ["build", "--quiet", "--select", *marts,
-            "--exclude-resource-type", "test", "--exclude-resource-type", "unit_test"]
+    args = ["build", "--quiet", "--select", *marts, *BUILD_EXCLUDES]
+    if throwaway:
+        args.append("--no-write-json")
     if variables:
         args += ["--vars", json.dumps(variables)]
     from tracehouse.build.dbt import is_up_to_date

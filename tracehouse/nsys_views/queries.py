@@ -32,9 +32,10 @@ def _gpu_figures(con: duckdb.DuckDBPyConnection, run_id: str, rank: int) -> dict
     them: kernels only (copies and fills left out, so a copy counts as idle).
 
     Counts, sums and the span from ``fct_kernels``; the unions of compute and of
-    communication kernels and their overlap from ``fct_rank_iterations`` (HTA's span
-    figures, per iteration: an export with ProfilerStep ranges has several), whose
-    iterations hold disjoint kernels, so they add up. idle = span - busy.
+    communication kernels and their overlap from ``fct_nsys_gpu_overlap``:
+    ``fct_rank_iterations``' span figures (HTA's, per iteration: an export with
+    ProfilerStep ranges has several) summed per GPU, without the step chain that
+    mart joins. idle = span - busy.
     """
     figures = _rows(con, """
         select count(*) as kernels, count(distinct stream) as streams,
@@ -44,12 +45,10 @@ def _gpu_figures(con: duckdb.DuckDBPyConnection, run_id: str, rank: int) -> dict
             count(*) filter (where kind = 'communication') as nccl_kernels
         from fct_kernels where run_id = ? and rank = ? and category = 'kernel'""",
                     [run_id, rank])[0]
-    figures |= _rows(con, """
-        select cast(coalesce(sum(compute_ns), 0) as bigint) as compute_ns,
-            cast(coalesce(sum(communication_ns), 0) as bigint) as communication_ns,
-            cast(coalesce(sum(overlap_ns), 0) as bigint) as overlap_ns
-        from fct_rank_iterations
-        where run_id = ? and rank = ?""", [run_id, rank])[0]
+    busy = _rows(con, """
+        select compute_ns, communication_ns, overlap_ns from fct_nsys_gpu_overlap
+        where run_id = ? and rank = ?""", [run_id, rank])
+    figures |= busy[0] if busy else {"compute_ns": 0, "communication_ns": 0, "overlap_ns": 0}
     busy = figures["compute_ns"] + figures["communication_ns"] - figures["overlap_ns"]
     figures["idle_ns"] = None if figures["span_ns"] is None else figures["span_ns"] - busy
     return figures

@@ -6,7 +6,14 @@ from pathlib import Path
 from typing import Any
 
 from tracehouse.nsys_views import VIEWS, NsysUsageError
-from tracehouse.nsys_views.load import VIEW_MARTS, build_marts, devices, ingest_file, warehouse_for
+from tracehouse.nsys_views.load import (
+    VIEW_MARTS,
+    build_marts,
+    devices,
+    ingest_file,
+    is_temporary,
+    warehouse_for,
+)
 from tracehouse.nsys_views.queries import query_view
 
 __all__ = ["nsys_view"]
@@ -27,5 +34,6 @@ def nsys_view(view: str, file: Path, *, warehouse: str | Path | None = None,
         if gpu is not None and gpu not in gpus:
             listed = ", ".join(str(d) for d in gpus)
             raise NsysUsageError(f"{file}: no GPU {gpu} (GPUs: {listed})")
-        build_marts(root, trim, VIEW_MARTS[view])
+        build_marts(root, trim, VIEW_MARTS[view],
+                    throwaway=is_temporary(warehouse, trim is not None))
         return query_view(root, view, trace_ids, gpu)
